@@ -1,0 +1,40 @@
+# Set-up and everyday commands. Only Python 3.11 and pip are assumed.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+SAMPLE := data/sample/cells_hourly.csv.gz
+DEMO_DIR := artifacts/demo
+
+.PHONY: demo test bench lint clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+$(VENV)/.installed-train: $(BIN)/python pyproject.toml
+	$(BIN)/pip install --quiet -e ".[train,serve]"
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed-train
+	$(BIN)/pip install --quiet -e ".[train,serve,dev]"
+	touch $@
+
+demo: $(VENV)/.installed-train
+	$(BIN)/kpi-forecast train --data $(SAMPLE) --target traffic_mb --out $(DEMO_DIR) --max-minutes 2
+	$(BIN)/kpi-forecast predict --model $(DEMO_DIR) --data $(SAMPLE) --out $(DEMO_DIR)/forecast.csv
+	@echo "artifacts: $(DEMO_DIR)/ (model.onnx, metadata.json, weights.pt)"
+	@echo "report:    $(DEMO_DIR)/report.md"
+	@echo "forecasts: $(DEMO_DIR)/forecast.csv"
+
+test: $(VENV)/.installed-dev
+	$(BIN)/ruff check .
+	$(BIN)/pytest -q
+
+bench: $(VENV)/.installed-train
+	$(BIN)/python -m benchmarks.milan_accuracy
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf $(VENV) artifacts

@@ -1,0 +1,98 @@
+"""The model directory: what `train` writes and every runtime reads. Torch-free.
+
+    DIR/metadata.json   schema version, data contract (freq, context, horizon, quantiles,
+                        target, calendar zone), config, training-data fingerprint,
+                        validation metrics, library versions, sha256 of model.onnx
+    DIR/weights.pt      torch state_dict (loaded with weights_only=True)
+    DIR/model.onnx      the exported graph served by ONNX Runtime
+    DIR/report.md       the training report, with plots in DIR/plots/
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from model.config import ModelConfig
+
+SCHEMA_VERSION = 1
+METADATA_FILE = "metadata.json"
+WEIGHTS_FILE = "weights.pt"
+ONNX_FILE = "model.onnx"
+REPORT_FILE = "report.md"
+
+
+class ArtifactError(ValueError):
+    """A model directory that cannot be used; its message is one readable line."""
+
+
+@dataclass
+class ModelMetadata:
+    model_version: str
+    target: str
+    freq: str
+    calendar_tz: str
+    config: ModelConfig
+    data_fingerprint: str
+    created: str
+    validation: dict[str, float] = field(default_factory=dict)
+    training: dict[str, float | int | str] = field(default_factory=dict)
+    libraries: dict[str, str] = field(default_factory=dict)
+    onnx: dict[str, str | int] = field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def context(self) -> int:
+        return self.config.context
+
+    @property
+    def horizon(self) -> int:
+        return self.config.horizon
+
+    @property
+    def quantiles(self) -> list[float]:
+        return self.config.quantiles
+
+    def quantile_names(self) -> list[str]:
+        """Column names of the quantiles: 0.1 -> p10, 0.5 -> p50, 0.975 -> p97.5."""
+        return [f"p{round(q * 100, 6):g}" for q in self.quantiles]
+
+    def to_json(self) -> str:
+        payload = asdict(self)
+        payload["config"] = self.config.to_dict()
+        return json.dumps(payload, indent=2, sort_keys=True)
+
+    def save(self, model_dir: Path) -> None:
+        (Path(model_dir) / METADATA_FILE).write_text(self.to_json() + "\n")
+
+
+def load_metadata(model_dir: str | Path) -> ModelMetadata:
+    path = Path(model_dir) / METADATA_FILE
+    if not Path(model_dir).is_dir():
+        raise ArtifactError(f"{model_dir}: not a model directory")
+    if not path.is_file():
+        raise ArtifactError(f"{path}: missing; is {model_dir} a directory written by 'train'?")
+    try:
+        payload = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ArtifactError(f"{path}: unreadable metadata ({exc})") from exc
+    version = payload.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ArtifactError(
+            f"{path}: schema version {version!r}, this kpi-forecast reads {SCHEMA_VERSION}"
+        )
+    try:
+        payload["config"] = ModelConfig(**payload["config"])
+        return ModelMetadata(**payload)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise ArtifactError(f"{path}: invalid metadata ({exc})") from exc
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -1,0 +1,48 @@
+"""Hyper-parameters of the forecaster; importable without torch (metadata, runtime)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+AttentionKind = Literal["fused", "math"]
+
+# Aim for about this many patch tokens whatever the data frequency, so that hourly and
+# 15-minute data cost the same attention work and the defaults need no hand-tuning.
+TARGET_TOKENS = 42
+
+
+@dataclass
+class ModelConfig:
+    context: int  # input steps
+    horizon: int  # forecast steps
+    patch_len: int = 0  # steps per patch token; 0 = derived from context
+    d_model: int = 64
+    n_heads: int = 4
+    n_layers: int = 3
+    d_ff: int = 128
+    dropout: float = 0.1
+    quantiles: list[float] = field(default_factory=lambda: [0.1, 0.5, 0.9])
+    attention: AttentionKind = "fused"
+
+    def __post_init__(self) -> None:
+        if self.context < 1 or self.horizon < 1:
+            raise ValueError(f"context ({self.context}) and horizon ({self.horizon}) must be >= 1")
+        if self.patch_len <= 0:
+            self.patch_len = max(1, round(self.context / TARGET_TOKENS))
+        self.patch_len = min(self.patch_len, self.context)
+        qs = self.quantiles
+        if not qs or any(not 0.0 < q < 1.0 for q in qs) or sorted(set(qs)) != list(qs):
+            raise ValueError(f"quantiles must be increasing, unique and inside (0, 1): {qs}")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
+        if self.attention not in ("fused", "math"):
+            raise ValueError(f"attention must be 'fused' or 'math', not {self.attention!r}")
+
+    @property
+    def n_patches(self) -> int:
+        return math.ceil(self.context / self.patch_len)
+
+    def to_dict(self) -> dict:
+        return asdict(self)

@@ -1,0 +1,80 @@
+"""Calendar features: the one numpy layer every runtime shares (training, predict, xApp).
+
+The network sees, for every input step, where it falls in the day and in the week on the
+local wall clock of ``calendar_tz``: cell load follows people's days, not UTC.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import numpy as np
+import pandas as pd
+
+N_CALENDAR = 4  # sin/cos of hour of day, sin/cos of day of week
+
+_FIXED_OFFSET = re.compile(r"([+-])(\d{2}):(\d{2})")
+
+
+def calendar_zone(name: str) -> dt.tzinfo:
+    """The tzinfo for a ``Panel.calendar_tz`` value.
+
+    Accepted forms: ``"UTC"``; an IANA zone name such as ``"Europe/Rome"``; or a fixed UTC
+    offset written exactly as ``"+HH:MM"`` / ``"-HH:MM"`` (sign, two-digit hours, colon,
+    two-digit minutes, e.g. ``"+01:00"``, ``"-05:30"``), which becomes a
+    :class:`dt.timezone`. Anything else raises :class:`ValueError`.
+    """
+    if name == "UTC":
+        return dt.UTC
+    match = _FIXED_OFFSET.fullmatch(name)
+    if match:
+        sign, hours, minutes = match.groups()
+        offset = dt.timedelta(hours=int(hours), minutes=int(minutes))
+        if offset >= dt.timedelta(hours=24) or int(minutes) >= 60:
+            raise ValueError(f"time zone offset {name!r} is out of range (-23:59 to +23:59)")
+        return dt.timezone(-offset if sign == "-" else offset)
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        # OSError: a directory of the tz database such as "Europe" is not a zone.
+        raise ValueError(
+            f"unknown time zone {name!r}: use an IANA name such as 'Europe/Rome', 'UTC', "
+            "or a fixed offset such as '+01:00'"
+        ) from None
+
+
+def calendar_features(timestamps: pd.DatetimeIndex, calendar_tz: str) -> np.ndarray:
+    """[n, N_CALENDAR] float32 features for tz-aware ``timestamps``."""
+    local = timestamps.tz_convert(calendar_zone(calendar_tz))
+    day_fraction = (local.hour + local.minute / 60.0 + local.second / 3600.0).to_numpy() / 24.0
+    week_fraction = (local.dayofweek.to_numpy() + day_fraction) / 7.0
+    day_angle = 2.0 * np.pi * day_fraction
+    week_angle = 2.0 * np.pi * week_fraction
+    features = np.stack(
+        [np.sin(day_angle), np.cos(day_angle), np.sin(week_angle), np.cos(week_angle)], axis=-1
+    )
+    return features.astype(np.float32)
+
+
+def window_timestamps(
+    last: pd.DatetimeIndex, length: int, step: pd.Timedelta
+) -> pd.DatetimeIndex:
+    """Timestamps of ``length`` steps ending at each of ``last``, flattened row-major."""
+    offsets = (np.arange(length, dtype=np.int64) - (length - 1)) * step.value
+    utc_ns = last.tz_convert("UTC").asi8[:, None] + offsets[None, :]
+    return pd.DatetimeIndex(utc_ns.ravel(), tz="UTC")
+
+
+def window_calendar(
+    last: pd.DatetimeIndex, length: int, step: pd.Timedelta, calendar_tz: str
+) -> np.ndarray:
+    """[len(last), length, N_CALENDAR] features of the windows ending at ``last``."""
+    stamps = window_timestamps(last, length, step)
+    return calendar_features(stamps, calendar_tz).reshape(len(last), length, N_CALENDAR)
+
+
+def future_timestamps(last: pd.Timestamp, horizon: int, step: pd.Timedelta) -> pd.DatetimeIndex:
+    """The ``horizon`` grid steps after ``last``."""
+    return pd.date_range(last + step, periods=horizon, freq=step)

@@ -1,0 +1,145 @@
+"""The forecaster: a PatchTST-style Transformer shared by all cells.
+
+Input: a window of ``context`` raw KPI values per cell (NaN = missing) and the calendar
+features of each step. Output: ``horizon`` steps × quantiles, in the KPI's own units.
+
+Everything between the raw values and the final quantiles lives in this graph (instance
+normalisation, the missing mask, quantile ordering, de-normalisation), so the exported ONNX
+model needs nothing but the calendar features from the caller.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from model.config import ModelConfig
+from model.features import N_CALENDAR
+
+
+def instance_stats(
+    values: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Zero-filled values, mean and scale of each window's observed values, and its mask.
+
+    The scale has a floor relative to the mean so a flat (or all-zero) window does not blow
+    up the normalised values.
+    """
+    observed = ~torch.isnan(values)
+    mask = observed.to(values.dtype)
+    filled = torch.where(observed, values, torch.zeros_like(values))
+    count = mask.sum(dim=1, keepdim=True).clamp(min=1.0)
+    mean = filled.sum(dim=1, keepdim=True) / count
+    var = (((filled - mean) * mask) ** 2).sum(dim=1, keepdim=True) / count
+    scale = torch.maximum(torch.sqrt(var), 1e-3 * mean.abs() + 1e-4)
+    return filled, mean, scale, mask
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.n_heads = cfg.n_heads
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model)
+        self.dropout = cfg.dropout
+        self.attention = cfg.attention
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, tokens, width = x.shape
+        q, k, v = self.qkv(x).split(width, dim=2)
+        shape = (batch, tokens, self.n_heads, width // self.n_heads)
+        q, k, v = (t.view(shape).transpose(1, 2) for t in (q, k, v))
+        dropout = self.dropout if self.training else 0.0
+        if self.attention == "fused":
+            # FlashAttention / memory-efficient kernels on CUDA, fused kernels on CPU.
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout)
+        else:
+            scores = (q @ k.transpose(-2, -1)) / math.sqrt(k.size(-1))
+            y = F.dropout(torch.softmax(scores, dim=-1), dropout, self.training) @ v
+        return self.proj(y.transpose(1, 2).reshape(batch, tokens, width))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(cfg.d_model)
+        self.attn = SelfAttention(cfg)
+        self.ln2 = nn.LayerNorm(cfg.d_model)
+        self.mlp = nn.Sequential(
+            nn.Linear(cfg.d_model, cfg.d_ff),
+            nn.GELU(),
+            nn.Linear(cfg.d_ff, cfg.d_model),
+            nn.Dropout(cfg.dropout),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class Forecaster(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.pad = cfg.n_patches * cfg.patch_len - cfg.context
+        # Each token: the normalised values and the observed mask of its patch, plus the
+        # calendar features of the patch's last step (which always lies inside the window).
+        self.embed = nn.Linear(2 * cfg.patch_len + N_CALENDAR, cfg.d_model)
+        self.position = nn.Parameter(torch.randn(1, cfg.n_patches, cfg.d_model) * 0.02)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.ln_f = nn.LayerNorm(cfg.d_model)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.n_quantiles = len(cfg.quantiles)
+        self.head = nn.Linear(cfg.n_patches * cfg.d_model, cfg.horizon * self.n_quantiles)
+        last_steps = torch.arange(1, cfg.n_patches + 1) * cfg.patch_len - 1 - self.pad
+        self.register_buffer("patch_last_step", last_steps, persistent=False)
+
+    def set_attention(self, kind: str) -> None:
+        """Switch every layer between the fused and the plain-math attention."""
+        for block in self.blocks:
+            block.attn.attention = kind
+        self.cfg.attention = kind
+
+    def forward(self, values: torch.Tensor, calendar: torch.Tensor) -> torch.Tensor:
+        """values [B, context] (NaN = missing), calendar [B, context, 4] -> [B, horizon, Q]."""
+        filled, mean, scale, mask = instance_stats(values)
+        normed = (filled - mean) / scale * mask
+        normed = F.pad(normed, (self.pad, 0))
+        mask = F.pad(mask, (self.pad, 0))
+        batch = values.shape[0]
+        patches = torch.cat(
+            [
+                normed.view(batch, self.cfg.n_patches, self.cfg.patch_len),
+                mask.view(batch, self.cfg.n_patches, self.cfg.patch_len),
+                calendar[:, self.patch_last_step, :],
+            ],
+            dim=-1,
+        )
+        x = self.dropout(self.embed(patches) + self.position)
+        for block in self.blocks:
+            x = block(x)
+        raw = self.head(self.ln_f(x).flatten(1)).view(batch, self.cfg.horizon, self.n_quantiles)
+        # Lowest quantile, then strictly positive steps upwards: quantiles can never cross.
+        ordered = torch.cat([raw[..., :1], F.softplus(raw[..., 1:])], dim=-1).cumsum(dim=-1)
+        forecast = ordered * scale.unsqueeze(-1) + mean.unsqueeze(-1)
+        # KPIs are non-negative; relu keeps the quantile order.
+        return F.relu(forecast)
+
+
+def pinball_loss(
+    forecast: torch.Tensor, target: torch.Tensor, quantiles: torch.Tensor, scale: torch.Tensor
+) -> torch.Tensor:
+    """Mean pinball loss over observed targets, in units of each window's scale.
+
+    Dividing by the window's own scale weighs a quiet cell and a busy one alike, which is what
+    a global model across cells of very different load needs.
+    """
+    observed = ~torch.isnan(target)
+    target = torch.where(observed, target, torch.zeros_like(target))
+    error = (target.unsqueeze(-1) - forecast) / scale.unsqueeze(-1)
+    loss = torch.maximum(quantiles * error, (quantiles - 1.0) * error)
+    weight = observed.unsqueeze(-1).to(loss.dtype).expand_as(loss)
+    return (loss * weight).sum() / weight.sum().clamp(min=1.0)

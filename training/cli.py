@@ -1,0 +1,171 @@
+"""`kpi-forecast`: train, backtest, predict and export from the command line.
+
+Torch is imported only by the commands that need it (train, export): predict and backtest run
+with the `serve` extra alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from model.artifact import ArtifactError
+from training.panel import DataError
+
+DEFAULT_CONTEXTS = ("14D", "7D")  # the first that the data is long enough for
+DEFAULT_HORIZON = "1D"
+
+
+def parse_steps(text: str, step: pd.Timedelta, option: str) -> int:
+    """A count of steps ("336") or a duration ("14D", "24h") converted to steps."""
+    if text.isdigit():
+        steps = int(text)
+    else:
+        try:
+            duration = pd.Timedelta(text)
+        except ValueError as exc:
+            raise DataError(f"{option} {text!r}: neither a step count nor a duration") from exc
+        steps = duration // step
+        if steps * step != duration:
+            raise DataError(f"{option} {text!r}: not a whole number of {step} steps")
+    if steps < 1:
+        raise DataError(f"{option} {text!r}: must be at least one step")
+    return steps
+
+
+def parse_quantiles(text: str) -> list[float]:
+    try:
+        return [float(q) for q in text.split(",")]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text}") from exc
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    from model.config import ModelConfig
+    from training.fit import fit
+    from training.ingest import load_panel
+    from training.train import TrainConfig, validation_steps
+
+    panel = load_panel(args.data, args.target, freq=args.freq, tz=args.tz)
+    step = panel.step
+    horizon = parse_steps(args.horizon or DEFAULT_HORIZON, step, "--horizon")
+    if args.context:
+        context = parse_steps(args.context, step, "--context")
+    else:
+        val = validation_steps(panel.n_steps, horizon, TrainConfig.validation_fraction)
+        candidates = [parse_steps(c, step, "--context") for c in DEFAULT_CONTEXTS]
+        fits = [c for c in candidates if c + 2 * horizon + val <= panel.n_steps]
+        context = fits[0] if fits else candidates[-1]
+    try:
+        model_cfg = ModelConfig(
+            context=context, horizon=horizon, quantiles=args.quantiles, attention=args.attention
+        )
+    except ValueError as exc:
+        raise DataError(str(exc)) from exc
+    train_cfg = TrainConfig(max_minutes=args.max_minutes, max_epochs=args.max_epochs,
+                            seed=args.seed)
+    meta, validation = fit(panel, Path(args.out), model_cfg, train_cfg, str(args.data),
+                           progress=not args.quiet)
+    print(validation.overall.to_string(float_format=lambda v: f"{v:.3f}"))
+    print(f"model: {Path(args.out) / 'model.onnx'} (version {meta.model_version})")
+    print(f"report: {Path(args.out) / 'report.md'}")
+
+
+def cmd_export(args: argparse.Namespace) -> None:
+    from training.fit import export_model
+
+    print(f"model: {export_model(Path(args.model))}")
+
+
+def cmd_backtest(args: argparse.Namespace) -> None:
+    from model.runtime import OnnxForecaster
+    from training.backtest import backtest
+    from training.ingest import load_panel
+
+    forecaster = OnnxForecaster(args.model)
+    meta = forecaster.metadata
+    panel = load_panel(args.data, meta.target, freq=args.freq or meta.freq, tz=meta.calendar_tz)
+    step = parse_steps(args.step, panel.step, "--step") if args.step else None
+    result = backtest(forecaster, panel, folds=args.folds, step=step)
+    out = Path(args.out or Path(args.model) / "backtest")
+    out.mkdir(parents=True, exist_ok=True)
+    result.overall.to_csv(out / "overall.csv", index_label="model")
+    result.per_cell.to_csv(out / "per_cell.csv", index=False)
+    print(f"{len(result.origins)} folds, origins {result.origins[0]} .. {result.origins[-1]}")
+    print(result.overall.to_string(float_format=lambda v: f"{v:.3f}"))
+    print(f"csv: {out / 'overall.csv'}, {out / 'per_cell.csv'}")
+
+
+def cmd_predict(args: argparse.Namespace) -> None:
+    from model.runtime import OnnxForecaster
+    from training.ingest import load_panel
+    from training.predict import predict_frame
+
+    forecaster = OnnxForecaster(args.model)
+    meta = forecaster.metadata
+    panel = load_panel(args.data, meta.target, freq=args.freq or meta.freq, tz=meta.calendar_tz)
+    frame = predict_frame(forecaster, panel)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(args.out, index=False)
+    print(f"{len(frame)} forecasts for {panel.n_cells} cells: {args.out}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kpi-forecast", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    train = commands.add_parser("train", help="train a forecaster and export it")
+    train.add_argument("--data", required=True, help="long CSV, CSV.gz or Parquet")
+    train.add_argument("--target", required=True, help="KPI column to forecast")
+    train.add_argument("--out", required=True, help="model directory to write")
+    train.add_argument("--freq", help="grid step, e.g. 1h or 15min (inferred when absent)")
+    train.add_argument("--tz", help="zone of the calendar features (default: from the data)")
+    train.add_argument("--context", help="input steps or duration (default 14D, else 7D)")
+    train.add_argument("--horizon", help=f"forecast steps or duration (default {DEFAULT_HORIZON})")
+    train.add_argument("--max-minutes", type=float, default=5.0, help="time budget (default 5)")
+    train.add_argument("--max-epochs", type=int, default=60)
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--quantiles", type=parse_quantiles, default=[0.1, 0.5, 0.9])
+    train.add_argument("--attention", choices=["fused", "math"], default="fused")
+    train.add_argument("--quiet", action="store_true", help="no progress bar")
+    train.set_defaults(run=cmd_train)
+
+    export = commands.add_parser("export", help="(re-)export model.onnx from the weights")
+    export.add_argument("--model", required=True)
+    export.set_defaults(run=cmd_export)
+
+    bt = commands.add_parser("backtest", help="rolling-origin evaluation against baselines")
+    bt.add_argument("--model", required=True)
+    bt.add_argument("--data", required=True)
+    bt.add_argument("--folds", type=int, default=7)
+    bt.add_argument("--step", help="steps or duration between origins (default: horizon)")
+    bt.add_argument("--freq")
+    bt.add_argument("--out", help="folder for the CSVs (default MODEL/backtest)")
+    bt.set_defaults(run=cmd_backtest)
+
+    predict = commands.add_parser("predict", help="forecast after each cell's last sample")
+    predict.add_argument("--model", required=True)
+    predict.add_argument("--data", required=True)
+    predict.add_argument("--out", required=True, help="CSV to write")
+    predict.add_argument("--freq")
+    predict.set_defaults(run=cmd_predict)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        args.run(args)
+    except (DataError, ArtifactError) as exc:
+        print(f"kpi-forecast: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""From a Panel to a complete model directory: train, save, export, validate, report."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import importlib.metadata
+import logging
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from model.artifact import WEIGHTS_FILE, ArtifactError, ModelMetadata, load_metadata
+from model.config import ModelConfig
+from model.export import export_onnx
+from model.network import Forecaster
+from model.runtime import OnnxForecaster
+from training.backtest import MODEL_NAME, BacktestResult, backtest
+from training.panel import Panel
+from training.report import write_report
+from training.train import TrainConfig, train
+
+log = logging.getLogger(__name__)
+
+LIBRARIES = ["torch", "numpy", "pandas", "onnx", "onnxruntime", "onnxscript"]
+
+
+def fingerprint(panel: Panel) -> str:
+    """sha256 of exactly what the model was trained on (cells, grid, values, target)."""
+    digest = hashlib.sha256()
+    digest.update("\n".join(panel.cell_ids).encode())
+    digest.update(panel.index.asi8.tobytes())
+    digest.update(np.ascontiguousarray(panel.values).tobytes())
+    digest.update(f"{panel.target}|{panel.freq}|{panel.calendar_tz}".encode())
+    return digest.hexdigest()
+
+
+def library_versions() -> dict[str, str]:
+    return {name: importlib.metadata.version(name) for name in LIBRARIES}
+
+
+def fit(
+    panel: Panel,
+    out_dir: Path,
+    model_cfg: ModelConfig,
+    train_cfg: TrainConfig,
+    source: str,
+    progress: bool = True,
+) -> tuple[ModelMetadata, BacktestResult]:
+    result = train(panel, model_cfg, train_cfg, progress=progress)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    torch.save(result.network.state_dict(), out_dir / WEIGHTS_FILE)
+    created = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    data_fingerprint = fingerprint(panel)
+    meta = ModelMetadata(
+        model_version=f"{panel.target}-{created:%Y%m%dT%H%M%SZ}-{data_fingerprint[:8]}",
+        target=panel.target,
+        freq=panel.freq,
+        calendar_tz=panel.calendar_tz,
+        config=model_cfg,
+        data_fingerprint=data_fingerprint,
+        created=created.isoformat(),
+        training={
+            "epochs": result.epochs,
+            "seconds": round(result.seconds, 1),
+            "stopped_by": result.stopped_by,
+            "best_validation_loss": round(result.best_validation_loss, 5),
+            "train_windows": result.train_windows,
+            "validation_windows": result.validation_windows,
+            "seed": train_cfg.seed,
+            "max_minutes": train_cfg.max_minutes,
+        },
+        libraries=library_versions(),
+    )
+    export_onnx(result.network, out_dir, meta)
+    meta.save(out_dir)
+    validation = backtest(OnnxForecaster(out_dir), panel, folds=0,
+                          first_origin=result.validation_start)
+    scores = validation.overall
+    meta.validation = {k: round(float(v), 5) for k, v in scores.loc[MODEL_NAME].items()}
+    meta.validation["mae_vs_seasonal_naive_week"] = round(
+        float(scores.loc[MODEL_NAME, "mae"] / scores.loc["seasonal_naive_week", "mae"]), 5
+    )
+    meta.save(out_dir)
+    write_report(out_dir, panel, meta, validation, result.curve, source)
+    return meta, validation
+
+
+def load_network(model_dir: Path) -> tuple[Forecaster, ModelMetadata]:
+    """The trained network of a model directory; weights load as tensors only."""
+    meta = load_metadata(model_dir)
+    path = Path(model_dir) / WEIGHTS_FILE
+    if not path.is_file():
+        raise ArtifactError(f"{path}: missing")
+    network = Forecaster(meta.config)
+    try:
+        network.load_state_dict(torch.load(path, weights_only=True))
+    except (RuntimeError, OSError, EOFError) as exc:
+        raise ArtifactError(f"{path}: cannot load weights ({exc})") from exc
+    return network.eval(), meta
+
+
+def export_model(model_dir: Path) -> Path:
+    network, meta = load_network(model_dir)
+    path = export_onnx(network, model_dir, meta)
+    meta.save(model_dir)
+    return path

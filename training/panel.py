@@ -1,0 +1,58 @@
+"""The in-memory form of a KPI data set: many cells on one regular time grid."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+
+class DataError(ValueError):
+    """A problem with the user's input data; its message is one readable line."""
+
+
+@dataclass
+class Panel:
+    """Per-cell series of one target KPI on a shared regular UTC grid.
+
+    ``values[i, t]`` is cell ``cell_ids[i]`` at ``index[t]``; NaN marks a missing step
+    (a gap in the source, or a step before the cell's first / after its last sample),
+    so the missing mask is ``np.isnan(values)`` and never a silent zero.
+    """
+
+    cell_ids: list[str]
+    index: pd.DatetimeIndex  # tz-aware UTC, regular at ``freq``
+    values: np.ndarray  # float32 [n_cells, n_steps]
+    freq: str  # pandas offset alias, e.g. "1h", "15min"
+    target: str
+    calendar_tz: str = "UTC"  # zone whose wall clock drives hour-of-day / day-of-week
+    log: dict[str, int] = field(default_factory=dict)  # counts of documented handlings
+
+    @property
+    def n_cells(self) -> int:
+        return len(self.cell_ids)
+
+    @property
+    def n_steps(self) -> int:
+        return len(self.index)
+
+    @property
+    def step(self) -> pd.Timedelta:
+        return pd.Timedelta(pd.tseries.frequencies.to_offset(self.freq))
+
+    def steps_per(self, period: str) -> int:
+        """How many grid steps make up ``period`` ("1D", "7D"); at least 1."""
+        return max(1, int(pd.Timedelta(period) / self.step))
+
+    def slice_steps(self, stop: int) -> Panel:
+        """The panel truncated to its first ``stop`` steps (for time-based splits)."""
+        return Panel(
+            cell_ids=list(self.cell_ids),
+            index=self.index[:stop],
+            values=self.values[:, :stop],
+            freq=self.freq,
+            target=self.target,
+            calendar_tz=self.calendar_tz,
+            log=dict(self.log),
+        )

@@ -1,0 +1,50 @@
+"""Forecasts after each cell's last sample, as a long table. Torch-free."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from model.features import calendar_zone
+from model.runtime import OnnxForecaster
+from training.panel import DataError, Panel
+
+
+def check_compatible(forecaster: OnnxForecaster, panel: Panel) -> None:
+    meta = forecaster.metadata
+    if pd.Timedelta(panel.step) != forecaster.step:
+        raise DataError(
+            f"data frequency {panel.freq} does not match the model's {meta.freq} "
+            f"(pass --freq {meta.freq} to resample)"
+        )
+
+
+def last_windows(panel: Panel, context: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each cell's last ``context`` steps up to its last observed sample, and that step."""
+    observed = ~np.isnan(panel.values)
+    last = panel.n_steps - 1 - np.argmax(observed[:, ::-1], axis=1)
+    steps = last[:, None] + np.arange(-context + 1, 1)
+    padded = np.concatenate([np.full((panel.n_cells, context), np.nan), panel.values], axis=1)
+    return padded[np.arange(panel.n_cells)[:, None], steps + context], last
+
+
+def predict_frame(forecaster: OnnxForecaster, panel: Panel) -> pd.DataFrame:
+    """Columns cell_id, timestamp (ISO 8601 in the calendar zone), one per quantile."""
+    check_compatible(forecaster, panel)
+    meta = forecaster.metadata
+    windows, last = last_windows(panel, meta.context)
+    last_stamps = panel.index[last]
+    forecast = forecaster.forecast(windows, last_stamps)
+    offsets = (np.arange(1, meta.horizon + 1) * forecaster.step.value)[None, :]
+    stamps = pd.DatetimeIndex((last_stamps.asi8[:, None] + offsets).ravel(), tz="UTC")
+    local = stamps.tz_convert(calendar_zone(meta.calendar_tz))
+    frame = pd.DataFrame(
+        {
+            "cell_id": np.repeat(np.asarray(panel.cell_ids, dtype=object), meta.horizon),
+            "timestamp": local.map(pd.Timestamp.isoformat),
+        }
+    )
+    flat = forecast.reshape(-1, len(meta.quantiles))
+    for column, name in enumerate(meta.quantile_names()):
+        frame[name] = np.round(flat[:, column], 6)
+    return frame

@@ -1,0 +1,161 @@
+"""The training loop: sampled windows, pinball loss, time-based early stopping."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from model.config import ModelConfig
+from model.network import Forecaster, instance_stats, pinball_loss
+from training.panel import DataError, Panel
+from training.windows import Windows
+
+log = logging.getLogger(__name__)
+
+MAX_VALIDATION_WINDOWS = 8192
+
+
+@dataclass
+class TrainConfig:
+    max_minutes: float = 5.0
+    max_epochs: int = 60
+    steps_per_epoch: int = 100
+    batch_size: int = 256
+    learning_rate: float = 1e-3
+    weight_decay: float = 1e-4
+    patience: int = 6
+    validation_fraction: float = 0.15
+    seed: int = 0
+
+
+@dataclass
+class TrainResult:
+    network: Forecaster
+    best_validation_loss: float
+    epochs: int
+    seconds: float
+    stopped_by: str  # "early-stopping", "time-budget" or "max-epochs"
+    train_windows: int
+    validation_windows: int
+    validation_start: int  # first step whose values only validation windows forecast
+    curve: list[tuple[float, float]] = field(default_factory=list)  # (train, validation)
+
+
+def validation_steps(n_steps: int, horizon: int, fraction: float) -> int:
+    return max(horizon, round(fraction * n_steps))
+
+
+def seed_everything(seed: int) -> None:
+    torch.manual_seed(seed)
+    torch.use_deterministic_algorithms(True)
+
+
+def _loss(
+    network: Forecaster, batch: tuple[np.ndarray, ...], quantiles: torch.Tensor
+) -> torch.Tensor:
+    values, calendar, target = (torch.from_numpy(np.ascontiguousarray(a)) for a in batch)
+    _, _, scale, _ = instance_stats(values)
+    return pinball_loss(network(values, calendar), target, quantiles, scale)
+
+
+def train(
+    panel: Panel, model_cfg: ModelConfig, cfg: TrainConfig, progress: bool = True
+) -> TrainResult:
+    """Fit a forecaster on ``panel``; the last ``validation_fraction`` of time validates."""
+    seed_everything(cfg.seed)
+    rng = np.random.default_rng(cfg.seed)
+    windows = Windows.from_panel(panel, model_cfg.context, model_cfg.horizon)
+    val_steps = validation_steps(panel.n_steps, model_cfg.horizon, cfg.validation_fraction)
+    val_start = panel.n_steps - val_steps
+    train_pairs = windows.pairs(0, val_start - model_cfg.horizon)
+    val_pairs = windows.pairs(val_start, panel.n_steps, stride=max(1, model_cfg.horizon // 4))
+    needed = model_cfg.context + model_cfg.horizon + val_steps
+    if len(train_pairs) == 0 or len(val_pairs) == 0:
+        raise DataError(
+            f"too little usable history for context {model_cfg.context} + horizon "
+            f"{model_cfg.horizon} + validation {val_steps} steps: the longest series has "
+            f"{panel.n_steps} steps, at least {needed} with half of them observed are needed "
+            "(lower --context or --horizon)"
+        )
+    if len(val_pairs) > MAX_VALIDATION_WINDOWS:
+        keep = rng.choice(len(val_pairs), MAX_VALIDATION_WINDOWS, replace=False)
+        val_pairs = val_pairs[np.sort(keep)]
+    log.info("training windows %d, validation windows %d", len(train_pairs), len(val_pairs))
+
+    network = Forecaster(model_cfg)
+    optimiser = torch.optim.AdamW(
+        network.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay
+    )
+    scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimiser, factor=0.5, patience=2)
+    quantiles = torch.tensor(model_cfg.quantiles)
+    steps_per_epoch = min(cfg.steps_per_epoch, math.ceil(len(train_pairs) / cfg.batch_size))
+    best_loss, best_state, best_epoch = math.inf, None, 0
+    curve: list[tuple[float, float]] = []
+    started = time.monotonic()
+    deadline = started + cfg.max_minutes * 60.0
+    stopped_by = "max-epochs"
+    bar = tqdm(
+        total=cfg.max_epochs * steps_per_epoch, disable=not progress, unit="batch",
+        desc="train", dynamic_ncols=True,
+    )
+    epoch = 0
+    for epoch in range(1, cfg.max_epochs + 1):
+        network.train()
+        losses = []
+        for _ in range(steps_per_epoch):
+            picked = train_pairs[rng.integers(0, len(train_pairs), cfg.batch_size)]
+            loss = _loss(network, windows.batch(picked), quantiles)
+            optimiser.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(network.parameters(), 1.0)
+            optimiser.step()
+            losses.append(loss.item())
+            bar.update(1)
+            bar.set_postfix(loss=f"{losses[-1]:.4f}", val=f"{best_loss:.4f}", epoch=epoch)
+        val_loss = evaluate_loss(network, windows, val_pairs, quantiles, cfg.batch_size * 8)
+        curve.append((float(np.mean(losses)), val_loss))
+        scheduler.step(val_loss)
+        if val_loss < best_loss:
+            best_loss, best_epoch = val_loss, epoch
+            best_state = {k: v.detach().clone() for k, v in network.state_dict().items()}
+        if epoch - best_epoch >= cfg.patience:
+            stopped_by = "early-stopping"
+            break
+        if time.monotonic() >= deadline:
+            stopped_by = "time-budget"
+            break
+    bar.close()
+    network.load_state_dict(best_state)
+    network.eval()
+    seconds = time.monotonic() - started
+    log.info(
+        "stopped by %s after %d epochs in %.0f s; best validation loss %.4f (epoch %d)",
+        stopped_by, epoch, seconds, best_loss, best_epoch,
+    )
+    return TrainResult(
+        network, best_loss, epoch, seconds, stopped_by, len(train_pairs), len(val_pairs),
+        val_start, curve,
+    )
+
+
+@torch.no_grad()
+def evaluate_loss(
+    network: Forecaster,
+    windows: Windows,
+    pairs: np.ndarray,
+    quantiles: torch.Tensor,
+    batch_size: int,
+) -> float:
+    network.eval()
+    total, count = 0.0, 0
+    for start in range(0, len(pairs), batch_size):
+        chunk = pairs[start : start + batch_size]
+        total += _loss(network, windows.batch(chunk), quantiles).item() * len(chunk)
+        count += len(chunk)
+    return total / max(count, 1)
