@@ -49,7 +49,7 @@ def calendar_features(timestamps: pd.DatetimeIndex, calendar_tz: str) -> np.ndar
     """[n, N_CALENDAR] float32 features for tz-aware ``timestamps``."""
     local = timestamps.tz_convert(calendar_zone(calendar_tz))
     day_fraction = (local.hour + local.minute / 60.0 + local.second / 3600.0).to_numpy() / 24.0
-    week_fraction = (local.dayofweek.to_numpy() + day_fraction) / 7.0
+    week_fraction = (local.day_of_week.to_numpy() + day_fraction) / 7.0
     day_angle = 2.0 * np.pi * day_fraction
     week_angle = 2.0 * np.pi * week_fraction
     features = np.stack(
@@ -63,7 +63,7 @@ def window_timestamps(
 ) -> pd.DatetimeIndex:
     """Timestamps of ``length`` steps ending at each of ``last``, flattened row-major."""
     offsets = (np.arange(length, dtype=np.int64) - (length - 1)) * step.value
-    utc_ns = last.tz_convert("UTC").asi8[:, None] + offsets[None, :]
+    utc_ns = last.tz_convert("UTC").as_unit("ns").asi8[:, None] + offsets[None, :]
     return pd.DatetimeIndex(utc_ns.ravel(), tz="UTC")
 
 

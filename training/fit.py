@@ -30,7 +30,7 @@ def fingerprint(panel: Panel) -> str:
     """sha256 of exactly what the model was trained on (cells, grid, values, target)."""
     digest = hashlib.sha256()
     digest.update("\n".join(panel.cell_ids).encode())
-    digest.update(panel.index.asi8.tobytes())
+    digest.update(panel.index.as_unit("ns").asi8.tobytes())
     digest.update(np.ascontiguousarray(panel.values).tobytes())
     digest.update(f"{panel.target}|{panel.freq}|{panel.calendar_tz}".encode())
     return digest.hexdigest()

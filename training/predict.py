@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from model.features import calendar_zone
+from model.features import calendar_zone, window_timestamps
 from model.runtime import OnnxForecaster
 from training.panel import DataError, Panel
 
@@ -35,8 +35,8 @@ def predict_frame(forecaster: OnnxForecaster, panel: Panel) -> pd.DataFrame:
     windows, last = last_windows(panel, meta.context)
     last_stamps = panel.index[last]
     forecast = forecaster.forecast(windows, last_stamps)
-    offsets = (np.arange(1, meta.horizon + 1) * forecaster.step.value)[None, :]
-    stamps = pd.DatetimeIndex((last_stamps.asi8[:, None] + offsets).ravel(), tz="UTC")
+    stamps = window_timestamps(last_stamps + meta.horizon * forecaster.step, meta.horizon,
+                               forecaster.step)
     local = stamps.tz_convert(calendar_zone(meta.calendar_tz))
     frame = pd.DataFrame(
         {

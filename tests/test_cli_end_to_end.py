@@ -1,0 +1,165 @@
+"""train -> predict -> backtest through the real CLI on small synthetic data."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from data.synthetic import generate
+from model.artifact import load_metadata
+from model.runtime import OnnxForecaster
+from training.cli import main
+from training.fit import load_network
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def data_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("data") / "cells.csv"
+    generate(n_cells=6, days=28, seed=3, start="2024-05-06").to_csv(path, index=False)
+    return path
+
+
+def train_args(data: Path, out: Path, seed: int = 0) -> list[str]:
+    return [
+        "train", "--data", str(data), "--target", "traffic_mb", "--out", str(out),
+        "--context", "7D", "--horizon", "24h", "--max-epochs", "2", "--seed", str(seed),
+        "--quiet",
+    ]
+
+
+@pytest.fixture(scope="module")
+def model_dir(data_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("model")
+    assert main(train_args(data_file, out)) == 0
+    return out
+
+
+def test_train_writes_a_complete_model_directory(model_dir: Path) -> None:
+    meta = json.loads((model_dir / "metadata.json").read_text())
+    assert meta["target"] == "traffic_mb" and meta["freq"] == "1h"
+    assert meta["config"]["context"] == 168 and meta["config"]["horizon"] == 24
+    assert meta["config"]["quantiles"] == [0.1, 0.5, 0.9]
+    assert meta["calendar_tz"] == "+02:00"  # the sample's May offsets in Europe/Paris
+    assert len(meta["data_fingerprint"]) == 64
+    assert {"mae", "rmse", "mase", "coverage", "pinball"} <= set(meta["validation"])
+    assert meta["libraries"]["torch"].startswith("2.13.0")
+    assert meta["onnx"]["attention"] == "onnx-attention"
+    report = (model_dir / "report.md").read_text()
+    for plot in ("forecast_samples", "error_by_step", "error_vs_baselines", "learning_curve"):
+        assert f"plots/{plot}.png" in report
+        assert (model_dir / "plots" / f"{plot}.png").stat().st_size > 1000
+    state = torch.load(model_dir / "weights.pt", weights_only=True)
+    assert all(isinstance(v, torch.Tensor) for v in state.values())
+
+
+def test_onnx_matches_torch_on_the_trained_model(model_dir: Path) -> None:
+    network, meta = load_network(model_dir)
+    forecaster = OnnxForecaster(model_dir)
+    rng = np.random.default_rng(0)
+    values = (rng.random((8, meta.context)) * 500).astype(np.float32)
+    values[2, 50:90] = np.nan
+    last = pd.DatetimeIndex(pd.date_range("2024-06-01", periods=8, freq="7h", tz="UTC"))
+    from model.features import window_calendar
+
+    calendar = window_calendar(last, meta.context, forecaster.step, meta.calendar_tz)
+    with torch.no_grad():
+        expected = network(torch.from_numpy(values), torch.from_numpy(calendar)).numpy()
+    got = forecaster.forecast(values, last)
+    assert np.abs(got - expected).max() <= 1e-4 * np.nanstd(values)
+
+
+def test_same_seed_same_weights(data_file: Path, model_dir: Path, tmp_path: Path) -> None:
+    assert main(train_args(data_file, tmp_path / "again")) == 0
+    first = torch.load(model_dir / "weights.pt", weights_only=True)
+    second = torch.load(tmp_path / "again" / "weights.pt", weights_only=True)
+    assert all(torch.equal(first[k], second[k]) for k in first)
+
+
+def test_predict_writes_the_horizon_after_each_cells_last_sample(
+    model_dir: Path, data_file: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "forecast.csv"
+    assert main(["predict", "--model", str(model_dir), "--data", str(data_file),
+                 "--out", str(out)]) == 0
+    frame = pd.read_csv(out)
+    assert list(frame.columns) == ["cell_id", "timestamp", "p10", "p50", "p90"]
+    assert frame.groupby("cell_id").size().eq(24).all() and frame["cell_id"].nunique() == 6
+    assert (frame["p10"] <= frame["p50"]).all() and (frame["p50"] <= frame["p90"]).all()
+    source = pd.read_csv(data_file)
+    last = pd.to_datetime(source.groupby("cell_id")["timestamp"].max(), utc=True)
+    first_forecast = pd.to_datetime(frame.groupby("cell_id")["timestamp"].min(), utc=True)
+    assert (first_forecast - last).eq(pd.Timedelta("1h")).all()
+
+
+def test_predict_runs_without_torch(model_dir: Path, data_file: Path, tmp_path: Path) -> None:
+    """The serving image has no torch: predict must not import it."""
+    out = tmp_path / "forecast.csv"
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "from training.cli import main\n"
+        f"code = main(['predict', '--model', {str(model_dir)!r}, '--data', {str(data_file)!r},"
+        f" '--out', {str(out)!r}])\n"
+        "assert 'torch' not in [m.split('.')[0] for m in sys.modules if sys.modules[m]]\n"
+        "sys.exit(code)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert len(pd.read_csv(out)) == 6 * 24
+
+
+def test_backtest_reports_model_and_baselines(
+    model_dir: Path, data_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "bt"
+    assert main(["backtest", "--model", str(model_dir), "--data", str(data_file),
+                 "--folds", "3", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    for name in ("kpi-forecast", "seasonal_naive_day", "seasonal_naive_week", "mean_4_weeks"):
+        assert name in printed
+    overall = pd.read_csv(out / "overall.csv", index_col="model")
+    assert list(overall.columns) == ["mae", "rmse", "mase", "smape", "coverage", "pinball"]
+    assert overall.loc["kpi-forecast", ["mae", "coverage", "pinball"]].notna().all()
+    assert overall.loc["seasonal_naive_week", "coverage"] != overall.loc["seasonal_naive_week",
+                                                                          "coverage"]
+    per_cell = pd.read_csv(out / "per_cell.csv")
+    assert len(per_cell) == 6 * 4
+
+
+def test_tampered_onnx_is_refused(model_dir: Path, data_file: Path, tmp_path: Path,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for name in ("metadata.json", "weights.pt"):
+        (broken / name).write_bytes((model_dir / name).read_bytes())
+    (broken / "model.onnx").write_bytes((model_dir / "model.onnx").read_bytes()[:-100])
+    code = main(["predict", "--model", str(broken), "--data", str(data_file),
+                 "--out", str(tmp_path / "f.csv")])
+    err = capsys.readouterr().err
+    assert code == 2 and "sha256" in err and len(err.strip().splitlines()) == 1
+    assert load_metadata(broken).target == "traffic_mb"
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--target", "nope"], "nope"),
+        (["--target", "traffic_mb", "--context", "90D"], "too little usable history"),
+        (["--target", "traffic_mb", "--horizon", "90min"], "not a whole number"),
+    ],
+)
+def test_bad_input_gives_one_line_and_exit_2(
+    data_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    args: list[str], expected: str,
+) -> None:
+    code = main(["train", "--data", str(data_file), "--out", str(tmp_path / "m"), "--quiet",
+                 *args])
+    err = [line for line in capsys.readouterr().err.splitlines() if "kpi-forecast" in line]
+    assert code == 2
+    assert len(err) == 1 and expected in err[0] and "Traceback" not in err[0]

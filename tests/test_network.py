@@ -1,0 +1,107 @@
+"""The forecaster's contract: fused = math attention, order-free batches, ordered quantiles."""
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from model.config import ModelConfig
+from model.network import Forecaster, instance_stats, pinball_loss
+
+
+def make(context: int = 96, horizon: int = 12, **kwargs: object) -> Forecaster:
+    torch.manual_seed(0)
+    return Forecaster(ModelConfig(context=context, horizon=horizon, **kwargs)).eval()
+
+
+def inputs(batch: int, context: int = 96, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    values = torch.rand(batch, context, generator=gen) * 100.0
+    values[0, 10:30] = float("nan")
+    values[1, ::3] = float("nan")
+    calendar = torch.randn(batch, context, 4, generator=gen)
+    return values, calendar
+
+
+def test_fused_and_math_attention_agree() -> None:
+    network = make()
+    values, calendar = inputs(32)
+    with torch.no_grad():
+        fused = network(values, calendar)
+        network.set_attention("math")
+        plain = network(values, calendar)
+    scale = instance_stats(values)[2].unsqueeze(-1)
+    assert torch.isfinite(fused).all()
+    assert ((fused - plain).abs() / scale).max().item() <= 1e-5
+
+
+def test_forecasts_do_not_depend_on_batch_order() -> None:
+    network = make()
+    values, calendar = inputs(16)
+    order = torch.randperm(16, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        together = network(values, calendar)
+        shuffled = network(values[order], calendar[order])
+        alone = network(values[5:6], calendar[5:6])
+    torch.testing.assert_close(shuffled, together[order], rtol=0, atol=1e-4)
+    torch.testing.assert_close(alone, together[5:6], rtol=0, atol=1e-4)
+
+
+def test_quantiles_never_cross_and_are_non_negative() -> None:
+    network = make(quantiles=[0.05, 0.1, 0.5, 0.9, 0.95])
+    with torch.no_grad():
+        for param in network.head.parameters():  # a wild head still may not cross
+            param.normal_(0.0, 5.0)
+        out = network(*inputs(64))
+    assert out.shape == (64, 12, 5)
+    assert (out.diff(dim=-1) >= 0).all()
+    assert (out >= 0).all()
+
+
+def test_missing_values_are_masked_not_zeroed() -> None:
+    """A NaN step and a zero step are different inputs: the mask reaches the network."""
+    network = make()
+    values, calendar = inputs(2)
+    zeros = values.clone()
+    zeros[0, 10:30] = 0.0
+    with torch.no_grad():
+        assert not torch.allclose(network(values, calendar)[0], network(zeros, calendar)[0])
+
+
+def test_forecast_scales_with_the_series() -> None:
+    """Instance normalisation: a series ten times larger gets a forecast ten times larger."""
+    network = make()
+    values, calendar = inputs(4)
+    with torch.no_grad():
+        small = network(values, calendar)
+        large = network(values * 10.0, calendar)
+    torch.testing.assert_close(large, small * 10.0, rtol=1e-4, atol=1e-3)
+
+
+def test_pinball_loss_ignores_missing_targets() -> None:
+    quantiles = torch.tensor([0.1, 0.5, 0.9])
+    forecast = torch.tensor([[[1.0, 2.0, 3.0], [1.0, 2.0, 3.0]]])
+    target = torch.tensor([[2.0, float("nan")]])
+    loss = pinball_loss(forecast, target, quantiles, torch.ones(1, 1))
+    # errors 1, 0, -1 -> 0.1*1, 0, (0.9-1)*-1 = 0.1: mean over the three quantiles
+    assert loss.item() == pytest.approx((0.1 + 0.0 + 0.1) / 3)
+
+
+def test_patch_length_follows_the_context() -> None:
+    hourly = ModelConfig(context=336, horizon=24)
+    quarter_hourly = ModelConfig(context=4 * 336, horizon=96)
+    assert hourly.n_patches == quarter_hourly.n_patches
+    with pytest.raises(ValueError, match="quantiles"):
+        ModelConfig(context=10, horizon=2, quantiles=[0.9, 0.1])
+
+
+def test_window_calendar_matches_the_grid_whatever_the_index_unit() -> None:
+    """Runtime calendars must equal training's, for second-, micro- and nanosecond indexes."""
+    from model.features import calendar_features, window_calendar
+
+    grid = pd.date_range("2024-03-30", periods=72, freq="1h", tz="UTC")
+    for unit in ("s", "us", "ns"):
+        index = grid.as_unit(unit)
+        windows = window_calendar(index[[47, 71]], 24, pd.Timedelta("1h"), "Europe/Paris")
+        np.testing.assert_array_equal(windows[0], calendar_features(index[24:48], "Europe/Paris"))
+        np.testing.assert_array_equal(windows[1], calendar_features(index[48:72], "Europe/Paris"))
