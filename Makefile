@@ -32,6 +32,7 @@ test: $(VENV)/.installed-dev
 
 bench: $(VENV)/.installed-train
 	$(BIN)/python -m benchmarks.milan_accuracy
+	$(BIN)/python -m benchmarks.generalisation
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .

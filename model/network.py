@@ -94,6 +94,12 @@ class Forecaster(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
         self.n_quantiles = len(cfg.quantiles)
         self.head = nn.Linear(cfg.n_patches * cfg.d_model, cfg.horizon * self.n_quantiles)
+        # A linear path from the normalised context straight to the forecast level (as in
+        # NLinear): the seasonal carry-over is linear, so the Transformer only models the rest.
+        self.skip = nn.Linear(cfg.context, cfg.horizon)
+        # Per-quantile offsets, in units of the window's scale, set after training by
+        # conformal calibration on validation windows (training.calibrate); zero until then.
+        self.register_buffer("calibration", torch.zeros(self.n_quantiles))
         last_steps = torch.arange(1, cfg.n_patches + 1) * cfg.patch_len - 1 - self.pad
         self.register_buffer("patch_last_step", last_steps, persistent=False)
 
@@ -122,8 +128,10 @@ class Forecaster(nn.Module):
         for block in self.blocks:
             x = block(x)
         raw = self.head(self.ln_f(x).flatten(1)).view(batch, self.cfg.horizon, self.n_quantiles)
+        level = self.skip(normed[:, self.pad :]).unsqueeze(-1)
         # Lowest quantile, then strictly positive steps upwards: quantiles can never cross.
         ordered = torch.cat([raw[..., :1], F.softplus(raw[..., 1:])], dim=-1).cumsum(dim=-1)
+        ordered = ordered + level + self.calibration
         forecast = ordered * scale.unsqueeze(-1) + mean.unsqueeze(-1)
         # KPIs are non-negative; relu keeps the quantile order.
         return F.relu(forecast)

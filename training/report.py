@@ -79,7 +79,10 @@ def write_report(
 
 def _sample_cells(result: BacktestResult) -> list[int]:
     """Cells spread across the load range: the busiest, the quietest and some in between."""
-    volume = np.nanmean(result.actual[-1], axis=1)
+    observed = ~np.isnan(result.actual[-1])
+    total = np.where(observed, result.actual[-1], 0.0).sum(axis=1)
+    count = observed.sum(axis=1)
+    volume = np.divide(total, count, out=np.full(len(count), np.nan), where=count > 0)
     ranked = [i for i in np.argsort(-np.nan_to_num(volume, nan=-1.0)) if np.isfinite(volume[i])]
     if not ranked:
         return []

@@ -13,6 +13,7 @@ from tqdm import tqdm
 
 from model.config import ModelConfig
 from model.network import Forecaster, instance_stats, pinball_loss
+from training.calibrate import calibrate
 from training.panel import DataError, Panel
 from training.windows import Windows
 
@@ -30,6 +31,7 @@ class TrainConfig:
     learning_rate: float = 1e-3
     weight_decay: float = 1e-4
     patience: int = 6
+    ema_decay: float = 0.995  # 0 disables the weight average
     validation_fraction: float = 0.15
     seed: int = 0
 
@@ -89,6 +91,16 @@ def train(
     log.info("training windows %d, validation windows %d", len(train_pairs), len(val_pairs))
 
     network = Forecaster(model_cfg)
+    # An exponential moving average of the weights is what gets validated and kept: on small,
+    # noisy KPI data it smooths out the last steps' noise like an ensemble would, for free.
+    averaged = (
+        torch.optim.swa_utils.AveragedModel(
+            network, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(cfg.ema_decay)
+        )
+        if cfg.ema_decay > 0
+        else None
+    )
+    kept = averaged.module if averaged is not None else network
     optimiser = torch.optim.AdamW(
         network.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay
     )
@@ -115,24 +127,33 @@ def train(
             loss.backward()
             torch.nn.utils.clip_grad_norm_(network.parameters(), 1.0)
             optimiser.step()
+            if averaged is not None:
+                averaged.update_parameters(network)
             losses.append(loss.item())
             bar.update(1)
             bar.set_postfix(loss=f"{losses[-1]:.4f}", val=f"{best_loss:.4f}", epoch=epoch)
-        val_loss = evaluate_loss(network, windows, val_pairs, quantiles, cfg.batch_size * 8)
+        val_loss = evaluate_loss(kept, windows, val_pairs, quantiles, cfg.batch_size * 8)
         curve.append((float(np.mean(losses)), val_loss))
         scheduler.step(val_loss)
         if val_loss < best_loss:
             best_loss, best_epoch = val_loss, epoch
-            best_state = {k: v.detach().clone() for k, v in network.state_dict().items()}
+            best_state = {k: v.detach().clone() for k, v in kept.state_dict().items()}
         if epoch - best_epoch >= cfg.patience:
             stopped_by = "early-stopping"
             break
-        if time.monotonic() >= deadline:
+        now = time.monotonic()
+        if now >= deadline:
             stopped_by = "time-budget"
             break
+        # Let the bar's ETA reflect the time budget, not only the epoch cap.
+        per_epoch = (now - started) / epoch
+        fits = epoch + max(1, math.ceil((deadline - now) / per_epoch))
+        bar.total = min(cfg.max_epochs, fits) * steps_per_epoch
+        bar.refresh()
     bar.close()
     network.load_state_dict(best_state)
-    network.eval()
+    offsets = calibrate(network, windows, val_pairs)
+    log.info("calibration offsets (scale units) %s", np.round(offsets, 3).tolist())
     seconds = time.monotonic() - started
     log.info(
         "stopped by %s after %d epochs in %.0f s; best validation loss %.4f (epoch %d)",

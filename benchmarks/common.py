@@ -1,0 +1,70 @@
+"""Shared by the benchmarks: held-out evaluation and the machine description."""
+
+from __future__ import annotations
+
+import os
+import platform
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from model.config import ModelConfig
+from model.runtime import OnnxForecaster
+from training.backtest import MODEL_NAME, BacktestResult, backtest
+from training.fit import fit
+from training.panel import Panel
+from training.train import TrainConfig
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+RAW = DOCS / "benchmarks"
+
+
+@dataclass
+class HeldOut:
+    table: pd.DataFrame  # overall metrics per model, plus mae_vs_snaive_week and train_s
+    result: BacktestResult
+    training: dict
+
+
+def held_out(
+    panel: Panel, train_steps: int, model_cfg: ModelConfig, train_cfg: TrainConfig,
+    folds: int, step: int, source: str,
+) -> HeldOut:
+    """Train on the first ``train_steps`` only, then backtest folds ending at the last step."""
+    with tempfile.TemporaryDirectory() as tmp:
+        meta, _ = fit(panel.slice_steps(train_steps), Path(tmp), model_cfg, train_cfg, source,
+                      progress=False)
+        result = backtest(OnnxForecaster(tmp), panel, folds=folds, step=step)
+    table = result.overall.copy()
+    table["mse"] = table["rmse"] ** 2
+    table["mae_vs_snaive_week"] = table["mae"] / table.loc["seasonal_naive_week", "mae"]
+    table["train_s"] = [meta.training["seconds"] if m == MODEL_NAME else 0.0 for m in table.index]
+    return HeldOut(table, result, meta.training)
+
+
+def machine() -> str:
+    cpu = platform.processor() or "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}"
+
+
+def write_section(name: str, section: str) -> None:
+    """Replace (or append) the section between this benchmark's markers in benchmarks.md."""
+    path = DOCS / "benchmarks.md"
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    block = f"{start}\n{section.rstrip()}\n{end}"
+    if start in text:
+        head, rest = text.split(start, 1)
+        text = head + block + rest.split(end, 1)[1]
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    path.write_text(text)
