@@ -26,6 +26,7 @@ class HeldOut:
     table: pd.DataFrame  # overall metrics per model, plus mae_vs_snaive_week and train_s
     result: BacktestResult
     training: dict
+    validation: dict  # the model's own scores on its validation span (metadata.json)
 
 
 def held_out(
@@ -41,7 +42,7 @@ def held_out(
     table["mse"] = table["rmse"] ** 2
     table["mae_vs_snaive_week"] = table["mae"] / table.loc["seasonal_naive_week", "mae"]
     table["train_s"] = [meta.training["seconds"] if m == MODEL_NAME else 0.0 for m in table.index]
-    return HeldOut(table, result, meta.training)
+    return HeldOut(table, result, meta.training, meta.validation)
 
 
 def machine() -> str:

@@ -72,7 +72,9 @@ def main() -> int:
             "",
             f"{len(origins)} origin(s) {origins[0]} .. {origins[-1]}; trained on the first "
             f"{train_days} days, {evaluation.training['epochs']} epochs (stopped by "
-            f"{evaluation.training['stopped_by']}).",
+            f"{evaluation.training['stopped_by']}). On its own validation span (the last 15 % "
+            f"of the training days) P10-P90 coverage was "
+            f"{evaluation.validation['coverage']:.3f}.",
             "",
             evaluation.table[columns].to_markdown(floatfmt=".3f"),
             "",

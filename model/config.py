@@ -8,9 +8,10 @@ from typing import Literal
 
 AttentionKind = Literal["fused", "math"]
 
-# Aim for about this many patch tokens whatever the data frequency, so that hourly and
-# 15-minute data cost the same attention work and the defaults need no hand-tuning.
-TARGET_TOKENS = 42
+# Aim for this many patch tokens whatever the data frequency, so that hourly and 15-minute
+# data cost the same work and the defaults need no hand-tuning; with the default two-week
+# context a patch is one day, the dominant season of cell load.
+TARGET_TOKENS = 14
 
 
 @dataclass
@@ -25,6 +26,7 @@ class ModelConfig:
     dropout: float = 0.1
     quantiles: list[float] = field(default_factory=lambda: [0.1, 0.5, 0.9])
     attention: AttentionKind = "fused"
+    ensemble: int = 3  # independently initialised members whose quantiles are averaged
 
     def __post_init__(self) -> None:
         if self.context < 1 or self.horizon < 1:
@@ -37,6 +39,8 @@ class ModelConfig:
             raise ValueError(f"quantiles must be increasing, unique and inside (0, 1): {qs}")
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
+        if self.ensemble < 1:
+            raise ValueError(f"ensemble must be >= 1, not {self.ensemble}")
         if self.attention not in ("fused", "math"):
             raise ValueError(f"attention must be 'fused' or 'math', not {self.attention!r}")
 

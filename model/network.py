@@ -80,61 +80,89 @@ class Block(nn.Module):
         return x + self.mlp(self.ln2(x))
 
 
-class Forecaster(nn.Module):
+class PatchTransformer(nn.Module):
+    """One ensemble member: patch tokens -> Transformer -> ordered quantiles, all normalised."""
+
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        self.pad = cfg.n_patches * cfg.patch_len - cfg.context
+        self.n_quantiles = len(cfg.quantiles)
         # Each token: the normalised values and the observed mask of its patch, plus the
         # calendar features of the patch's last step (which always lies inside the window).
         self.embed = nn.Linear(2 * cfg.patch_len + N_CALENDAR, cfg.d_model)
         self.position = nn.Parameter(torch.randn(1, cfg.n_patches, cfg.d_model) * 0.02)
+        self.dropout = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.ln_f = nn.LayerNorm(cfg.d_model)
-        self.dropout = nn.Dropout(cfg.dropout)
-        self.n_quantiles = len(cfg.quantiles)
         self.head = nn.Linear(cfg.n_patches * cfg.d_model, cfg.horizon * self.n_quantiles)
         # A linear path from the normalised context straight to the forecast level (as in
         # NLinear): the seasonal carry-over is linear, so the Transformer only models the rest.
         self.skip = nn.Linear(cfg.context, cfg.horizon)
+
+    def forward(self, tokens: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
+        """tokens [B, n_patches, 2 * patch_len + 4], context [B, context] -> [B, H, Q]."""
+        x = self.dropout(self.embed(tokens) + self.position)
+        for block in self.blocks:
+            x = block(x)
+        batch = tokens.shape[0]
+        raw = self.head(self.ln_f(x).flatten(1)).view(batch, self.cfg.horizon, self.n_quantiles)
+        level = self.skip(context).unsqueeze(-1)
+        # Lowest quantile, then strictly positive steps upwards: quantiles can never cross.
+        ordered = torch.cat([raw[..., :1], F.softplus(raw[..., 1:])], dim=-1).cumsum(dim=-1)
+        return ordered + level
+
+
+class Forecaster(nn.Module):
+    """Instance normalisation and calendar tokens around an ensemble of PatchTransformers."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.pad = cfg.n_patches * cfg.patch_len - cfg.context
+        self.members = nn.ModuleList(PatchTransformer(cfg) for _ in range(cfg.ensemble))
         # Per-quantile offsets, in units of the window's scale, set after training by
         # conformal calibration on validation windows (training.calibrate); zero until then.
-        self.register_buffer("calibration", torch.zeros(self.n_quantiles))
+        self.register_buffer("calibration", torch.zeros(len(cfg.quantiles)))
         last_steps = torch.arange(1, cfg.n_patches + 1) * cfg.patch_len - 1 - self.pad
         self.register_buffer("patch_last_step", last_steps, persistent=False)
 
     def set_attention(self, kind: str) -> None:
         """Switch every layer between the fused and the plain-math attention."""
-        for block in self.blocks:
-            block.attn.attention = kind
+        for member in self.members:
+            for block in member.blocks:
+                block.attn.attention = kind
         self.cfg.attention = kind
 
-    def forward(self, values: torch.Tensor, calendar: torch.Tensor) -> torch.Tensor:
-        """values [B, context] (NaN = missing), calendar [B, context, 4] -> [B, horizon, Q]."""
+    def _normalised(
+        self, values: torch.Tensor, calendar: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Member outputs [K, B, H, Q] in units of each window's scale, with its mean/scale."""
         filled, mean, scale, mask = instance_stats(values)
         normed = (filled - mean) / scale * mask
-        normed = F.pad(normed, (self.pad, 0))
-        mask = F.pad(mask, (self.pad, 0))
-        batch = values.shape[0]
-        patches = torch.cat(
+        batch, n_patches, patch = values.shape[0], self.cfg.n_patches, self.cfg.patch_len
+        tokens = torch.cat(
             [
-                normed.view(batch, self.cfg.n_patches, self.cfg.patch_len),
-                mask.view(batch, self.cfg.n_patches, self.cfg.patch_len),
+                F.pad(normed, (self.pad, 0)).view(batch, n_patches, patch),
+                F.pad(mask, (self.pad, 0)).view(batch, n_patches, patch),
                 calendar[:, self.patch_last_step, :],
             ],
             dim=-1,
         )
-        x = self.dropout(self.embed(patches) + self.position)
-        for block in self.blocks:
-            x = block(x)
-        raw = self.head(self.ln_f(x).flatten(1)).view(batch, self.cfg.horizon, self.n_quantiles)
-        level = self.skip(normed[:, self.pad :]).unsqueeze(-1)
-        # Lowest quantile, then strictly positive steps upwards: quantiles can never cross.
-        ordered = torch.cat([raw[..., :1], F.softplus(raw[..., 1:])], dim=-1).cumsum(dim=-1)
-        ordered = ordered + level + self.calibration
-        forecast = ordered * scale.unsqueeze(-1) + mean.unsqueeze(-1)
+        outputs = torch.stack([member(tokens, normed) for member in self.members])
+        return outputs, mean.unsqueeze(-1), scale.unsqueeze(-1), mask
+
+    def member_forecasts(self, values: torch.Tensor, calendar: torch.Tensor) -> torch.Tensor:
+        """Each member's own forecast [K, B, H, Q]: what training fits, member by member."""
+        outputs, mean, scale, _ = self._normalised(values, calendar)
+        return F.relu(outputs * scale + mean)
+
+    def forward(self, values: torch.Tensor, calendar: torch.Tensor) -> torch.Tensor:
+        """values [B, context] (NaN = missing), calendar [B, context, 4] -> [B, horizon, Q]."""
+        outputs, mean, scale, _ = self._normalised(values, calendar)
+        # Averaging ordered quantiles keeps them ordered; so does a widening calibration.
+        combined = outputs.mean(dim=0) + self.calibration
         # KPIs are non-negative; relu keeps the quantile order.
-        return F.relu(forecast)
+        return F.relu(combined * scale + mean)
 
 
 def pinball_loss(

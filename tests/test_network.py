@@ -50,8 +50,9 @@ def test_forecasts_do_not_depend_on_batch_order() -> None:
 def test_quantiles_never_cross_and_are_non_negative() -> None:
     network = make(quantiles=[0.05, 0.1, 0.5, 0.9, 0.95])
     with torch.no_grad():
-        for param in network.head.parameters():  # a wild head still may not cross
-            param.normal_(0.0, 5.0)
+        for member in network.members:  # wild heads still may not cross
+            for param in member.head.parameters():
+                param.normal_(0.0, 5.0)
         out = network(*inputs(64))
     assert out.shape == (64, 12, 5)
     assert (out.diff(dim=-1) >= 0).all()
@@ -85,6 +86,19 @@ def test_pinball_loss_ignores_missing_targets() -> None:
     loss = pinball_loss(forecast, target, quantiles, torch.ones(1, 1))
     # errors 1, 0, -1 -> 0.1*1, 0, (0.9-1)*-1 = 0.1: mean over the three quantiles
     assert loss.item() == pytest.approx((0.1 + 0.0 + 0.1) / 3)
+
+
+def test_ensemble_forecast_is_the_mean_of_its_members() -> None:
+    network = make(ensemble=3)
+    values, calendar = inputs(8)
+    with torch.no_grad():
+        members = network.member_forecasts(values, calendar)
+        combined = network(values, calendar)
+    assert members.shape == (3, 8, 12, 3)
+    assert not torch.allclose(members[0], members[1])  # independently initialised
+    # Members are averaged before the final clipping at zero: equal where nothing is clipped.
+    unclipped = (members > 0).all(dim=0)
+    torch.testing.assert_close(combined[unclipped], members.mean(dim=0)[unclipped])
 
 
 def test_patch_length_follows_the_context() -> None:

@@ -56,7 +56,7 @@ def write_report(
         f"{meta.training.get('best_validation_loss')}.",
         "",
         "## Validation backtest",
-        f"{len(result.origins)} day-spaced origins from {result.origins[0]} to "
+        f"{len(result.origins)} origins one horizon apart, from {result.origins[0]} to "
         f"{result.origins[-1]}, inside the validation span that early stopping watched "
         "(so slightly optimistic; run `kpi-forecast backtest` on held-out data for a clean "
         "figure). Coverage is of the outermost quantile pair.",

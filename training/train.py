@@ -63,7 +63,33 @@ def _loss(
 ) -> torch.Tensor:
     values, calendar, target = (torch.from_numpy(np.ascontiguousarray(a)) for a in batch)
     _, _, scale, _ = instance_stats(values)
-    return pinball_loss(network(values, calendar), target, quantiles, scale)
+    if not network.training:
+        return pinball_loss(network(values, calendar), target, quantiles, scale)
+    # Each member fits on its own, so the members stay diverse and their average gains.
+    members = network.member_forecasts(values, calendar)
+    return torch.stack([pinball_loss(m, target, quantiles, scale) for m in members]).mean()
+
+
+def split_windows(
+    windows: Windows, cfg: TrainConfig, rng: np.random.Generator
+) -> tuple[int, np.ndarray, np.ndarray]:
+    """First validation step, training pairs, validation pairs: split in time, no overlap."""
+    n_steps, context, horizon = windows.values.shape[1], windows.context, windows.horizon
+    val_steps = validation_steps(n_steps, horizon, cfg.validation_fraction)
+    val_start = n_steps - val_steps
+    train_pairs = windows.pairs(0, val_start - horizon)
+    val_pairs = windows.pairs(val_start, n_steps, stride=max(1, horizon // 4))
+    if len(train_pairs) == 0 or len(val_pairs) == 0:
+        raise DataError(
+            f"too little usable history for context {context} + horizon {horizon} + "
+            f"validation {val_steps} steps: the longest series has {n_steps} steps, at least "
+            f"{context + horizon + val_steps} with half of them observed are needed "
+            "(lower --context or --horizon)"
+        )
+    if len(val_pairs) > MAX_VALIDATION_WINDOWS:
+        keep = rng.choice(len(val_pairs), MAX_VALIDATION_WINDOWS, replace=False)
+        val_pairs = val_pairs[np.sort(keep)]
+    return val_start, train_pairs, val_pairs
 
 
 def train(
@@ -73,21 +99,7 @@ def train(
     seed_everything(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
     windows = Windows.from_panel(panel, model_cfg.context, model_cfg.horizon)
-    val_steps = validation_steps(panel.n_steps, model_cfg.horizon, cfg.validation_fraction)
-    val_start = panel.n_steps - val_steps
-    train_pairs = windows.pairs(0, val_start - model_cfg.horizon)
-    val_pairs = windows.pairs(val_start, panel.n_steps, stride=max(1, model_cfg.horizon // 4))
-    needed = model_cfg.context + model_cfg.horizon + val_steps
-    if len(train_pairs) == 0 or len(val_pairs) == 0:
-        raise DataError(
-            f"too little usable history for context {model_cfg.context} + horizon "
-            f"{model_cfg.horizon} + validation {val_steps} steps: the longest series has "
-            f"{panel.n_steps} steps, at least {needed} with half of them observed are needed "
-            "(lower --context or --horizon)"
-        )
-    if len(val_pairs) > MAX_VALIDATION_WINDOWS:
-        keep = rng.choice(len(val_pairs), MAX_VALIDATION_WINDOWS, replace=False)
-        val_pairs = val_pairs[np.sort(keep)]
+    val_start, train_pairs, val_pairs = split_windows(windows, cfg, rng)
     log.info("training windows %d, validation windows %d", len(train_pairs), len(val_pairs))
 
     network = Forecaster(model_cfg)
