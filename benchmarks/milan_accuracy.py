@@ -18,11 +18,16 @@ import logging
 import sys
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
+
 from benchmarks.common import RAW, HeldOut, held_out, machine, write_section
 from model.config import ModelConfig
+from training.backtest import MODEL_NAME
 from training.ingest import load_panel
 from training.train import TrainConfig
 
+CALENDAR_TZ = "+01:00"  # the Milan export's local offset (CET)
 MILAN = Path(__file__).resolve().parents[2] / "shared/data/milan/milan_hourly.csv.gz"
 
 
@@ -37,6 +42,22 @@ def run_protocol(name: str, train_days: int, horizon: int, folds: int, minutes: 
     evaluation.table.to_csv(RAW / f"milan_{name}.csv", index_label="model")
     evaluation.result.per_cell.to_csv(RAW / f"milan_{name}_per_cell.csv", index=False)
     return evaluation
+
+
+def per_origin(evaluation: HeldOut) -> pd.DataFrame:
+    """MAE of every model for each forecast day, and ours over weekly naive."""
+    result = evaluation.result
+    observed = ~np.isnan(result.actual)
+    rows = {}
+    for fold, origin in enumerate(result.origins):
+        mask = observed[fold]
+        rows[origin.tz_convert(CALENDAR_TZ).strftime("%a %d %b")] = {
+            name: np.abs(points[fold] - result.actual[fold])[mask].mean()
+            for name, points in result.points.items()
+        }
+    table = pd.DataFrame(rows).T
+    table["ours / weekly naive"] = table[MODEL_NAME] / table["seasonal_naive_week"]
+    return table
 
 
 def main() -> int:
@@ -79,7 +100,11 @@ def main() -> int:
             evaluation.table[columns].to_markdown(floatfmt=".3f"),
             "",
         ]
-        print("\n".join(lines[-5:]), flush=True)
+        if folds > 1:
+            days = per_origin(evaluation)
+            days.to_csv(RAW / f"milan_{name}_per_day.csv", index_label="forecast day")
+            lines += ["MAE per forecast day:", "", days.to_markdown(floatfmt=".3f"), ""]
+        print("\n".join(lines), flush=True)
     write_section("milan-accuracy", "\n".join(lines))
     return 0
 
