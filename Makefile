@@ -20,7 +20,8 @@ $(VENV)/.installed-dev: $(VENV)/.installed-train
 	touch $@
 
 demo: $(VENV)/.installed-train
-	$(BIN)/kpi-forecast train --data $(SAMPLE) --target traffic_mb --out $(DEMO_DIR) --max-minutes 2
+	$(BIN)/kpi-forecast train --data $(SAMPLE) --target traffic_mb --tz Europe/Paris \
+		--out $(DEMO_DIR) --max-minutes 2
 	$(BIN)/kpi-forecast predict --model $(DEMO_DIR) --data $(SAMPLE) --out $(DEMO_DIR)/forecast.csv
 	@echo "artifacts: $(DEMO_DIR)/ (model.onnx, metadata.json, weights.pt)"
 	@echo "report:    $(DEMO_DIR)/report.md"

@@ -88,6 +88,7 @@ def main() -> int:
     for name, title, train_days, horizon, folds, columns in protocols:
         evaluation = run_protocol(name, train_days, horizon, folds, args.minutes, args.seed)
         origins = evaluation.result.origins
+        section_start = len(lines)
         lines += [
             f"### {title}",
             "",
@@ -104,7 +105,7 @@ def main() -> int:
             days = per_origin(evaluation)
             days.to_csv(RAW / f"milan_{name}_per_day.csv", index_label="forecast day")
             lines += ["MAE per forecast day:", "", days.to_markdown(floatfmt=".3f"), ""]
-        print("\n".join(lines), flush=True)
+        print("\n".join(lines[section_start:]), flush=True)
     write_section("milan-accuracy", "\n".join(lines))
     return 0
 

@@ -126,7 +126,7 @@ def train(
     stopped_by = "max-epochs"
     bar = tqdm(
         total=cfg.max_epochs * steps_per_epoch, disable=not progress, unit="batch",
-        desc="train", dynamic_ncols=True,
+        desc="train", dynamic_ncols=True, mininterval=1.0,
     )
     epoch = 0
     for epoch in range(1, cfg.max_epochs + 1):
