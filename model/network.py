@@ -135,7 +135,7 @@ class Forecaster(nn.Module):
 
     def _normalised(
         self, values: torch.Tensor, calendar: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Member outputs [K, B, H, Q] in units of each window's scale, with its mean/scale."""
         filled, mean, scale, mask = instance_stats(values)
         normed = (filled - mean) / scale * mask
@@ -149,16 +149,16 @@ class Forecaster(nn.Module):
             dim=-1,
         )
         outputs = torch.stack([member(tokens, normed) for member in self.members])
-        return outputs, mean.unsqueeze(-1), scale.unsqueeze(-1), mask
+        return outputs, mean.unsqueeze(-1), scale.unsqueeze(-1)
 
     def member_forecasts(self, values: torch.Tensor, calendar: torch.Tensor) -> torch.Tensor:
         """Each member's own forecast [K, B, H, Q]: what training fits, member by member."""
-        outputs, mean, scale, _ = self._normalised(values, calendar)
+        outputs, mean, scale = self._normalised(values, calendar)
         return F.relu(outputs * scale + mean)
 
     def forward(self, values: torch.Tensor, calendar: torch.Tensor) -> torch.Tensor:
         """values [B, context] (NaN = missing), calendar [B, context, 4] -> [B, horizon, Q]."""
-        outputs, mean, scale, _ = self._normalised(values, calendar)
+        outputs, mean, scale = self._normalised(values, calendar)
         # Averaging ordered quantiles keeps them ordered; so does a widening calibration.
         combined = outputs.mean(dim=0) + self.calibration
         # KPIs are non-negative; relu keeps the quantile order.
