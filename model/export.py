@@ -64,7 +64,7 @@ def export_onnx(network: Forecaster, model_dir: Path, metadata: ModelMetadata) -
     graph = onnx.load(str(path))
     ops = {node.op_type for node in graph.graph.node}
     attention_form = "onnx-attention" if "Attention" in ops else "decomposed"
-    if attention_form != "onnx-attention" and cfg.n_layers:
+    if attention_form != "onnx-attention" and cfg.attention == "fused":
         log.warning("export: no ONNX Attention node was written; attention is decomposed")
     metadata.onnx = {
         "file": ONNX_FILE,

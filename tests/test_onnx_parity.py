@@ -1,0 +1,97 @@
+"""ONNX Runtime against torch, and fused against math attention, on real-shaped inputs."""
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pandas as pd
+import pytest
+import torch
+
+from model.artifact import ModelMetadata
+from model.config import ModelConfig
+from model.export import export_onnx
+from model.features import window_calendar
+from model.network import Forecaster
+from model.runtime import OnnxForecaster
+from training.ingest import load_panel
+from training.windows import Windows
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "data/sample/cells_hourly.csv.gz"
+MILAN = ROOT.parent / "shared/data/milan/milan_hourly.csv.gz"
+CONTEXT, HORIZON = 168, 24
+
+
+def exported(tmp: Path, attention: str) -> tuple[Forecaster, OnnxForecaster]:
+    torch.manual_seed(0)
+    network = Forecaster(ModelConfig(context=CONTEXT, horizon=HORIZON, attention=attention))
+    with torch.no_grad():
+        network.calibration.copy_(torch.tensor([-0.2, 0.0, 0.3]))  # exported with the graph
+    meta = ModelMetadata(
+        model_version="test", target="kpi", freq="1h", calendar_tz="Europe/Paris",
+        config=network.cfg, data_fingerprint="0" * 64, created="2026-01-01T00:00:00+00:00",
+    )
+    tmp.mkdir()
+    export_onnx(network, tmp, meta)
+    meta.save(tmp)
+    return network.eval(), OnnxForecaster(tmp)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple]:
+    base = tmp_path_factory.mktemp("onnx")
+    return {kind: exported(base / kind, kind) for kind in ("fused", "math")}
+
+
+def windows(path: Path, target: str, batch: int) -> tuple[np.ndarray, pd.DatetimeIndex]:
+    """``batch`` real context windows (with their gaps) ending at varied times."""
+    panel = load_panel(path, target)
+    usable = Windows.from_panel(panel, CONTEXT, HORIZON).pairs(CONTEXT, panel.n_steps)
+    picked = usable[np.random.default_rng(0).choice(len(usable), batch, replace=False)]
+    cells, origins = picked[:, :1], picked[:, 1]
+    values = panel.values[cells, origins[:, None] + np.arange(-CONTEXT, 0)].copy()
+    values[0, 20:60] = np.nan  # a long gap in every batch, whatever the data has
+    return values, panel.index[origins - 1]
+
+
+def torch_forecast(network: Forecaster, values: np.ndarray, last: pd.DatetimeIndex) -> np.ndarray:
+    calendar = window_calendar(last, CONTEXT, pd.Timedelta("1h"), "Europe/Paris")
+    with torch.no_grad():
+        return network(torch.from_numpy(values), torch.from_numpy(calendar)).numpy()
+
+
+def series_scale(values: np.ndarray) -> np.ndarray:
+    return np.nanstd(values, axis=1)[:, None, None] + 1e-6
+
+
+@pytest.mark.parametrize("batch", [1, 256])
+@pytest.mark.parametrize("source", ["synthetic", "milan"])
+def test_onnx_runtime_matches_torch(models: dict, batch: int, source: str) -> None:
+    if source == "milan" and not MILAN.is_file():
+        pytest.skip("../shared/data/milan not present")
+    path, target = (SAMPLE, "traffic_mb") if source == "synthetic" else (MILAN, "traffic")
+    values, last = windows(path, target, batch)
+    for network, forecaster in models.values():
+        expected = torch_forecast(network, values, last)
+        got = forecaster.forecast(values, last)
+        assert np.isfinite(got).all()
+        assert (np.abs(got - expected) / series_scale(values)).max() <= 1e-4
+
+
+def test_fused_and_math_attention_agree_in_onnx_runtime(models: dict) -> None:
+    values, last = windows(SAMPLE, "traffic_mb", 64)
+    fused = models["fused"][1].forecast(values, last)
+    plain = models["math"][1].forecast(values, last)
+    assert (np.abs(fused - plain) / series_scale(values)).max() <= 1e-4
+
+
+def test_fused_export_has_one_attention_node_per_layer(models: dict) -> None:
+    kinds = {}
+    for kind, (_, forecaster) in models.items():
+        graph = onnx.load(str(forecaster.model_dir / "model.onnx"))
+        kinds[kind] = [node.op_type for node in graph.graph.node].count("Attention")
+        assert forecaster.metadata.onnx["opset"] == 23
+    layers = ModelConfig(context=CONTEXT, horizon=HORIZON)
+    assert kinds["fused"] == layers.n_layers * layers.ensemble
+    assert kinds["math"] == 0
