@@ -73,8 +73,3 @@ def window_calendar(
     """[len(last), length, N_CALENDAR] features of the windows ending at ``last``."""
     stamps = window_timestamps(last, length, step)
     return calendar_features(stamps, calendar_tz).reshape(len(last), length, N_CALENDAR)
-
-
-def future_timestamps(last: pd.Timestamp, horizon: int, step: pd.Timedelta) -> pd.DatetimeIndex:
-    """The ``horizon`` grid steps after ``last``."""
-    return pd.date_range(last + step, periods=horizon, freq=step)

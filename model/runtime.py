@@ -49,10 +49,6 @@ class OnnxForecaster:
         if found != expected:
             raise ArtifactError(f"{path}: inputs {found} do not match metadata {expected}")
 
-    @property
-    def provider(self) -> str:
-        return self.session.get_providers()[0]
-
     def forecast(self, history: np.ndarray, last: pd.DatetimeIndex) -> np.ndarray:
         """Quantile forecasts [B, horizon, Q] for the steps after each row of ``history``.
 
