@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 SAMPLE := data/sample/cells_hourly.csv.gz
 DEMO_DIR := artifacts/demo
 
-.PHONY: demo test bench lint clean
+.PHONY: demo test bench gpu-check lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,11 @@ test: $(VENV)/.installed-dev
 bench: $(VENV)/.installed-train
 	$(BIN)/python -m benchmarks.milan_accuracy
 	$(BIN)/python -m benchmarks.generalisation
+	$(BIN)/python -m benchmarks.runtime
+
+# On a node with an NVIDIA GPU: CUDA parity, fused attention and ONNX Runtime CUDA figures.
+gpu-check: $(VENV)/.installed-train
+	$(BIN)/python -m benchmarks.gpu_check --out artifacts/gpu-check.md
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .

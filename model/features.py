@@ -7,6 +7,7 @@ local wall clock of ``calendar_tz``: cell load follows people's days, not UTC.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -15,6 +16,8 @@ import pandas as pd
 
 N_CALENDAR = 4  # sin/cos of hour of day, sin/cos of day of week
 
+NS_PER_DAY = 86_400 * 10**9
+EPOCH_WEEKDAY = 3  # 1970-01-01 was a Thursday
 _FIXED_OFFSET = re.compile(r"([+-])(\d{2}):(\d{2})")
 
 
@@ -47,9 +50,13 @@ def calendar_zone(name: str) -> dt.tzinfo:
 
 def calendar_features(timestamps: pd.DatetimeIndex, calendar_tz: str) -> np.ndarray:
     """[n, N_CALENDAR] float32 features for tz-aware ``timestamps``."""
-    local = timestamps.tz_convert(calendar_zone(calendar_tz))
-    day_fraction = (local.hour + local.minute / 60.0 + local.second / 3600.0).to_numpy() / 24.0
-    week_fraction = (local.day_of_week.to_numpy() + day_fraction) / 7.0
+    # Integer arithmetic on local wall-clock nanoseconds: pandas' field accessors cost more
+    # than the whole ONNX graph at batch 1.
+    local = timestamps.tz_convert(calendar_zone(calendar_tz)).tz_localize(None)
+    local_ns = local.as_unit("ns").asi8
+    day_fraction = (local_ns % NS_PER_DAY) / NS_PER_DAY
+    day_of_week = (local_ns // NS_PER_DAY + EPOCH_WEEKDAY) % 7  # Monday = 0
+    week_fraction = (day_of_week + day_fraction) / 7.0
     day_angle = 2.0 * np.pi * day_fraction
     week_angle = 2.0 * np.pi * week_fraction
     features = np.stack(
@@ -71,5 +78,21 @@ def window_calendar(
     last: pd.DatetimeIndex, length: int, step: pd.Timedelta, calendar_tz: str
 ) -> np.ndarray:
     """[len(last), length, N_CALENDAR] features of the windows ending at ``last``."""
-    stamps = window_timestamps(last, length, step)
-    return calendar_features(stamps, calendar_tz).reshape(len(last), length, N_CALENDAR)
+    # Cells forecast together mostly share their last timestamp: compute each window once.
+    ends, inverse = np.unique(last.tz_convert("UTC").as_unit("ns").asi8, return_inverse=True)
+    if len(ends) == 1:
+        features = _one_window(int(ends[0]), length, step.value, calendar_tz)[None]
+    else:
+        stamps = window_timestamps(pd.DatetimeIndex(ends, tz="UTC"), length, step)
+        features = calendar_features(stamps, calendar_tz).reshape(len(ends), length, N_CALENDAR)
+    return features[inverse.reshape(-1)]
+
+
+@functools.lru_cache(maxsize=256)
+def _one_window(end_ns: int, length: int, step_ns: int, calendar_tz: str) -> np.ndarray:
+    """One window's features, cached: an xApp asks for the same window end all hour long."""
+    stamps = window_timestamps(pd.DatetimeIndex([end_ns], tz="UTC"), length,
+                               pd.Timedelta(step_ns))
+    features = calendar_features(stamps, calendar_tz)
+    features.flags.writeable = False
+    return features

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import logging
+import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import onnxruntime as ort
@@ -11,16 +15,72 @@ import pandas as pd
 from model.artifact import ONNX_FILE, ArtifactError, ModelMetadata, load_metadata, sha256_file
 from model.features import N_CALENDAR, window_calendar
 
+log = logging.getLogger(__name__)
+
 MAX_BATCH = 4096  # keeps peak memory flat when forecasting tens of thousands of cells
+CPU = "CPUExecutionProvider"
+CUDA = "CUDAExecutionProvider"
+OUTPUT_NAME = "quantiles"
+
+Provider = Literal["auto", "cuda", "cpu"]
+OPTIMISATION_LEVELS = {
+    "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
+
+
+class InputError(ValueError):
+    """Inputs a caller got wrong; the message says which and how."""
+
+
+@dataclass
+class RuntimeOptions:
+    """How the ONNX Runtime session is built; the xApp fills it from its config controls."""
+
+    provider: Provider = "auto"  # auto = CUDA when this onnxruntime build has it, else CPU
+    intra_op_threads: int = 0  # 0 = one per physical core
+    inter_op_threads: int = 1  # the graph is a chain: parallel branches gain nothing
+    graph_optimization: Literal["disable", "basic", "extended", "all"] = "all"
+    io_binding: Literal["auto", "on", "off"] = "auto"  # auto = on with CUDA
+    warmup: bool = True
+
+    def __post_init__(self) -> None:
+        if self.provider not in ("auto", "cuda", "cpu"):
+            raise ValueError(f"provider must be auto, cuda or cpu, not {self.provider!r}")
+        if self.graph_optimization not in OPTIMISATION_LEVELS:
+            raise ValueError(
+                f"graph_optimization must be one of {sorted(OPTIMISATION_LEVELS)}, "
+                f"not {self.graph_optimization!r}"
+            )
+        if self.io_binding not in ("auto", "on", "off"):
+            raise ValueError(f"io_binding must be auto, on or off, not {self.io_binding!r}")
+        if self.intra_op_threads < 0 or self.inter_op_threads < 0:
+            raise ValueError("thread counts must be >= 0")
+
+
+def execution_providers(choice: Provider) -> list[str]:
+    """The provider list to ask ONNX Runtime for, most preferred first."""
+    available = ort.get_available_providers()
+    if choice == "cpu":
+        return [CPU]
+    if CUDA in available:
+        return [CUDA, CPU]
+    if choice == "cuda":
+        raise ArtifactError(
+            f"the CUDA execution provider was asked for, but this onnxruntime build offers "
+            f"only {available} (install onnxruntime-gpu on a node with an NVIDIA GPU)"
+        )
+    return [CPU]
 
 
 class OnnxForecaster:
-    """A verified model directory loaded into an ONNX Runtime session."""
+    """A verified model directory loaded into an ONNX Runtime session, warmed up."""
 
-    def __init__(
-        self, model_dir: str | Path, providers: list[str] | None = None, threads: int = 0
-    ) -> None:
+    def __init__(self, model_dir: str | Path, options: RuntimeOptions | None = None) -> None:
         self.model_dir = Path(model_dir)
+        self.options = options or RuntimeOptions()
         self.metadata: ModelMetadata = load_metadata(self.model_dir)
         path = self.model_dir / ONNX_FILE
         if not path.is_file():
@@ -30,17 +90,29 @@ class OnnxForecaster:
             raise ArtifactError(
                 f"{path}: sha256 does not match metadata.json (truncated or replaced file?)"
             )
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        session_options = ort.SessionOptions()
+        session_options.intra_op_num_threads = self.options.intra_op_threads
+        session_options.inter_op_num_threads = self.options.inter_op_threads
+        session_options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        session_options.graph_optimization_level = OPTIMISATION_LEVELS[
+            self.options.graph_optimization
+        ]
+        requested = execution_providers(self.options.provider)
         try:
-            self.session = ort.InferenceSession(
-                str(path), options, providers=providers or ["CPUExecutionProvider"]
-            )
+            self.session = ort.InferenceSession(str(path), session_options, providers=requested)
         except Exception as exc:  # ORT raises its own exception types for corrupt graphs
             raise ArtifactError(f"{path}: ONNX Runtime cannot load it ({exc})") from exc
+        # ORT falls back to CPU silently when a GPU provider fails to initialise (no driver,
+        # missing CUDA libraries): what is active is what the session reports, not the ask.
+        self.provider = self.session.get_providers()[0]
+        if self.provider != requested[0]:
+            log.warning("onnxruntime: %s was requested, %s is active", requested[0], self.provider)
+        self.io_binding = self.options.io_binding == "on" or (
+            self.options.io_binding == "auto" and self.provider == CUDA
+        )
         self._check_signature(path)
         self.step = pd.Timedelta(pd.tseries.frequencies.to_offset(self.metadata.freq))
+        self.warmup_ms = self._warm_up() if self.options.warmup else 0.0
 
     def _check_signature(self, path: Path) -> None:
         context = self.metadata.context
@@ -48,6 +120,57 @@ class OnnxForecaster:
         found = {i.name: list(i.shape[1:]) for i in self.session.get_inputs()}
         if found != expected:
             raise ArtifactError(f"{path}: inputs {found} do not match metadata {expected}")
+        outputs = {o.name: list(o.shape[1:]) for o in self.session.get_outputs()}
+        wanted = {OUTPUT_NAME: [self.metadata.horizon, len(self.metadata.quantiles)]}
+        if outputs != wanted:
+            raise ArtifactError(f"{path}: outputs {outputs} do not match metadata {wanted}")
+
+    def _warm_up(self) -> float:
+        """One call at load, so the first real request does not pay for allocations."""
+        started = time.perf_counter()
+        context = self.metadata.context
+        values = np.ones((1, context), np.float32)
+        calendar = np.zeros((1, context, N_CALENDAR), np.float32)
+        self.run(values, calendar)
+        return (time.perf_counter() - started) * 1000.0
+
+    def describe(self) -> dict:
+        """What is running: for logs, the xApp's /ric/v1/config and the benchmarks."""
+        return {
+            "provider": self.provider,
+            "available_providers": ort.get_available_providers(),
+            "onnxruntime": ort.__version__,
+            "io_binding": self.io_binding,
+            "warmup_ms": round(self.warmup_ms, 3),
+            "attention": self.metadata.onnx.get("attention"),
+            "options": asdict(self.options),
+        }
+
+    def run(self, values: np.ndarray, calendar: np.ndarray) -> np.ndarray:
+        """The raw graph: values [B, context] and calendar [B, context, 4] -> [B, H, Q]."""
+        out = np.empty((len(values), self.metadata.horizon, len(self.metadata.quantiles)),
+                       np.float32)
+        for start in range(0, len(values), MAX_BATCH):
+            chunk = slice(start, start + MAX_BATCH)
+            feeds = {
+                "values": np.ascontiguousarray(values[chunk], np.float32),
+                "calendar": np.ascontiguousarray(calendar[chunk], np.float32),
+            }
+            if self.io_binding:
+                self._run_bound(feeds, out[chunk])
+            else:
+                out[chunk] = self.session.run([OUTPUT_NAME], feeds)[0]
+        return out
+
+    def _run_bound(self, feeds: dict[str, np.ndarray], out: np.ndarray) -> None:
+        # The result is written straight into the caller's array: on CUDA, one device-to-host
+        # copy and no intermediate output allocation per call.
+        binding = self.session.io_binding()
+        for name, array in feeds.items():
+            binding.bind_cpu_input(name, array)
+        binding.bind_output(OUTPUT_NAME, "cpu", 0, np.float32, list(out.shape),
+                            out.__array_interface__["data"][0])
+        self.session.run_with_iobinding(binding)
 
     def forecast(self, history: np.ndarray, last: pd.DatetimeIndex) -> np.ndarray:
         """Quantile forecasts [B, horizon, Q] for the steps after each row of ``history``.
@@ -57,19 +180,43 @@ class OnnxForecaster:
         """
         context = self.metadata.context
         history = np.asarray(history, dtype=np.float32)
-        if history.ndim != 2 or len(last) != history.shape[0]:
-            raise ValueError(f"history must be [B, n] with B = len(last); got {history.shape}")
+        validate(history, last)
         if history.shape[1] >= context:
             window = history[:, -context:]
         else:
             pad = np.full((history.shape[0], context - history.shape[1]), np.nan, np.float32)
             window = np.concatenate([pad, history], axis=1)
-        outputs = []
+        out = np.empty((len(window), self.metadata.horizon, len(self.metadata.quantiles)),
+                       np.float32)
+        # Calendar features per chunk too: for 10^5 cells at once they would take half a GB.
         for start in range(0, len(window), MAX_BATCH):
             chunk = slice(start, start + MAX_BATCH)
-            calendar = window_calendar(last[chunk], context, self.step, self.metadata.calendar_tz)
-            feeds = {"values": np.ascontiguousarray(window[chunk]), "calendar": calendar}
-            outputs.append(self.session.run(None, feeds)[0])
-        if not outputs:
-            return np.zeros((0, self.metadata.horizon, len(self.metadata.quantiles)), np.float32)
-        return np.concatenate(outputs, axis=0)
+            calendar = window_calendar(last[chunk], context, self.step,
+                                       self.metadata.calendar_tz)
+            out[chunk] = self.run(window[chunk], calendar)
+        return out
+
+
+def validate(history: np.ndarray, last: pd.DatetimeIndex) -> None:
+    """Reject what the graph would silently turn into a wrong forecast."""
+    if history.ndim != 2:
+        raise InputError(f"history must be [cells, steps], got {history.ndim} dimension(s)")
+    if not isinstance(last, pd.DatetimeIndex) or last.tz is None:
+        raise InputError("last must be a timezone-aware DatetimeIndex")
+    if len(last) != history.shape[0]:
+        raise InputError(
+            f"history has {history.shape[0]} row(s) but {len(last)} last timestamp(s)"
+        )
+    if history.shape[1] == 0:
+        raise InputError("history has no steps")
+    bad = np.isinf(history)
+    if bad.any():
+        row, column = (int(i) for i in np.argwhere(bad)[0])
+        raise InputError(f"history row {row} step {column} is infinite; use NaN for missing")
+    negative = history < 0
+    if negative.any():
+        row, column = (int(i) for i in np.argwhere(negative)[0])
+        raise InputError(
+            f"history row {row} step {column} is negative ({history[row, column]:g}); "
+            "KPIs are non-negative"
+        )

@@ -8,12 +8,10 @@ import pandas as pd
 import pytest
 import torch
 
-from model.artifact import ModelMetadata
 from model.config import ModelConfig
-from model.export import export_onnx
 from model.features import window_calendar
 from model.network import Forecaster
-from model.runtime import OnnxForecaster
+from tests.exported_model import exported
 from training.ingest import load_panel
 from training.windows import Windows
 
@@ -23,25 +21,10 @@ MILAN = ROOT.parent / "shared/data/milan/milan_hourly.csv.gz"
 CONTEXT, HORIZON = 168, 24
 
 
-def exported(tmp: Path, attention: str) -> tuple[Forecaster, OnnxForecaster]:
-    torch.manual_seed(0)
-    network = Forecaster(ModelConfig(context=CONTEXT, horizon=HORIZON, attention=attention))
-    with torch.no_grad():
-        network.calibration.copy_(torch.tensor([-0.2, 0.0, 0.3]))  # exported with the graph
-    meta = ModelMetadata(
-        model_version="test", target="kpi", freq="1h", calendar_tz="Europe/Paris",
-        config=network.cfg, data_fingerprint="0" * 64, created="2026-01-01T00:00:00+00:00",
-    )
-    tmp.mkdir()
-    export_onnx(network, tmp, meta)
-    meta.save(tmp)
-    return network.eval(), OnnxForecaster(tmp)
-
-
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple]:
     base = tmp_path_factory.mktemp("onnx")
-    return {kind: exported(base / kind, kind) for kind in ("fused", "math")}
+    return {kind: exported(base / kind, CONTEXT, HORIZON, kind) for kind in ("fused", "math")}
 
 
 def windows(path: Path, target: str, batch: int) -> tuple[np.ndarray, pd.DatetimeIndex]:

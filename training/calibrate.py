@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from model.network import Forecaster, instance_stats
+from training.device import mixed_precision, to_tensors
 from training.windows import Windows
 
 
@@ -23,15 +24,15 @@ def calibrate(network: Forecaster, windows: Windows, pairs: np.ndarray,
     """Set ``network.calibration`` from the validation ``pairs``; returns the offsets."""
     network.eval()
     network.calibration.zero_()
+    device = network.calibration.device
     residuals = []
     for start in range(0, len(pairs), batch_size):
-        values, calendar, target = (
-            torch.from_numpy(np.ascontiguousarray(a))
-            for a in windows.batch(pairs[start : start + batch_size])
-        )
+        values, calendar, target = to_tensors(windows.batch(pairs[start : start + batch_size]),
+                                              device)
         _, _, scale, _ = instance_stats(values)
-        forecast = network(values, calendar)
-        residuals.append(((target.unsqueeze(-1) - forecast) / scale.unsqueeze(-1)).numpy())
+        with mixed_precision(device):
+            forecast = network(values, calendar).float()
+        residuals.append(((target.unsqueeze(-1) - forecast) / scale.unsqueeze(-1)).cpu().numpy())
     stacked = np.concatenate(residuals).reshape(-1, forecast.shape[-1])
     stacked = stacked[~np.isnan(stacked).any(axis=1)]
     levels = np.asarray(network.cfg.quantiles)
@@ -41,5 +42,5 @@ def calibrate(network: Forecaster, windows: Windows, pairs: np.ndarray,
     # Widen only, and more for outer quantiles than inner ones, so the order is kept.
     offsets[:median] = np.minimum.accumulate(np.minimum(offsets[:median], 0.0)[::-1])[::-1]
     offsets[median + 1 :] = np.maximum.accumulate(np.maximum(offsets[median + 1 :], 0.0))
-    network.calibration.copy_(torch.from_numpy(offsets.astype(np.float32)))
+    network.calibration.copy_(torch.from_numpy(offsets.astype(np.float32)).to(device))
     return offsets

@@ -10,11 +10,17 @@ import argparse
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from model.artifact import ArtifactError
 from training.panel import DataError
+
+if TYPE_CHECKING:
+    from model.runtime import OnnxForecaster
+
+log = logging.getLogger(__name__)
 
 DEFAULT_CONTEXTS = ("14D", "7D")  # the first that the data is long enough for
 DEFAULT_HORIZON = "1D"
@@ -67,7 +73,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     except ValueError as exc:
         raise DataError(str(exc)) from exc
     train_cfg = TrainConfig(max_minutes=args.max_minutes, max_epochs=args.max_epochs,
-                            seed=args.seed)
+                            seed=args.seed, device=args.device)
     meta, validation = fit(panel, Path(args.out), model_cfg, train_cfg, str(args.data),
                            progress=not args.quiet)
     print(validation.overall.to_string(float_format=lambda v: f"{v:.3f}"))
@@ -81,12 +87,20 @@ def cmd_export(args: argparse.Namespace) -> None:
     print(f"model: {export_model(Path(args.model))}")
 
 
+def load_forecaster(args: argparse.Namespace) -> OnnxForecaster:
+    from model.runtime import OnnxForecaster, RuntimeOptions
+
+    options = RuntimeOptions(provider=args.provider, intra_op_threads=args.threads)
+    forecaster = OnnxForecaster(args.model, options)
+    log.info("onnxruntime %s on %s", forecaster.describe()["onnxruntime"], forecaster.provider)
+    return forecaster
+
+
 def cmd_backtest(args: argparse.Namespace) -> None:
-    from model.runtime import OnnxForecaster
     from training.backtest import backtest
     from training.ingest import load_panel
 
-    forecaster = OnnxForecaster(args.model)
+    forecaster = load_forecaster(args)
     meta = forecaster.metadata
     panel = load_panel(args.data, meta.target, freq=args.freq or meta.freq, tz=meta.calendar_tz)
     step = parse_steps(args.step, panel.step, "--step") if args.step else None
@@ -101,17 +115,29 @@ def cmd_backtest(args: argparse.Namespace) -> None:
 
 
 def cmd_predict(args: argparse.Namespace) -> None:
-    from model.runtime import OnnxForecaster
     from training.ingest import load_panel
     from training.predict import predict_frame
 
-    forecaster = OnnxForecaster(args.model)
+    forecaster = load_forecaster(args)
     meta = forecaster.metadata
     panel = load_panel(args.data, meta.target, freq=args.freq or meta.freq, tz=meta.calendar_tz)
     frame = predict_frame(forecaster, panel)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     frame.to_csv(args.out, index=False)
     print(f"{len(frame)} forecasts for {panel.n_cells} cells: {args.out}")
+
+
+def non_negative_int(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"not a whole number >= 0: {text}")
+    return int(text)
+
+
+def add_runtime_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--provider", choices=["auto", "cuda", "cpu"], default="auto",
+                        help="ONNX Runtime execution provider (auto: CUDA when available)")
+    parser.add_argument("--threads", type=non_negative_int, default=0,
+                        help="ONNX Runtime intra-op threads (default 0: one per core)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -131,6 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--quantiles", type=parse_quantiles, default=[0.1, 0.5, 0.9])
     train.add_argument("--attention", choices=["fused", "math"], default="fused")
+    train.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                       help="where to train (default: cuda when torch sees a GPU)")
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(run=cmd_train)
 
@@ -145,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("--step", help="steps or duration between origins (default: horizon)")
     bt.add_argument("--freq")
     bt.add_argument("--out", help="folder for the CSVs (default MODEL/backtest)")
+    add_runtime_options(bt)
     bt.set_defaults(run=cmd_backtest)
 
     predict = commands.add_parser("predict", help="forecast after each cell's last sample")
@@ -152,6 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--data", required=True)
     predict.add_argument("--out", required=True, help="CSV to write")
     predict.add_argument("--freq")
+    add_runtime_options(predict)
     predict.set_defaults(run=cmd_predict)
     return parser
 

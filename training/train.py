@@ -14,6 +14,7 @@ from tqdm import tqdm
 from model.config import ModelConfig
 from model.network import Forecaster, instance_stats, pinball_loss
 from training.calibrate import calibrate
+from training.device import mixed_precision, resolve_device, seed_everything, to_tensors
 from training.panel import DataError, Panel
 from training.windows import Windows
 
@@ -34,6 +35,7 @@ class TrainConfig:
     ema_decay: float = 0.995  # 0 disables the weight average
     validation_fraction: float = 0.15
     seed: int = 0
+    device: str = "auto"  # auto = cuda when torch sees a GPU, else cpu
 
 
 @dataclass
@@ -53,20 +55,18 @@ def validation_steps(n_steps: int, horizon: int, fraction: float) -> int:
     return max(horizon, round(fraction * n_steps))
 
 
-def seed_everything(seed: int) -> None:
-    torch.manual_seed(seed)
-    torch.use_deterministic_algorithms(True)
-
-
 def _loss(
     network: Forecaster, batch: tuple[np.ndarray, ...], quantiles: torch.Tensor
 ) -> torch.Tensor:
-    values, calendar, target = (torch.from_numpy(np.ascontiguousarray(a)) for a in batch)
+    device = quantiles.device
+    values, calendar, target = to_tensors(batch, device)
     _, _, scale, _ = instance_stats(values)
-    if not network.training:
-        return pinball_loss(network(values, calendar), target, quantiles, scale)
-    # Each member fits on its own, so the members stay diverse and their average gains.
-    members = network.member_forecasts(values, calendar)
+    with mixed_precision(device):
+        if not network.training:
+            forecast = network(values, calendar).float()
+            return pinball_loss(forecast, target, quantiles, scale)
+        # Each member fits on its own, so the members stay diverse and their average gains.
+        members = network.member_forecasts(values, calendar).float()
     return torch.stack([pinball_loss(m, target, quantiles, scale) for m in members]).mean()
 
 
@@ -96,13 +96,14 @@ def train(
     panel: Panel, model_cfg: ModelConfig, cfg: TrainConfig, progress: bool = True
 ) -> TrainResult:
     """Fit a forecaster on ``panel``; the last ``validation_fraction`` of time validates."""
-    seed_everything(cfg.seed)
+    device = resolve_device(cfg.device)
+    seed_everything(cfg.seed, device)
     rng = np.random.default_rng(cfg.seed)
     windows = Windows.from_panel(panel, model_cfg.context, model_cfg.horizon)
     val_start, train_pairs, val_pairs = split_windows(windows, cfg, rng)
     log.info("training windows %d, validation windows %d", len(train_pairs), len(val_pairs))
 
-    network = Forecaster(model_cfg)
+    network = Forecaster(model_cfg).to(device)
     # An exponential moving average of the weights is what gets validated and kept: on small,
     # noisy KPI data it smooths out the last steps' noise like an ensemble would, for free.
     averaged = (
@@ -117,7 +118,7 @@ def train(
         network.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay
     )
     scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimiser, factor=0.5, patience=2)
-    quantiles = torch.tensor(model_cfg.quantiles)
+    quantiles = torch.tensor(model_cfg.quantiles, device=device)
     steps_per_epoch = min(cfg.steps_per_epoch, math.ceil(len(train_pairs) / cfg.batch_size))
     best_loss, best_state, best_epoch = math.inf, None, 0
     curve: list[tuple[float, float]] = []
@@ -168,11 +169,11 @@ def train(
     log.info("calibration offsets (scale units) %s", np.round(offsets, 3).tolist())
     seconds = time.monotonic() - started
     log.info(
-        "stopped by %s after %d epochs in %.0f s; best validation loss %.4f (epoch %d)",
-        stopped_by, epoch, seconds, best_loss, best_epoch,
+        "stopped by %s after %d epochs in %.0f s on %s; best validation loss %.4f (epoch %d)",
+        stopped_by, epoch, seconds, device, best_loss, best_epoch,
     )
     return TrainResult(
-        network, best_loss, epoch, seconds, stopped_by, len(train_pairs), len(val_pairs),
+        network.cpu(), best_loss, epoch, seconds, stopped_by, len(train_pairs), len(val_pairs),
         val_start, curve,
     )
 

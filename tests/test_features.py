@@ -1,0 +1,54 @@
+"""Calendar features: local wall clock, DST, and the per-window shortcut."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from model.features import calendar_features, calendar_zone, window_calendar
+
+
+def from_pandas_fields(stamps: pd.DatetimeIndex, zone: str) -> np.ndarray:
+    """The features written out with pandas' own field accessors, as the reference."""
+    local = stamps.tz_convert(calendar_zone(zone))
+    day = (local.hour + local.minute / 60 + local.second / 3600).to_numpy() / 24
+    week = (local.day_of_week.to_numpy() + day) / 7
+    return np.stack([np.sin(2 * np.pi * day), np.cos(2 * np.pi * day),
+                     np.sin(2 * np.pi * week), np.cos(2 * np.pi * week)], axis=-1)
+
+
+@pytest.mark.parametrize("zone", ["Europe/Paris", "America/Sao_Paulo", "+05:30", "-03:00", "UTC"])
+@pytest.mark.parametrize(("start", "freq"), [("2024-03-28", "15min"), ("2024-10-25", "1h"),
+                                             ("1969-12-25", "1h")])
+def test_features_follow_the_local_wall_clock(zone: str, start: str, freq: str) -> None:
+    stamps = pd.date_range(start, periods=7 * 24 * 4, freq=freq, tz="UTC")
+    np.testing.assert_allclose(calendar_features(stamps, zone), from_pandas_fields(stamps, zone),
+                               atol=1e-6)
+
+
+def test_dst_switch_moves_the_hour_features() -> None:
+    # 2024-03-31 01:00 UTC: Paris goes from 02:00 CET straight to 03:00 CEST.
+    stamps = pd.DatetimeIndex(["2024-03-31 00:00", "2024-03-31 01:00"], tz="UTC")
+    features = calendar_features(stamps, "Europe/Paris")
+    hours = np.mod(np.arctan2(features[:, 0], features[:, 1]) / (2 * np.pi) * 24, 24)
+    np.testing.assert_allclose(hours, [1.0, 3.0], atol=1e-4)
+
+
+def test_windows_sharing_an_end_are_identical_and_in_input_order() -> None:
+    ends = pd.DatetimeIndex(["2024-03-31 05:00", "2024-01-02 00:00", "2024-03-31 05:00"],
+                            tz="UTC")
+    windows = window_calendar(ends, 48, pd.Timedelta("1h"), "Europe/Paris")
+    assert windows.shape == (3, 48, 4)
+    np.testing.assert_array_equal(windows[0], windows[2])
+    for row, end in enumerate(ends):
+        stamps = pd.date_range(end=end, periods=48, freq="1h")
+        np.testing.assert_array_equal(windows[row], calendar_features(stamps, "Europe/Paris"))
+
+
+def test_a_cached_window_cannot_be_corrupted_by_its_caller() -> None:
+    end = pd.DatetimeIndex([pd.Timestamp("2024-10-27 03:00", tz="UTC")] * 2)
+    first = window_calendar(end, 24, pd.Timedelta("1h"), "Europe/Paris")
+    expected = calendar_features(pd.date_range(end=end[0], periods=24, freq="1h"), "Europe/Paris")
+    np.testing.assert_array_equal(first[1], expected)
+    first[:] = 0.0
+    again = window_calendar(end[:1], 24, pd.Timedelta("1h"), "Europe/Paris")
+    np.testing.assert_array_equal(again[0], expected)

@@ -1,0 +1,169 @@
+"""The ONNX Runtime inference module: session options, providers, warm-up, IOBinding, input
+validation, and that it runs with torch unimportable (the serving image has none)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pandas as pd
+import pytest
+
+from model.artifact import ArtifactError
+from model.runtime import (
+    CPU,
+    CUDA,
+    InputError,
+    OnnxForecaster,
+    RuntimeOptions,
+    execution_providers,
+)
+from tests.exported_model import exported
+
+ROOT = Path(__file__).resolve().parents[1]
+CONTEXT, HORIZON = 72, 12
+HAS_CUDA = CUDA in ort.get_available_providers()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("runtime") / "model"
+    exported(path, CONTEXT, HORIZON)
+    return path
+
+
+def inputs(batch: int, seed: int = 0) -> tuple[np.ndarray, pd.DatetimeIndex]:
+    rng = np.random.default_rng(seed)
+    values = (rng.gamma(2.0, 10.0, (batch, CONTEXT)) + 1.0).astype(np.float32)
+    values[0, 5:15] = np.nan
+    last = pd.date_range("2024-03-30 12:00", periods=batch, freq="7h", tz="UTC")
+    return values, last
+
+
+def test_cpu_session_reports_what_is_active(model_dir: Path) -> None:
+    forecaster = OnnxForecaster(model_dir, RuntimeOptions(provider="cpu", intra_op_threads=1))
+    described = forecaster.describe()
+    assert forecaster.provider == CPU == described["provider"]
+    assert described["options"]["intra_op_threads"] == 1
+    assert described["options"]["graph_optimization"] == "all"
+    assert described["attention"] == "onnx-attention"
+    assert described["io_binding"] is False  # auto: only with CUDA
+    assert forecaster.warmup_ms > 0
+
+
+def test_auto_prefers_cuda_only_when_present() -> None:
+    assert execution_providers("cpu") == [CPU]
+    assert execution_providers("auto") == ([CUDA, CPU] if HAS_CUDA else [CPU])
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="this onnxruntime build has the CUDA provider")
+def test_asking_for_cuda_without_it_is_a_clear_error(model_dir: Path) -> None:
+    with pytest.raises(ArtifactError, match="onnxruntime-gpu"):
+        OnnxForecaster(model_dir, RuntimeOptions(provider="cuda"))
+
+
+def test_no_warmup_when_disabled(model_dir: Path) -> None:
+    assert OnnxForecaster(model_dir, RuntimeOptions(warmup=False)).warmup_ms == 0.0
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        RuntimeOptions(io_binding="on"),
+        RuntimeOptions(graph_optimization="disable", intra_op_threads=1),
+        RuntimeOptions(inter_op_threads=2, graph_optimization="basic"),
+    ],
+    ids=["io-binding", "no-optimisation", "basic-optimisation"],
+)
+def test_session_options_do_not_change_the_forecast(model_dir: Path,
+                                                    options: RuntimeOptions) -> None:
+    values, last = inputs(33)
+    reference = OnnxForecaster(model_dir, RuntimeOptions(io_binding="off")).forecast(values, last)
+    forecaster = OnnxForecaster(model_dir, options)
+    got = forecaster.forecast(values, last)
+    assert forecaster.io_binding == (options.io_binding == "on")
+    assert np.isfinite(reference).all()
+    np.testing.assert_allclose(got, reference, rtol=1e-5, atol=1e-4)
+
+
+def test_io_binding_across_several_chunks(model_dir: Path, monkeypatch: pytest.MonkeyPatch
+                                          ) -> None:
+    values, last = inputs(10)
+    whole = OnnxForecaster(model_dir, RuntimeOptions(io_binding="on")).forecast(values, last)
+    monkeypatch.setattr("model.runtime.MAX_BATCH", 3)
+    chunked = OnnxForecaster(model_dir, RuntimeOptions(io_binding="on")).forecast(values, last)
+    np.testing.assert_allclose(chunked, whole, rtol=1e-6, atol=1e-5)
+    # Each row is its own forecast: different rows must not come out alike.
+    assert not np.allclose(chunked[1], chunked[2])
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("provider", "tpu", "provider"),
+        ("graph_optimization", "max", "graph_optimization"),
+        ("io_binding", "yes", "io_binding"),
+        ("intra_op_threads", -1, "thread"),
+    ],
+)
+def test_bad_runtime_options_are_refused(field: str, value: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        RuntimeOptions(**{field: value})
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda v, t: (v[0], t), "dimension"),
+        (lambda v, t: (v, t[:-1]), "row"),
+        (lambda v, t: (v, t.tz_localize(None)), "timezone-aware"),
+        (lambda v, t: (v[:, :0], t), "no steps"),
+        (lambda v, t: (np.where(np.arange(CONTEXT) == 7, np.inf, v), t), "row 0 step 7"),
+        (lambda v, t: (np.where(np.arange(CONTEXT) == 3, -2.0, v), t), "negative"),
+    ],
+    ids=["1-d", "count", "naive-time", "empty", "infinite", "negative"],
+)
+def test_bad_inputs_are_named(model_dir: Path, mutate, message: str) -> None:
+    forecaster = OnnxForecaster(model_dir)
+    values, last = mutate(*inputs(4))
+    with pytest.raises(InputError, match=message):
+        forecaster.forecast(values, last)
+
+
+def test_a_model_with_foreign_outputs_is_refused(model_dir: Path, tmp_path: Path) -> None:
+    """Metadata that promises another horizon than the graph gives is caught at load."""
+    import json
+
+    from model.artifact import METADATA_FILE
+
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for path in model_dir.iterdir():
+        (copy / path.name).write_bytes(path.read_bytes())
+    meta = json.loads((copy / METADATA_FILE).read_text())
+    meta["config"]["horizon"] = HORIZON + 1
+    (copy / METADATA_FILE).write_text(json.dumps(meta))
+    with pytest.raises(ArtifactError, match="outputs"):
+        OnnxForecaster(copy)
+
+
+def test_the_inference_path_imports_without_torch(model_dir: Path) -> None:
+    code = (
+        "import sys\n"
+        "class NoTorch:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'torch':\n"
+        "            raise ImportError('torch is not installed in the serving image')\n"
+        "sys.meta_path.insert(0, NoTorch())\n"
+        "import numpy as np, pandas as pd\n"
+        "import model.runtime, training.predict, training.backtest, training.ingest\n"
+        "from model.runtime import OnnxForecaster\n"
+        f"forecaster = OnnxForecaster({str(model_dir)!r})\n"
+        "last = pd.DatetimeIndex([pd.Timestamp('2024-01-01', tz='UTC')])\n"
+        f"out = forecaster.forecast(np.ones((1, {CONTEXT}), np.float32), last)\n"
+        f"assert out.shape == (1, {HORIZON}, 3), out.shape\n"
+        "assert not [m for m in sys.modules if m.split('.')[0] == 'torch']\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
