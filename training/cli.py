@@ -1,7 +1,7 @@
-"""`kpi-forecast`: train, backtest, predict and export from the command line.
+"""`kpi-forecast`: train, backtest, predict, export and serve from the command line.
 
-Torch is imported only by the commands that need it (train, export): predict and backtest run
-with the `serve` extra alone.
+Torch is imported only by the commands that need it (train, export): predict, backtest and serve
+run with the `serve` extra alone.
 """
 
 from __future__ import annotations
@@ -133,6 +133,16 @@ def non_negative_int(text: str) -> int:
     return int(text)
 
 
+def cmd_serve(args: argparse.Namespace) -> None:
+    from xapp.config import ConfigError
+    from xapp.server import serve
+
+    try:
+        serve(args.model, args.config, args.host, args.port)
+    except ConfigError as exc:
+        raise DataError(str(exc)) from None
+
+
 def add_runtime_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--provider", choices=["auto", "cuda", "cpu"], default="auto",
                         help="ONNX Runtime execution provider (auto: CUDA when available)")
@@ -183,6 +193,14 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--freq")
     add_runtime_options(predict)
     predict.set_defaults(run=cmd_predict)
+
+    xapp = commands.add_parser("serve", help="run the xApp: forecasts over RIC-style REST")
+    xapp.add_argument("--model", help="model directory (default: controls.modelDir)")
+    xapp.add_argument("--config", help="xApp descriptor config-file.json (default: $CONFIG_FILE, "
+                      "$XAPP_DESCRIPTOR_PATH/config-file.json, else the packaged one)")
+    xapp.add_argument("--host", default="0.0.0.0")
+    xapp.add_argument("--port", type=int, default=8080)
+    xapp.set_defaults(run=cmd_serve)
     return parser
 
 

@@ -1,0 +1,408 @@
+"""The xApp's REST contract: routes, forecasts against the runtime, bad input, fallback,
+shedding, reload, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from model.runtime import OnnxForecaster
+from tests.xapp_helpers import CONTEXT, HORIZON, descriptor, make_model, running
+
+START = "2013-12-01T00:00:00+01:00"
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_model(tmp_path_factory.mktemp("xapp") / "model")
+
+
+def series(n: int = CONTEXT, seed: int = 0) -> list[float | None]:
+    rng = np.random.default_rng(seed)
+    hours = np.arange(n)
+    values = 20 + 10 * np.sin(2 * np.pi * hours / 24) + rng.normal(0, 1, n)
+    out: list[float | None] = [round(float(v), 3) for v in np.maximum(values, 0)]
+    out[5] = None
+    return out
+
+
+def body(**changes: object) -> dict:
+    return {"cell_id": "c1", "start": START, "freq": "1h", "values": series(), **changes}
+
+
+def run(coroutine):
+    return asyncio.run(coroutine)
+
+
+def test_health_config_and_openapi(model_dir: Path, tmp_path: Path) -> None:
+    async def go() -> None:
+        async with running(descriptor(tmp_path, model_dir)) as client:
+            assert (await client.get("/ric/v1/health/alive")).json() == {"status": "alive"}
+            ready = (await client.get("/ric/v1/health/ready")).json()
+            assert ready == {"status": "ready", "model_version": "test"}
+            config = (await client.get("/ric/v1/config")).json()
+            assert config[0]["metadata"] == {"xappName": "kpi-forecast", "configType": "json"}
+            assert config[0]["config"]["controls"]["modelDir"] == str(model_dir)
+            ports = {p["name"]: p["port"] for p in config[0]["config"]["messaging"]["ports"]}
+            assert ports == {"http": 8080, "rmr-data": 4560, "rmr-route": 4561}
+            paths = (await client.get("/openapi.json")).json()["paths"]
+            for path in ("/v1/forecast", "/v1/forecast/batch", "/v1/cells",
+                         "/v1/cells/{cell_id}/forecast", "/v1/model/reload", "/ric/v1/metrics"):
+                assert path in paths
+            assert (await client.get("/docs")).status_code == 200
+
+    run(go())
+
+
+def test_forecast_is_the_models_own(model_dir: Path, tmp_path: Path) -> None:
+    async def go() -> None:
+        async with running(descriptor(tmp_path, model_dir)) as client:
+            response = await client.post("/v1/forecast", json=body(horizon=12))
+            assert response.status_code == 200, response.text
+            answer = response.json()
+            assert answer["cell_id"] == "c1" and answer["source"] == "model"
+            assert answer["model_version"] == "test" and answer["reason"] is None
+            assert 0 < answer["latency_ms"] < 10_000
+            points = answer["forecasts"]
+            assert len(points) == 12 and set(points[0]) == {"timestamp", "p10", "p50", "p90"}
+            last = pd.Timestamp(START) + (CONTEXT - 1) * pd.Timedelta("1h")
+            assert points[0]["timestamp"] == (last + pd.Timedelta("1h")).isoformat()
+            assert points[0]["timestamp"].endswith("+01:00")
+            values = np.array([np.nan if v is None else v for v in series()], np.float32)
+            expected = OnnxForecaster(model_dir).forecast(values[None], pd.DatetimeIndex([last]))
+            got = np.array([[p["p10"], p["p50"], p["p90"]] for p in points])
+            np.testing.assert_allclose(got, expected[0, :12], atol=1e-3)
+            assert all(p["p10"] <= p["p50"] <= p["p90"] for p in points)
+
+    run(go())
+
+
+def test_default_horizon_and_quantile_selection_come_from_controls(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    async def go() -> None:
+        desc = descriptor(tmp_path, model_dir, defaultHorizon=6, quantiles=[0.5, 0.9])
+        async with running(desc) as client:
+            points = (await client.post("/v1/forecast", json=body())).json()["forecasts"]
+            assert len(points) == 6 and set(points[0]) == {"timestamp", "p50", "p90"}
+
+    run(go())
+
+
+@pytest.mark.parametrize(
+    ("change", "status", "names"),
+    [
+        ({"horizon": HORIZON + 1}, 422, "horizon"),
+        ({"horizon": 0}, 422, "horizon"),
+        ({"values": [1.0, -2.0]}, 422, "values[1]"),
+        ({"values": [None, None]}, 422, "no observed value"),
+        ({"values": []}, 422, "values"),
+        ({"start": "2013-12-01T00:00:00"}, 422, "start"),
+        ({"freq": "15min"}, 422, "freq 15min does not match"),
+        ({"freq": "fortnightly"}, 422, "fortnightly"),
+        ({"cell_id": ""}, 422, "cell_id"),
+        ({"unknown": 1}, 422, "unknown"),
+    ],
+)
+def test_bad_requests_get_a_json_4xx_naming_the_problem(
+    model_dir: Path, tmp_path: Path, change: dict, status: int, names: str
+) -> None:
+    async def go() -> None:
+        async with running(descriptor(tmp_path, model_dir)) as client:
+            response = await client.post("/v1/forecast", json=body(**change))
+            assert response.status_code == status, response.text
+            assert names in response.json()["error"]
+
+    run(go())
+
+
+def test_non_finite_numbers_malformed_json_and_oversized_bodies(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    async def go() -> None:
+        async with running(descriptor(tmp_path, model_dir, maxRequestBytes=4096)) as client:
+            headers = {"content-type": "application/json"}
+            for token in ("NaN", "Infinity", "-Infinity"):
+                text = json.dumps(body(values=[1.0, 2.0])).replace("2.0", token)
+                response = await client.post("/v1/forecast", content=text, headers=headers)
+                assert response.status_code == 422 and "values[1]" in response.json()["error"]
+            response = await client.post("/v1/forecast", content="{not json", headers=headers)
+            assert response.status_code == 422 and "error" in response.json()
+            big = json.dumps(body(values=[1.0] * 2000))
+            response = await client.post("/v1/forecast", content=big, headers=headers)
+            assert response.status_code == 413 and "maxRequestBytes" in response.json()["error"]
+
+            async def chunks():  # no Content-Length: the limit holds on the stream too
+                for _ in range(10):
+                    yield b" " * 1000
+
+            response = await client.post("/v1/forecast", content=chunks(), headers=headers)
+            assert response.status_code == 413
+            assert (await client.post("/v1/forecast", json=body())).status_code == 200
+
+    run(go())
+
+
+def test_json_batch_matches_single_calls(model_dir: Path, tmp_path: Path) -> None:
+    async def go() -> None:
+        async with running(descriptor(tmp_path, model_dir)) as client:
+            items = [body(cell_id=f"c{i}", values=series(CONTEXT - 10 * i, seed=i))
+                     for i in range(3)]
+            response = await client.post("/v1/forecast/batch", json={"items": items})
+            assert response.status_code == 200, response.text
+            batch = response.json()["items"]
+            assert [b["cell_id"] for b in batch] == ["c0", "c1", "c2"]
+            for item, answer in zip(items, batch, strict=True):
+                single = (await client.post("/v1/forecast", json=item)).json()
+                assert single["forecasts"][0]["timestamp"] == answer["forecasts"][0]["timestamp"]
+                for a, b in zip(single["forecasts"], answer["forecasts"], strict=True):
+                    assert a["p50"] == pytest.approx(b["p50"], abs=1e-3)
+            mixed = [items[0], {**items[1], "horizon": 3}]
+            response = await client.post("/v1/forecast/batch", json={"items": mixed})
+            assert response.status_code == 422
+
+    run(go())
+
+
+def arrow_body(n_cells: int, lengths: list[int] | None = None) -> bytes:
+    lengths = lengths or [CONTEXT] * n_cells
+    rng = np.random.default_rng(1)
+    table = pa.table({
+        "cell_id": [f"cell-{i:04d}" for i in range(n_cells)],
+        "start": pa.array([pd.Timestamp("2024-03-01", tz="UTC")] * n_cells,
+                          pa.timestamp("ns", tz="UTC")),
+        "values": [list(rng.gamma(2.0, 10.0, n).astype(np.float32)) for n in lengths],
+    })
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def test_arrow_batch_of_1000_cells(model_dir: Path, tmp_path: Path) -> None:
+    async def go() -> None:
+        async with running(descriptor(tmp_path, model_dir)) as client:
+            payload = arrow_body(1000)
+            response = await client.post(
+                "/v1/forecast/batch?freq=1h", content=payload,
+                headers={"content-type": "application/vnd.apache.arrow.stream"},
+            )
+            assert response.status_code == 200, response.text
+            assert response.headers["x-source"] == "model"
+            assert response.headers["x-model-version"] == "test"
+            table = pa.ipc.open_stream(response.content).read_all().to_pandas()
+            assert len(table) == 1000 * HORIZON
+            assert list(table.columns) == ["cell_id", "timestamp", "p10", "p50", "p90"]
+            request = pa.ipc.open_stream(payload).read_all()
+            values = np.stack([np.asarray(v, np.float32)
+                               for v in request.column("values").to_pylist()])
+            last = pd.Timestamp("2024-03-01", tz="UTC") + (CONTEXT - 1) * pd.Timedelta("1h")
+            expected = OnnxForecaster(model_dir).forecast(
+                values, pd.DatetimeIndex([last] * 1000))
+            np.testing.assert_allclose(table["p50"].to_numpy().reshape(1000, HORIZON),
+                                       expected[:, :, 1], rtol=1e-5, atol=1e-4)
+            assert table["timestamp"].iloc[0] == last + pd.Timedelta("1h")
+
+    run(go())
+
+
+def test_arrow_series_of_different_lengths_end_where_they_end(model_dir: Path,
+                                                              tmp_path: Path) -> None:
+    async def go() -> None:
+        async with running(descriptor(tmp_path, model_dir)) as client:
+            response = await client.post(
+                "/v1/forecast/batch?freq=1h&horizon=2", content=arrow_body(2, [CONTEXT, 30]),
+                headers={"content-type": "application/vnd.apache.arrow.stream"},
+            )
+            table = pa.ipc.open_stream(response.content).read_all().to_pandas()
+            first = table.groupby("cell_id", observed=True)["timestamp"].min()
+            start = pd.Timestamp("2024-03-01", tz="UTC")
+            assert first["cell-0000"] == start + CONTEXT * pd.Timedelta("1h")
+            assert first["cell-0001"] == start + 30 * pd.Timedelta("1h")
+
+    run(go())
+
+
+@pytest.mark.parametrize(
+    ("payload", "query", "message"),
+    [
+        (b"not arrow at all", "?freq=1h", "Arrow"),
+        (None, "", "freq"),
+        ("missing", "?freq=1h", "lacks column"),
+    ],
+)
+def test_bad_arrow_bodies(model_dir: Path, tmp_path: Path, payload, query: str,
+                          message: str) -> None:
+    if payload is None:
+        payload = arrow_body(2)
+    elif payload == "missing":
+        table = pa.table({"cell_id": ["a"], "values": [[1.0, 2.0]]})
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+        payload = sink.getvalue().to_pybytes()
+
+    async def go() -> None:
+        async with running(descriptor(tmp_path, model_dir)) as client:
+            response = await client.post(
+                f"/v1/forecast/batch{query}", content=payload,
+                headers={"content-type": "application/vnd.apache.arrow.stream"},
+            )
+            assert response.status_code == 422 and message in response.json()["error"]
+
+    run(go())
+
+
+def test_cells_held_by_the_xapp(model_dir: Path, tmp_path: Path) -> None:
+    async def go() -> None:
+        async with running(descriptor(tmp_path, model_dir)) as client:
+            assert (await client.get("/v1/cells/c9/forecast")).status_code == 404
+            short = {"start": START, "freq": "1h", "values": [3.0] * 5}
+            assert (await client.post("/v1/cells/c9/history", json=short)).json()["kept"] == 5
+            response = await client.get("/v1/cells/c9/forecast")
+            assert response.status_code == 409 and "5 sample(s)" in response.json()["error"]
+            full = {"start": START, "freq": "1h", "values": series()}
+            await client.post("/v1/cells/c9/history", json=full)
+            response = await client.get("/v1/cells/c9/forecast?horizon=3")
+            assert response.status_code == 200, response.text
+            assert len(response.json()["forecasts"]) == 3
+            cells = (await client.get("/v1/cells")).json()
+            assert cells["count"] == 1 and cells["freq"] == "1h"
+            assert cells["cells"][0]["steps_held"] == CONTEXT - 1  # one null in series()
+            last = pd.Timestamp(START) + (CONTEXT - 1) * pd.Timedelta("1h")
+            assert cells["cells"][0]["last"] == last.tz_convert("UTC").isoformat()
+
+    run(go())
+
+
+def test_metrics_exposition(model_dir: Path, tmp_path: Path) -> None:
+    async def go() -> None:
+        async with running(descriptor(tmp_path, model_dir)) as client:
+            await client.post("/v1/forecast", json=body())
+            await client.post("/v1/forecast", json=body(horizon=999))
+            response = await client.get("/ric/v1/metrics")
+            assert response.headers["content-type"].startswith("text/plain")
+            text = response.text
+            assert ('kpi_forecast_requests_total{method="POST",route="/v1/forecast",'
+                    'status="200"} 1.0') in text
+            assert 'route="/v1/forecast",status="422"} 1.0' in text
+            assert 'kpi_forecast_request_duration_seconds_count{route="/v1/forecast"} 1.0' in text
+            assert "kpi_forecast_inference_duration_seconds_bucket" in text
+            assert 'kpi_forecast_model_info{attention="onnx-attention"' in text
+            assert 'version="test"' in text
+            assert "kpi_forecast_latency_budget_seconds 0.1" in text
+            assert 'kpi_forecast_fallbacks_total{reason="timeout"} 0.0' in text
+            assert 'kpi_forecast_shed_requests_total{reason="queue_full"} 0.0' in text
+
+    run(go())
+
+
+def test_a_late_model_gives_a_flagged_seasonal_naive_fallback(model_dir: Path,
+                                                               tmp_path: Path) -> None:
+    async def go() -> None:
+        # The batcher waits 200 ms for a batch to fill: longer than the 50 ms budget.
+        desc = descriptor(tmp_path, model_dir, latencyBudgetMs=50,
+                          batching={"maxBatchSize": 64, "maxQueueDelayMs": 200,
+                                    "maxQueueSize": 1024})
+        async with running(desc) as client:
+            values = series(8 * 24)
+            answer = (await client.post("/v1/forecast", json=body(values=values))).json()
+            assert answer["source"] == "fallback" and answer["reason"] == "queue_delay"
+            assert answer["model_version"] is None
+            week_ago = values[-7 * 24 : -7 * 24 + HORIZON]
+            assert [p["p50"] for p in answer["forecasts"]] == pytest.approx(week_ago, abs=1e-3)
+            metrics = (await client.get("/ric/v1/metrics")).text
+            assert 'kpi_forecast_fallbacks_total{reason="queue_delay"} 1.0' in metrics
+
+    run(go())
+
+
+def test_a_failing_model_falls_back_and_keeps_serving(model_dir: Path, tmp_path: Path) -> None:
+    async def go() -> None:
+        async with running(descriptor(tmp_path, model_dir)) as client:
+            model = client.app.state.service.model
+
+            def broken(*args, **kwargs):
+                raise RuntimeError("CUDA error: an illegal memory access")
+
+            model.forecast, healthy = broken, model.forecast
+            answer = (await client.post("/v1/forecast", json=body())).json()
+            assert answer["source"] == "fallback" and answer["reason"] == "model_error"
+            model.forecast = healthy
+            answer = (await client.post("/v1/forecast", json=body())).json()
+            assert answer["source"] == "model"
+
+    run(go())
+
+
+def test_a_full_queue_sheds_with_503_and_retry_after(model_dir: Path, tmp_path: Path) -> None:
+    async def go() -> None:
+        desc = descriptor(tmp_path, model_dir, latencyBudgetMs=2000,
+                          batching={"maxBatchSize": 4, "maxQueueDelayMs": 100,
+                                    "maxQueueSize": 4})
+        async with running(desc) as client:
+            responses = await asyncio.gather(
+                *[client.post("/v1/forecast", json=body(cell_id=f"c{i}")) for i in range(12)]
+            )
+            codes = sorted(r.status_code for r in responses)
+            assert codes.count(200) >= 4 and codes.count(503) >= 1
+            assert set(codes) <= {200, 503}
+            shed = next(r for r in responses if r.status_code == 503)
+            assert shed.headers["retry-after"] == "2"
+            assert shed.json()["reason"] == "queue_full"
+
+    run(go())
+
+
+def test_not_ready_is_503_and_a_bad_reload_keeps_the_old_model(model_dir: Path,
+                                                                tmp_path: Path) -> None:
+    async def go() -> None:
+        async with running(descriptor(tmp_path, tmp_path / "nowhere"), wait_ready=False
+                           ) as client:
+            await asyncio.sleep(0.2)
+            assert (await client.get("/ric/v1/health/ready")).status_code == 503
+            response = await client.post("/v1/forecast", json=body())
+            assert response.status_code == 503 and response.headers["retry-after"] == "1"
+            response = await client.post("/v1/model/reload", json={"model_dir": str(model_dir)})
+            assert response.status_code == 200 and response.json()["model_version"] == "test"
+            assert (await client.get("/ric/v1/health/ready")).status_code == 200
+            response = await client.post("/v1/model/reload",
+                                         json={"model_dir": str(tmp_path / "nowhere")})
+            assert response.status_code == 422
+            assert "previous one keeps serving" in response.json()["error"]
+            assert (await client.post("/v1/forecast", json=body())).json()["source"] == "model"
+
+    run(go())
+
+
+def test_reload_under_load_never_fails_a_request(model_dir: Path, tmp_path: Path) -> None:
+    newer = make_model(tmp_path / "newer", version="newer")
+
+    async def go() -> None:
+        async with running(descriptor(tmp_path, model_dir, latencyBudgetMs=5000)) as client:
+            async def load() -> list[str]:
+                versions = []
+                for i in range(30):
+                    response = await client.post("/v1/forecast", json=body(cell_id=f"c{i}"))
+                    assert response.status_code == 200, response.text
+                    versions.append(response.json()["model_version"])
+                return versions
+
+            async def swap() -> int:
+                await asyncio.sleep(0.05)
+                return (await client.post("/v1/model/reload",
+                                          json={"model_dir": str(newer)})).status_code
+
+            *streams, status = await asyncio.gather(load(), load(), swap())
+            assert status == 200
+            seen = {v for stream in streams for v in stream}
+            assert seen <= {"test", "newer"}
+            assert (await client.get("/v1/model")).json()["model_version"] == "newer"
+
+    run(go())

@@ -1,0 +1,133 @@
+"""The xApp's parts on their own: history ring buffers, the fallback, the batcher."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from xapp.batcher import DynamicBatcher, QueueFull, fit_to_context
+from xapp.fallback import seasonal_naive
+from xapp.history import HistoryError, MemoryHistory
+from xapp.metrics import Metrics
+
+T0 = pd.Timestamp("2024-03-30 22:00", tz="UTC")
+HOUR = pd.Timedelta("1h")
+
+
+def test_history_slides_marks_gaps_and_is_idempotent_per_slot() -> None:
+    store = MemoryHistory("1h", length=4)
+    for k, value in enumerate([1.0, 2.0, 3.0]):
+        store.put("a", T0 + k * HOUR, value)
+    store.put("a", T0 + 5 * HOUR, 6.0)  # skips steps 3 and 4
+    values, last = store.window("a")
+    assert last == T0 + 5 * HOUR
+    np.testing.assert_array_equal(values, [3.0, np.nan, np.nan, 6.0])
+    assert store.put("a", T0 + 3 * HOUR + pd.Timedelta("20min"), 4.0)  # lands in step 3's slot
+    store.put("a", T0 + 3 * HOUR, 4.0)  # a replay of the same slot changes nothing
+    np.testing.assert_array_equal(store.window("a")[0], [3.0, 4.0, np.nan, 6.0])
+    assert not store.put("a", T0, 9.0)  # older than the window
+    store.put("a", T0 + 100 * HOUR, 1.0)  # far ahead: everything before is gone
+    np.testing.assert_array_equal(store.window("a")[0], [np.nan, np.nan, np.nan, 1.0])
+    assert store.window("b") is None
+
+
+def test_history_refuses_what_is_not_a_kpi_and_bounds_cells() -> None:
+    store = MemoryHistory("1h", length=4, max_cells=1)
+    with pytest.raises(HistoryError, match="not a KPI"):
+        store.put("a", T0, -1.0)
+    with pytest.raises(HistoryError, match="time zone"):
+        store.put("a", pd.Timestamp("2024-01-01"), 1.0)
+    store.put("a", T0, 1.0)
+    with pytest.raises(HistoryError, match="already holding 1"):
+        store.put("b", T0, 1.0)
+    info = store.cells()[0]
+    assert (info.cell_id, info.steps_held, info.last) == ("a", 1, T0)
+    assert info.first == T0 - 3 * HOUR
+
+
+def test_history_across_a_dst_switch_in_local_time() -> None:
+    store = MemoryHistory("1h", length=6)
+    local = pd.date_range("2024-03-31 00:00", periods=5, freq="1h", tz="Europe/Paris")
+    for k, stamp in enumerate(local):  # 02:00 does not exist that night: no gap, no duplicate
+        store.put("a", stamp, float(k))
+    np.testing.assert_array_equal(store.window("a")[0], [np.nan, 0, 1, 2, 3, 4])
+
+
+def test_fallback_repeats_last_week_with_a_band_from_its_own_errors() -> None:
+    rng = np.random.default_rng(0)
+    hours = np.arange(21 * 24)
+    history = 50 + 20 * np.sin(2 * np.pi * hours / 24) + rng.normal(0, 2, hours.size)
+    forecast = seasonal_naive(history, 24, [0.1, 0.5, 0.9], steps_per_day=24)
+    np.testing.assert_allclose(forecast[:, 1], history[-168:-144], rtol=1e-6)
+    assert (forecast[:, 0] < forecast[:, 1]).all() and (forecast[:, 1] < forecast[:, 2]).all()
+    width = (forecast[:, 2] - forecast[:, 0]).mean()
+    assert 2.0 < width < 12.0  # the week-on-week noise is N(0, 2 * sqrt 2)
+
+
+def test_fallback_with_short_or_gappy_history() -> None:
+    day = np.arange(30, dtype=float)  # longer than a day, shorter than a week
+    np.testing.assert_allclose(seasonal_naive(day, 3, [0.5], 24)[:, 0], day[6:9])
+    gappy = np.full(200, np.nan)
+    gappy[-1] = 7.0
+    np.testing.assert_allclose(seasonal_naive(gappy, 4, [0.1, 0.9], 24), 7.0)
+    with pytest.raises(ValueError, match="no observed"):
+        seasonal_naive(np.full(10, np.nan), 4, [0.5], 24)
+
+
+def test_fit_to_context_cuts_and_pads_on_the_left() -> None:
+    rows = np.arange(6, dtype=np.float32).reshape(1, 6)
+    np.testing.assert_array_equal(fit_to_context(rows, 4), [[2, 3, 4, 5]])
+    np.testing.assert_array_equal(fit_to_context(rows, 8), [[np.nan, np.nan, 0, 1, 2, 3, 4, 5]])
+
+
+class CountingModel:
+    """Stands in for OnnxForecaster: records batch sizes, answers row sums."""
+
+    class metadata:  # noqa: N801 - mirrors the attribute of the real runtime
+        context = 4
+
+    def __init__(self) -> None:
+        self.batches: list[int] = []
+
+    def forecast(self, history: np.ndarray, last: pd.DatetimeIndex) -> np.ndarray:
+        self.batches.append(len(history))
+        return np.nansum(history, axis=1)[:, None, None].repeat(2, axis=1)
+
+
+def test_the_batcher_merges_a_burst_and_answers_each_its_own() -> None:
+    async def go() -> None:
+        model = CountingModel()
+        batcher = DynamicBatcher(lambda: model, Metrics(0.1, 8), max_batch_size=8,
+                                 max_queue_delay_s=0.02, max_queue_size=100)
+        task = asyncio.create_task(batcher.run())
+        futures = [batcher.submit(np.full((1, 4), float(i), np.float32),
+                                  pd.DatetimeIndex([T0])) for i in range(10)]
+        results = await asyncio.gather(*futures)
+        assert [float(r.quantiles[0, 0, 0]) for r in results] == [4.0 * i for i in range(10)]
+        assert model.batches == [8, 2]
+        task.cancel()
+        batcher.close()
+
+    asyncio.run(go())
+
+
+def test_the_batcher_bounds_its_queue_and_skips_abandoned_requests() -> None:
+    async def go() -> None:
+        model = CountingModel()
+        batcher = DynamicBatcher(lambda: model, Metrics(0.1, 8), max_batch_size=8,
+                                 max_queue_delay_s=0.05, max_queue_size=3)
+        task = asyncio.create_task(batcher.run())
+        one = np.ones((1, 4), np.float32)
+        kept = [batcher.submit(one, pd.DatetimeIndex([T0])) for _ in range(3)]
+        with pytest.raises(QueueFull):
+            batcher.submit(one, pd.DatetimeIndex([T0]))
+        kept[0].cancel()  # its caller answered from the fallback
+        await asyncio.gather(*kept[1:])
+        assert model.batches == [2]
+        task.cancel()
+        batcher.close()
+
+    asyncio.run(go())

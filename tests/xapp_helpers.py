@@ -1,0 +1,58 @@
+"""Shared by the xApp tests: a model directory, descriptors with chosen controls, a running app."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+
+from tests.exported_model import exported
+from xapp.api import create_app
+from xapp.config import CONFIG_FILE_NAME, DEFAULT_DIR, Descriptor, load_descriptor
+
+CONTEXT, HORIZON = 168, 24
+
+
+def make_model(path: Path, version: str = "test") -> Path:
+    exported(path, CONTEXT, HORIZON)
+    meta = json.loads((path / "metadata.json").read_text())
+    meta["model_version"] = version
+    (path / "metadata.json").write_text(json.dumps(meta))
+    return path
+
+
+def write_descriptor(directory: Path, model_dir: Path, **controls: object) -> Path:
+    """A config-file.json like the packaged one, with ``controls`` (camelCase) replaced."""
+    raw = json.loads((DEFAULT_DIR / CONFIG_FILE_NAME).read_text())
+    raw["controls"] = {**raw["controls"], "modelDir": str(model_dir), **controls}
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / CONFIG_FILE_NAME
+    path.write_text(json.dumps(raw, indent=2))
+    return path
+
+
+def descriptor(tmp: Path, model_dir: Path, **controls: object) -> Descriptor:
+    return load_descriptor(write_descriptor(tmp / "config", model_dir, **controls))
+
+
+@contextlib.asynccontextmanager
+async def running(desc: Descriptor, wait_ready: bool = True, watch: bool = False
+                  ) -> AsyncIterator[httpx.AsyncClient]:
+    """The app with its background tasks running, and an async client on it (no sockets)."""
+    app = create_app(desc, watch_config=watch)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://xapp") as client:
+            if wait_ready:
+                for _ in range(400):
+                    if (await client.get("/ric/v1/health/ready")).status_code == 200:
+                        break
+                    await asyncio.sleep(0.025)
+                else:
+                    raise AssertionError("the model never became ready")
+            client.app = app  # type: ignore[attr-defined]
+            yield client

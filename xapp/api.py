@@ -1,0 +1,395 @@
+"""The REST interface: O-RAN SC conventions under /ric/v1, forecasts under /v1.
+
+Every error is JSON with an ``error`` message; client mistakes are 4xx, never 500. OpenAPI is
+at /docs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import math
+import time
+from collections.abc import AsyncIterator
+
+import numpy as np
+import pandas as pd
+from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from model.artifact import ArtifactError
+from model.features import calendar_zone
+from xapp import binary
+from xapp.config import ConfigWatcher, Descriptor
+from xapp.schemas import (
+    BatchRequest,
+    BatchResponse,
+    CellOut,
+    CellsResponse,
+    ErrorOut,
+    ForecastRequest,
+    ForecastResponse,
+    HistoryAccepted,
+    ModelOut,
+    ReloadRequest,
+    SeriesIn,
+)
+from xapp.service import Answer, ClientError, Service, Shed
+
+log = logging.getLogger(__name__)
+
+ERRORS = {code: {"model": ErrorOut} for code in (404, 409, 413, 422, 503)}
+
+
+def create_app(
+    descriptor: Descriptor, watch_config: bool = True, overrides: dict | None = None
+) -> FastAPI:
+    """The app; ``overrides`` (CLI flags) are re-applied to every reloaded config file."""
+    service = Service(descriptor)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        tasks = await service.start()
+        if watch_config:
+            watcher = ConfigWatcher(descriptor.path, service.apply_descriptor,
+                                    overrides=overrides)
+            tasks.append(asyncio.create_task(watcher.run(), name="config-watch"))
+        yield
+        await service.stop(tasks)
+
+    app = FastAPI(
+        title="kpi-forecast xApp",
+        description="Per-cell KPI forecasts for the near-RT RIC.",
+        version=descriptor.version,
+        lifespan=lifespan,
+    )
+    app.state.service = service
+    app.add_middleware(Boundary, service=service)
+    _add_error_handlers(app, service)
+    _add_ric_routes(app, service)
+    _add_forecast_routes(app, service)
+    return app
+
+
+# --- the edge: size limit, arrival time, request metrics ----------------------------------
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class Boundary:
+    """Pure ASGI (no per-request task): stamps arrival, caps the body, counts requests."""
+
+    def __init__(self, app, service: Service) -> None:
+        self.app = app
+        self.service = service
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        scope.setdefault("state", {})["arrival"] = time.monotonic()
+        limit = self.service.controls.max_request_bytes
+        status = 500
+        started = False
+
+        async def send_counted(message) -> None:
+            nonlocal status, started
+            if message["type"] == "http.response.start":
+                status, started = message["status"], True
+            await send(message)
+
+        declared = dict(scope.get("headers", [])).get(b"content-length")
+        received = 0
+
+        async def receive_capped():
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > limit:
+                # FastAPI turns errors while it reads a body into a 400: leave a mark so the
+                # error handler answers 413 instead.
+                scope["state"]["body_too_large"] = True
+                raise _TooLarge
+            return message
+
+        try:
+            if declared is not None and declared.isdigit() and int(declared) > limit:
+                raise _TooLarge
+            await self.app(scope, receive_capped, send_counted)
+        except _TooLarge:
+            if started:
+                raise
+            await too_large(limit)(scope, receive, send_counted)
+        finally:
+            route = scope.get("route")
+            self.service.metrics.requests.labels(
+                route=getattr(route, "path", "unmatched"), method=scope["method"],
+                status=str(status),
+            ).inc()
+
+
+def too_large(limit: int) -> JSONResponse:
+    return JSONResponse(
+        {"error": f"request body larger than {limit} bytes (controls.maxRequestBytes)"},
+        status_code=413,
+    )
+
+
+def _add_error_handlers(app: FastAPI, service: Service) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return _validation_error(exc.errors())
+
+    @app.exception_handler(ClientError)
+    async def client_error(request: Request, exc: ClientError) -> JSONResponse:
+        return JSONResponse({"error": str(exc)}, status_code=exc.status)
+
+    @app.exception_handler(Shed)
+    async def shed(request: Request, exc: Shed) -> JSONResponse:
+        return JSONResponse(
+            {"error": str(exc), "reason": exc.reason}, status_code=503,
+            headers={"Retry-After": str(max(1, math.ceil(exc.retry_after_s)))},
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if getattr(request.state, "body_too_large", False):
+            return too_large(service.controls.max_request_bytes)
+        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code,
+                            headers=getattr(exc, "headers", None))
+
+
+def _validation_error(errors: list) -> JSONResponse:
+    def where(error: dict) -> str:
+        parts = [p for p in error.get("loc", ()) if p != "body"]
+        text = ""
+        for part in parts:
+            text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+        return text or "body"
+
+    first = errors[0] if errors else {"msg": "invalid request"}
+    detail = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", "")} for e in errors[:20]]
+    return JSONResponse({"error": f"{where(first)}: {first.get('msg')}", "detail": detail},
+                        status_code=422)
+
+
+# --- /ric/v1: health, config, metrics -------------------------------------------------------
+
+
+def _add_ric_routes(app: FastAPI, service: Service) -> None:
+    @app.get("/ric/v1/health/alive", tags=["ric"])
+    async def alive() -> dict:
+        return {"status": "alive"}
+
+    @app.get("/ric/v1/health/ready", tags=["ric"], responses={503: {"model": ErrorOut}})
+    async def ready() -> JSONResponse:
+        if service.model is None:
+            return JSONResponse({"error": "no model loaded and warmed up yet"}, status_code=503)
+        return JSONResponse({"status": "ready",
+                             "model_version": service.model.metadata.model_version})
+
+    @app.get("/ric/v1/config", tags=["ric"])
+    async def config() -> list[dict]:
+        descriptor = service.descriptor
+        return [{"metadata": {"xappName": descriptor.name, "configType": "json"},
+                 "config": descriptor.raw}]
+
+    @app.get("/ric/v1/metrics", tags=["ric"])
+    async def metrics() -> Response:
+        service.metrics.cells_held.set(len(service.history) if service.history else 0)
+        return Response(generate_latest(service.metrics.registry),
+                        media_type=CONTENT_TYPE_LATEST)
+
+
+# --- /v1: forecasts, cells, model ------------------------------------------------------------
+
+
+def _series(body: SeriesIn, step: pd.Timedelta) -> tuple[np.ndarray, pd.Timestamp]:
+    values = np.array([np.nan if v is None else v for v in body.values], np.float32)
+    last = pd.Timestamp(body.start) + (len(values) - 1) * step
+    return values, last
+
+
+def _points(answer: Answer, row: int, last: dt.datetime, step: dt.timedelta) -> list[dict]:
+    forecast = answer.quantiles[row]
+    return [
+        {"timestamp": (last + (k + 1) * step).isoformat(),
+         **{name: round(float(v), 4) for name, v in zip(answer.names, forecast[k], strict=True)}}
+        for k in range(forecast.shape[0])
+    ]
+
+
+def _response(cell_id: str, answer: Answer, row: int, last: dt.datetime, step: dt.timedelta,
+              latency_ms: float) -> ForecastResponse:
+    return ForecastResponse(
+        cell_id=cell_id, forecasts=_points(answer, row, last, step),
+        model_version=answer.model_version, source=answer.source, reason=answer.reason,
+        latency_ms=round(latency_ms, 3),
+    )
+
+
+def _add_forecast_routes(app: FastAPI, service: Service) -> None:
+    @app.post("/v1/forecast", response_model=ForecastResponse, responses=ERRORS,
+              tags=["forecast"])
+    async def forecast(body: ForecastRequest, request: Request) -> ForecastResponse:
+        arrival = request.state.arrival
+        model, _ = service.check_request(body.freq, body.horizon)
+        values, last = _series(body, model.step)
+        answer = await service.forecast(values[None], pd.DatetimeIndex([last]), body.horizon,
+                                        arrival, body.freq)
+        latency = service.observe("/v1/forecast", arrival)
+        return _response(body.cell_id, answer, 0, last.to_pydatetime(),
+                         model.step.to_pytimedelta(), latency)
+
+    @app.post(
+        "/v1/forecast/batch", response_model=BatchResponse, responses=ERRORS, tags=["forecast"],
+        openapi_extra={"requestBody": {"content": {
+            "application/json": {"schema": BatchRequest.model_json_schema()},
+            binary.ARROW_STREAM: {"schema": {"type": "string", "format": "binary"}},
+        }, "required": True}},
+    )
+    async def forecast_batch(request: Request, freq: str | None = None,
+                             horizon: int | None = None) -> Response:
+        arrival = request.state.arrival
+        body = await request.body()
+        if request.headers.get("content-type", "").startswith(binary.ARROW_STREAM):
+            return await _batch_arrow(service, body, freq, horizon, arrival)
+        try:
+            batch = BatchRequest.model_validate_json(body)
+        except ValidationError as exc:
+            return _validation_error(exc.errors())
+        return await _batch_json(service, batch, arrival)
+
+    @app.get("/v1/cells", response_model=CellsResponse, tags=["cells"])
+    async def cells() -> CellsResponse:
+        store = _store(service)
+        infos = store.cells()
+        return CellsResponse(
+            count=len(infos), freq=store.freq, history_length=store.length,
+            cells=[CellOut(cell_id=i.cell_id, steps_held=i.steps_held,
+                           first=i.first.isoformat(), last=i.last.isoformat()) for i in infos],
+        )
+
+    @app.post("/v1/cells/{cell_id}/history", response_model=HistoryAccepted, responses=ERRORS,
+              tags=["cells"])
+    async def add_history(cell_id: str, body: SeriesIn) -> HistoryAccepted:
+        store = _store(service)
+        model, _ = service.check_request(body.freq, None)
+        kept = store.put_series(cell_id, pd.Timestamp(body.start), body.values)
+        return HistoryAccepted(cell_id=cell_id, kept=kept)
+
+    @app.get("/v1/cells/{cell_id}/forecast", response_model=ForecastResponse, responses=ERRORS,
+             tags=["cells"])
+    async def cell_forecast(cell_id: str, request: Request, horizon: int | None = None
+                            ) -> ForecastResponse:
+        arrival = request.state.arrival
+        store = _store(service)
+        held = store.window(cell_id)
+        if held is None:
+            raise ClientError(404, f"no history held for cell {cell_id!r}")
+        values, last = held
+        model, _ = service.check_request(store.freq, horizon)
+        observed = int((~np.isnan(values)).sum())
+        needed = model.metadata.config.patch_len
+        if observed < needed:
+            raise ClientError(409, f"cell {cell_id!r}: {observed} sample(s) held, at least "
+                              f"{needed} needed (one patch of the model) before a forecast")
+        answer = await service.forecast(values[None], pd.DatetimeIndex([last]), horizon,
+                                        arrival, store.freq)
+        latency = service.observe("/v1/cells/{cell_id}/forecast", arrival)
+        local = last.tz_convert(calendar_zone(model.metadata.calendar_tz))
+        return _response(cell_id, answer, 0, local.to_pydatetime(),
+                         model.step.to_pytimedelta(), latency)
+
+    @app.get("/v1/model", response_model=ModelOut, responses=ERRORS, tags=["model"])
+    async def model_info() -> ModelOut:
+        model = service.model
+        if model is None:
+            raise Shed("not_ready", "no model loaded yet")
+        return _model_out(service)
+
+    @app.post("/v1/model/reload", response_model=ModelOut, responses=ERRORS, tags=["model"])
+    async def reload(body: ReloadRequest | None = None) -> ModelOut:
+        try:
+            await service.reload(body.model_dir if body else None)
+        except (ArtifactError, ValueError) as exc:
+            raise ClientError(422, f"model rejected, the previous one keeps serving: {exc}"
+                              ) from None
+        return _model_out(service)
+
+
+def _store(service: Service):
+    if service.history is None:
+        raise Shed("not_ready", "no model loaded yet: the history grid is not known")
+    return service.history
+
+
+def _model_out(service: Service) -> ModelOut:
+    model = service.model
+    meta = model.metadata
+    return ModelOut(
+        model_version=meta.model_version, model_dir=str(model.model_dir), target=meta.target,
+        freq=meta.freq, context=meta.context, horizon=meta.horizon, quantiles=meta.quantiles,
+        calendar_tz=meta.calendar_tz, load_seconds=round(service.load_seconds, 3),
+        runtime=model.describe(),
+    )
+
+
+async def _batch_json(service: Service, batch: BatchRequest, arrival: float) -> JSONResponse:
+    freqs = {item.freq for item in batch.items}
+    if len(freqs) > 1:
+        raise ClientError(422, f"items mix frequencies {sorted(freqs)}; send one per call")
+    horizons = {item.horizon for item in batch.items}
+    if len(horizons) > 1:
+        raise ClientError(422, "items ask for different horizons; send one per call")
+    model, _ = service.check_request(batch.items[0].freq, batch.items[0].horizon)
+    series = [_series(item, model.step) for item in batch.items]
+    longest = max(len(values) for values, _ in series)
+    history = np.full((len(series), longest), np.nan, np.float32)
+    for row, (values, _) in enumerate(series):
+        history[row, longest - len(values) :] = values
+    last = pd.DatetimeIndex([stamp for _, stamp in series])
+    answer = await service.forecast(history, last, batch.items[0].horizon, arrival,
+                                    batch.items[0].freq)
+    latency = service.observe("/v1/forecast/batch", arrival)
+    step = model.step.to_pytimedelta()
+    items = [
+        _response(item.cell_id, answer, row, stamp.to_pydatetime(), step, latency)
+        for row, (item, (_, stamp)) in enumerate(zip(batch.items, series, strict=True))
+    ]
+    return JSONResponse(BatchResponse(items=items, latency_ms=round(latency, 3)).model_dump())
+
+
+async def _batch_arrow(service: Service, body: bytes, freq: str | None, horizon: int | None,
+                       arrival: float) -> Response:
+    if not freq:
+        raise ClientError(422, "query parameter freq is required with an Arrow body")
+    model, horizon = service.check_request(freq, horizon)
+    try:
+        cells, start, history, lengths = binary.read_request(body)
+    except binary.BodyError as exc:
+        raise ClientError(422, str(exc)) from None
+    bad = np.isinf(history) | (history < 0)
+    if bad.any():
+        row, step = (int(i) for i in np.argwhere(bad)[0])
+        raise ClientError(422, f"series {row} ({cells[row]}): value {history[row, step]} is "
+                          "not a KPI (infinite or negative)")
+    last = start + pd.to_timedelta((lengths - 1) * model.step.value, "ns")
+    answer = await service.forecast(history, pd.DatetimeIndex(last), horizon, arrival, freq)
+    steps = np.arange(1, horizon + 1, dtype=np.int64) * model.step.value
+    stamps = last.as_unit("ns").asi8[:, None] + steps[None, :]
+    payload = binary.write_response(cells, stamps, answer.quantiles, answer.names)
+    latency = service.observe("/v1/forecast/batch", arrival)
+    headers = {"X-Model-Version": answer.model_version or "", "X-Source": answer.source,
+               "X-Latency-Ms": f"{latency:.3f}"}
+    if answer.reason:
+        headers["X-Fallback-Reason"] = answer.reason
+    return Response(payload, media_type=binary.ARROW_STREAM, headers=headers)

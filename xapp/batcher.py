@@ -1,0 +1,190 @@
+"""Dynamic batching of forecast requests, Triton-style: a batch starts when it is full or when
+its first request has waited ``max_queue_delay``, whichever comes first.
+
+Concurrent single-cell requests arrive in bursts; one model call for a burst costs little more
+than one for a single cell, so batching is what keeps the tail latency inside the budget. The
+queue is bounded (a full queue refuses at once rather than queue without bound), the model
+runs in one worker thread (ONNX Runtime releases the GIL, so the event loop keeps serving), and
+a request whose caller has given up (timed out to the fallback) is skipped, not computed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from model.runtime import OnnxForecaster
+from xapp.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+
+class QueueFull(Exception):
+    """The bounded queue is full: the request must be shed."""
+
+
+class ModelUnavailable(Exception):
+    """No model is loaded yet, or the model failed on this batch."""
+
+
+@dataclass
+class Result:
+    quantiles: np.ndarray  # [rows, horizon, Q]
+    model: OnnxForecaster  # the model that answered (its metadata names version, quantiles)
+
+
+@dataclass
+class _Job:
+    history: np.ndarray  # [rows, n] float32, NaN = missing
+    last: pd.DatetimeIndex  # [rows] time of each row's last step
+    enqueued: float
+    future: asyncio.Future[Result]
+
+
+def fit_to_context(history: np.ndarray, context: int) -> np.ndarray:
+    """The last ``context`` steps of each row, left-padded with missing steps when shorter."""
+    if history.shape[1] >= context:
+        return history[:, history.shape[1] - context :]
+    pad = np.full((history.shape[0], context - history.shape[1]), np.nan, np.float32)
+    return np.concatenate([pad, history], axis=1)
+
+
+class DynamicBatcher:
+    def __init__(
+        self,
+        model: Callable[[], OnnxForecaster | None],
+        metrics: Metrics,
+        max_batch_size: int,
+        max_queue_delay_s: float,
+        max_queue_size: int,
+    ) -> None:
+        self._model = model
+        self._metrics = metrics
+        self.max_batch_size = max_batch_size
+        self.max_queue_delay_s = max_queue_delay_s
+        self.max_queue_size = max_queue_size
+        self._queue: collections.deque[_Job] = collections.deque()
+        self._arrived = asyncio.Event()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inference")
+        # Seconds per model call, smoothed: what a new request should expect to wait.
+        self.batch_seconds = 0.0
+
+    def configure(self, max_batch_size: int, max_queue_delay_s: float, max_queue_size: int
+                  ) -> None:
+        """Apply new batching controls (a config reload) from the next batch on."""
+        self.max_batch_size = max_batch_size
+        self.max_queue_delay_s = max_queue_delay_s
+        self.max_queue_size = max_queue_size
+
+    @property
+    def depth(self) -> int:
+        return sum(len(job.last) for job in self._queue)
+
+    def expected_wait(self) -> float:
+        """Seconds until a request queued now would have its answer."""
+        batches_ahead = self.depth // max(self.max_batch_size, 1)
+        return (batches_ahead + 1) * self.batch_seconds + self.max_queue_delay_s
+
+    def submit(self, history: np.ndarray, last: pd.DatetimeIndex) -> asyncio.Future[Result]:
+        if self.depth + len(last) > self.max_queue_size and self._queue:
+            raise QueueFull(f"{self.depth} series already queued (max {self.max_queue_size})")
+        future = asyncio.get_running_loop().create_future()
+        self._queue.append(_Job(history, last, time.monotonic(), future))
+        self._metrics.queue_depth.set(self.depth)
+        self._arrived.set()
+        return future
+
+    async def run(self) -> None:
+        """The batching loop; runs until cancelled."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._arrived.wait()
+            self._arrived.clear()
+            while self._queue:
+                await self._fill(self._queue[0].enqueued + self.max_queue_delay_s)
+                jobs = self._take()
+                if jobs:
+                    await self._run_batch(loop, jobs)
+
+    async def _fill(self, start_by: float) -> None:
+        while self.depth < self.max_batch_size:
+            remaining = start_by - time.monotonic()
+            if remaining <= 0:
+                return
+            self._arrived.clear()
+            try:
+                await asyncio.wait_for(self._arrived.wait(), remaining)
+            except TimeoutError:
+                return
+
+    def _take(self) -> list[_Job]:
+        """Up to ``max_batch_size`` series; a larger single job (a batch call) runs alone."""
+        jobs, rows = [], 0
+        while self._queue:
+            job = self._queue[0]
+            if job.future.done():  # its caller gave up and answered from the fallback
+                self._queue.popleft()
+                continue
+            if jobs and rows + len(job.last) > self.max_batch_size:
+                break
+            jobs.append(self._queue.popleft())
+            rows += len(job.last)
+        self._metrics.queue_depth.set(self.depth)
+        return jobs
+
+    async def _run_batch(self, loop: asyncio.AbstractEventLoop, jobs: list[_Job]) -> None:
+        model = self._model()
+        if model is None:
+            for job in jobs:
+                _fail(job, ModelUnavailable("no model loaded"))
+            return
+        context = model.metadata.context
+        history = np.concatenate([fit_to_context(job.history, context) for job in jobs])
+        last = jobs[0].last.append([job.last for job in jobs[1:]]) if len(jobs) > 1 else (
+            jobs[0].last)
+        started = time.monotonic()
+        for job in jobs:
+            self._metrics.queue_wait.observe(started - job.enqueued)
+        try:
+            quantiles = await loop.run_in_executor(self._executor, model.forecast, history, last)
+        except Exception as exc:  # the model failing must not take the loop down with it
+            log.exception("model call failed on a batch of %d series", len(history))
+            for job in jobs:
+                _fail(job, ModelUnavailable(f"model call failed: {exc}"))
+            return
+        seconds = time.monotonic() - started
+        self.batch_seconds = seconds if not self.batch_seconds else (
+            0.8 * self.batch_seconds + 0.2 * seconds)
+        self._metrics.inference_latency.observe(seconds)
+        self._metrics.batch_size.observe(len(history))
+        row = 0
+        for job in jobs:
+            rows = len(job.last)
+            if not job.future.done():
+                job.future.set_result(Result(quantiles[row : row + rows], model))
+            row += rows
+
+    async def drain(self, timeout: float) -> None:
+        """Wait (up to ``timeout`` s) for queued work to finish: part of a clean shutdown."""
+        deadline = time.monotonic() + timeout
+        while self._queue and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+
+    def close(self) -> None:
+        for job in self._queue:
+            _fail(job, ModelUnavailable("shutting down"))
+        self._queue.clear()
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+
+def _fail(job: _Job, error: Exception) -> None:
+    if not job.future.done():
+        job.future.set_exception(error)

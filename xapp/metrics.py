@@ -1,0 +1,78 @@
+"""Prometheus metrics of the xApp, all prefixed ``kpi_forecast_``.
+
+One registry per app (not the process-global one), so tests and reloads never collide. Latency
+buckets are laid out around the latency budget at start-up: Prometheus cannot change a
+histogram's buckets later, so a new budget from a config reload takes effect on the
+``latency_budget_seconds`` gauge (what alerts compare against) and the violation counter.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+
+PREFIX = "kpi_forecast"
+BUDGET_FRACTIONS = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1.25, 1.5, 2.0, 5.0)
+
+FALLBACK_REASONS = ("queue_delay", "timeout", "model_error")
+SHED_REASONS = ("queue_full", "deadline", "not_ready")
+
+
+class Metrics:
+    def __init__(self, budget_seconds: float, max_batch_size: int) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        around_budget = sorted({round(budget_seconds * f, 6) for f in BUDGET_FRACTIONS})
+        r = self.registry
+        self.requests = Counter(
+            f"{PREFIX}_requests", "HTTP requests by route template and status code.",
+            ["route", "method", "status"], registry=r,
+        )
+        self.request_latency = Histogram(
+            f"{PREFIX}_request_duration_seconds",
+            "Server-side latency of forecast requests, arrival to response.",
+            ["route"], buckets=around_budget, registry=r,
+        )
+        self.inference_latency = Histogram(
+            f"{PREFIX}_inference_duration_seconds", "ONNX Runtime time per batch.",
+            buckets=around_budget, registry=r,
+        )
+        self.queue_wait = Histogram(
+            f"{PREFIX}_queue_wait_seconds", "Time a forecast waits for its batch to start.",
+            buckets=around_budget, registry=r,
+        )
+        batch_buckets = [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
+                         if b <= max(max_batch_size, 1) * 2] or [1]
+        self.batch_size = Histogram(
+            f"{PREFIX}_batch_size", "Series per model call.", buckets=batch_buckets, registry=r,
+        )
+        self.budget_violations = Counter(
+            f"{PREFIX}_budget_violations", "Forecast responses slower than the latency budget.",
+            ["route"], registry=r,
+        )
+        self.fallbacks = Counter(
+            f"{PREFIX}_fallbacks", "Forecasts answered by the seasonal-naive fallback.",
+            ["reason"], registry=r,
+        )
+        self.shed = Counter(
+            f"{PREFIX}_shed_requests", "Requests refused with 503 to protect the budget.",
+            ["reason"], registry=r,
+        )
+        for reason in FALLBACK_REASONS:
+            self.fallbacks.labels(reason=reason)
+        for reason in SHED_REASONS:
+            self.shed.labels(reason=reason)
+        self.cells_held = Gauge(f"{PREFIX}_cells_held", "Cells with history held.", registry=r)
+        self.budget = Gauge(
+            f"{PREFIX}_latency_budget_seconds", "The configured latency budget.", registry=r,
+        )
+        self.budget.set(budget_seconds)
+        self.queue_depth = Gauge(
+            f"{PREFIX}_queue_depth", "Forecasts waiting for a model call.", registry=r,
+        )
+        self.model = Info(f"{PREFIX}_model", "The model being served.", registry=r)
+        self.model_load = Gauge(
+            f"{PREFIX}_model_load_seconds", "Time to load, verify and warm up the model.",
+            registry=r,
+        )
+        self.model_ready = Gauge(
+            f"{PREFIX}_model_ready", "1 when a verified, warmed-up model is serving.", registry=r,
+        )

@@ -1,0 +1,249 @@
+"""The xApp's state and decisions, apart from HTTP: the model being served, per-cell history,
+the batcher, and what to answer when the model cannot answer within the latency budget."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from model.artifact import ArtifactError
+from model.runtime import OnnxForecaster, RuntimeOptions
+from xapp.batcher import DynamicBatcher, ModelUnavailable, QueueFull
+from xapp.config import Controls, Descriptor, model_fields_changed
+from xapp.fallback import seasonal_naive
+from xapp.history import MemoryHistory
+from xapp.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+DEFAULT_QUANTILES = [0.1, 0.5, 0.9]
+
+
+class ClientError(Exception):
+    """A request the client got wrong: answered with ``status`` and the message."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Shed(Exception):
+    """Refused to protect the budget: 503 with Retry-After."""
+
+    def __init__(self, reason: str, message: str, retry_after_s: float = 1.0) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.retry_after_s = retry_after_s
+
+
+@dataclass
+class Answer:
+    quantiles: np.ndarray  # [rows, horizon, Q]
+    names: list[str]  # pNN name of each quantile column
+    model_version: str | None
+    source: str  # "model" or "fallback"
+    reason: str | None
+
+
+def quantile_name(q: float) -> str:
+    return f"p{round(q * 100, 6):g}"
+
+
+class Service:
+    def __init__(self, descriptor: Descriptor) -> None:
+        self.descriptor = descriptor
+        controls = descriptor.controls
+        self.metrics = Metrics(controls.latency_budget_ms / 1000.0,
+                               controls.batching.max_batch_size)
+        self.model: OnnxForecaster | None = None
+        self.load_seconds = 0.0
+        self.history: MemoryHistory | None = None
+        self.batcher = DynamicBatcher(
+            lambda: self.model, self.metrics, controls.batching.max_batch_size,
+            controls.batching.max_queue_delay_ms / 1000.0, controls.batching.max_queue_size,
+        )
+        self._reload_lock = asyncio.Lock()
+
+    @property
+    def controls(self) -> Controls:
+        return self.descriptor.controls
+
+    @property
+    def budget_s(self) -> float:
+        return self.controls.latency_budget_ms / 1000.0
+
+    # --- the model -------------------------------------------------------------------------
+
+    def _load(self, model_dir: str) -> tuple[OnnxForecaster, float]:
+        started = time.monotonic()
+        controls = self.controls
+        options = RuntimeOptions(provider=controls.execution_provider,
+                                 intra_op_threads=controls.intra_op_threads)
+        forecaster = OnnxForecaster(model_dir, options)  # verifies, then warms up
+        check_controls(controls, forecaster)
+        if self.history is not None and len(self.history) and (
+                forecaster.metadata.freq != self.history.freq):
+            raise ArtifactError(
+                f"{model_dir}: model frequency {forecaster.metadata.freq} differs from the "
+                f"{self.history.freq} history held for {len(self.history)} cells"
+            )
+        return forecaster, time.monotonic() - started
+
+    async def reload(self, model_dir: str | None = None) -> OnnxForecaster:
+        """Load, verify and warm up a model directory, then swap it in; on any failure the
+        current model keeps serving and the error propagates."""
+        model_dir = model_dir or self.controls.model_dir
+        async with self._reload_lock:
+            forecaster, seconds = await asyncio.to_thread(self._load, model_dir)
+            self.model, self.load_seconds = forecaster, seconds  # one assignment: atomic
+        meta = forecaster.metadata
+        if self.history is None or not len(self.history):
+            self.history = MemoryHistory(meta.freq, self.controls.history_length)
+        self.metrics.model.info({
+            "version": meta.model_version, "provider": forecaster.provider,
+            "attention": str(meta.onnx.get("attention")), "target": meta.target,
+        })
+        self.metrics.model_load.set(seconds)
+        self.metrics.model_ready.set(1)
+        log.info("serving %s from %s on %s (loaded in %.2f s)", meta.model_version, model_dir,
+                 forecaster.provider, seconds)
+        return forecaster
+
+    def apply_descriptor(self, new: Descriptor) -> None:
+        """A config reload: raise ValueError to reject it (the old one stays)."""
+        if self.model is not None:
+            check_controls(new.controls, self.model)
+        old = self.controls
+        self.descriptor = new
+        batching = new.controls.batching
+        self.batcher.configure(batching.max_batch_size, batching.max_queue_delay_ms / 1000.0,
+                               batching.max_queue_size)
+        self.metrics.budget.set(self.budget_s)
+        changed = model_fields_changed(old, new.controls)
+        if changed:
+            log.info("config: %s changed, reloading the model", ", ".join(changed))
+            asyncio.get_running_loop().create_task(self._reload_logged())
+
+    async def _reload_logged(self) -> None:
+        try:
+            await self.reload()
+        except (ArtifactError, ValueError, OSError) as exc:
+            log.error("model reload rejected, the previous model keeps serving: %s", exc)
+
+    # --- forecasts -------------------------------------------------------------------------
+
+    def _model_or_shed(self) -> OnnxForecaster:
+        if self.model is None:
+            self.metrics.shed.labels(reason="not_ready").inc()
+            raise Shed("not_ready", "no model loaded yet", retry_after_s=1.0)
+        return self.model
+
+    def check_request(self, freq: str, horizon: int | None) -> tuple[OnnxForecaster, int]:
+        model = self._model_or_shed()
+        meta = model.metadata
+        try:
+            step = pd.Timedelta(pd.tseries.frequencies.to_offset(freq))
+        except ValueError:
+            raise ClientError(422, f"freq {freq!r} is not a frequency such as 1h or 15min"
+                              ) from None
+        if step != model.step:
+            raise ClientError(422, f"freq {freq} does not match the model's {meta.freq}")
+        horizon = horizon or self.controls.default_horizon or meta.horizon
+        if horizon > meta.horizon:
+            raise ClientError(422, f"horizon {horizon} exceeds the model's {meta.horizon}")
+        return model, horizon
+
+    def selected(self, model: OnnxForecaster) -> tuple[list[int], list[str]]:
+        quantiles = model.metadata.quantiles
+        wanted = self.controls.quantiles or quantiles
+        columns = [quantiles.index(q) for q in wanted]
+        return columns, [quantile_name(q) for q in wanted]
+
+    async def forecast(
+        self, history: np.ndarray, last: pd.DatetimeIndex, horizon: int | None, arrival: float,
+        freq: str,
+    ) -> Answer:
+        """Forecasts for the rows of ``history`` [B, n]; the model within the budget, else the
+        fallback, else a Shed."""
+        model, horizon = self.check_request(freq, horizon)
+        if np.isnan(history).all(axis=1).any():
+            row = int(np.isnan(history).all(axis=1).argmax())
+            raise ClientError(422, f"series {row} has no observed value")
+        deadline = arrival + self.budget_s
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            self.metrics.shed.labels(reason="deadline").inc()
+            raise Shed("deadline", "the latency budget was spent before the request was read")
+        # Keep back a slice of the budget for the fallback, should the model be late.
+        reserve = min(0.1 * self.budget_s, 0.005) if len(history) == 1 else 0.0
+        if len(history) == 1 and self.batcher.expected_wait() > remaining - reserve:
+            return self._fallback(model, history, horizon, "queue_delay")
+        try:
+            future = self.batcher.submit(history, last)
+        except QueueFull as exc:
+            self.metrics.shed.labels(reason="queue_full").inc()
+            raise Shed("queue_full", str(exc), retry_after_s=max(self.budget_s, 0.1)) from None
+        try:
+            if len(history) == 1:
+                result = await asyncio.wait_for(future, remaining - reserve)
+            else:
+                result = await future  # a batch call has no cheaper answer: it waits its turn
+        except TimeoutError:
+            return self._fallback(model, history, horizon, "timeout")
+        except ModelUnavailable:
+            return self._fallback(model, history, horizon, "model_error")
+        columns, names = self.selected(result.model)
+        return Answer(result.quantiles[:, :horizon, columns], names,
+                      result.model.metadata.model_version, "model", None)
+
+    def _fallback(self, model: OnnxForecaster, history: np.ndarray, horizon: int,
+                  reason: str) -> Answer:
+        self.metrics.fallbacks.labels(reason=reason).inc(len(history))
+        columns, names = self.selected(model)
+        quantiles = [model.metadata.quantiles[c] for c in columns]
+        steps_per_day = int(pd.Timedelta("1D") // model.step)
+        forecast = np.stack([
+            seasonal_naive(row, horizon, quantiles, steps_per_day) for row in history
+        ])
+        return Answer(forecast, names, None, "fallback", reason)
+
+    def observe(self, route: str, arrival: float) -> float:
+        """Record a forecast response's latency; returns it in milliseconds."""
+        seconds = time.monotonic() - arrival
+        self.metrics.request_latency.labels(route=route).observe(seconds)
+        if seconds > self.budget_s:
+            self.metrics.budget_violations.labels(route=route).inc()
+        return seconds * 1000.0
+
+    # --- life cycle ------------------------------------------------------------------------
+
+    async def start(self) -> list[asyncio.Task]:
+        """Start the batcher and load the model in the background (alive before ready)."""
+        return [
+            asyncio.create_task(self.batcher.run(), name="batcher"),
+            asyncio.create_task(self._reload_logged(), name="initial-model-load"),
+        ]
+
+    async def stop(self, tasks: list[asyncio.Task], drain_s: float = 5.0) -> None:
+        await self.batcher.drain(drain_s)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self.batcher.close()
+
+
+def check_controls(controls: Controls, model: OnnxForecaster) -> None:
+    """Controls that only make sense for some models: reject the pair, with the reason."""
+    meta = model.metadata
+    missing = [q for q in controls.quantiles or [] if q not in meta.quantiles]
+    if missing:
+        raise ValueError(f"controls.quantiles {missing} are not among the model's "
+                         f"{meta.quantiles}")
+    if controls.default_horizon and controls.default_horizon > meta.horizon:
+        raise ValueError(f"controls.defaultHorizon {controls.default_horizon} exceeds the "
+                         f"model's horizon {meta.horizon}")
