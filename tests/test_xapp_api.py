@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -313,12 +314,41 @@ def test_a_late_model_gives_a_flagged_seasonal_naive_fallback(model_dir: Path,
         async with running(desc) as client:
             values = series(8 * 24)
             answer = (await client.post("/v1/forecast", json=body(values=values))).json()
-            assert answer["source"] == "fallback" and answer["reason"] == "queue_delay"
+            assert answer["source"] == "fallback" and answer["reason"] == "timeout"
             assert answer["model_version"] is None
+            assert answer["latency_ms"] < 50
             week_ago = values[-7 * 24 : -7 * 24 + HORIZON]
             assert [p["p50"] for p in answer["forecasts"]] == pytest.approx(week_ago, abs=1e-3)
             metrics = (await client.get("/ric/v1/metrics")).text
-            assert 'kpi_forecast_fallbacks_total{reason="queue_delay"} 1.0' in metrics
+            assert 'kpi_forecast_fallbacks_total{reason="timeout"} 1.0' in metrics
+
+    run(go())
+
+
+def test_a_queue_too_long_for_the_budget_falls_back_without_waiting(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    async def go() -> None:
+        desc = descriptor(tmp_path, model_dir, latencyBudgetMs=60,
+                          batching={"maxBatchSize": 1, "maxQueueDelayMs": 0,
+                                    "maxQueueSize": 1024})
+        async with running(desc) as client:
+            model = client.app.state.service.model
+            healthy = model.forecast
+
+            def slow(*args, **kwargs):  # 25 ms a call: two queued ahead already miss 60 ms
+                time.sleep(0.025)
+                return healthy(*args, **kwargs)
+
+            model.forecast = slow
+            assert (await client.post("/v1/forecast", json=body())).json()["source"] == "model"
+            answers = await asyncio.gather(
+                *[client.post("/v1/forecast", json=body(cell_id=f"c{i}")) for i in range(4)])
+            reasons = [a.json()["reason"] for a in answers]
+            assert reasons[0] is None and "queue_delay" in reasons
+            quick = [a.json()["latency_ms"] for a in answers if a.json()["reason"] ==
+                     "queue_delay"]
+            assert max(quick) < 25  # answered at once, not after waiting for the model
 
     run(go())
 
@@ -341,11 +371,12 @@ def test_a_failing_model_falls_back_and_keeps_serving(model_dir: Path, tmp_path:
     run(go())
 
 
-def test_a_full_queue_sheds_with_503_and_retry_after(model_dir: Path, tmp_path: Path) -> None:
+def test_too_many_in_flight_are_shed_with_503_and_retry_after(model_dir: Path,
+                                                              tmp_path: Path) -> None:
     async def go() -> None:
         desc = descriptor(tmp_path, model_dir, latencyBudgetMs=2000,
                           batching={"maxBatchSize": 4, "maxQueueDelayMs": 100,
-                                    "maxQueueSize": 4})
+                                    "maxQueueSize": 64})
         async with running(desc) as client:
             responses = await asyncio.gather(
                 *[client.post("/v1/forecast", json=body(cell_id=f"c{i}")) for i in range(12)]
@@ -354,8 +385,28 @@ def test_a_full_queue_sheds_with_503_and_retry_after(model_dir: Path, tmp_path: 
             assert codes.count(200) >= 4 and codes.count(503) >= 1
             assert set(codes) <= {200, 503}
             shed = next(r for r in responses if r.status_code == 503)
-            assert shed.headers["retry-after"] == "2"
-            assert shed.json()["reason"] == "queue_full"
+            assert shed.headers["retry-after"] == "1"
+            assert shed.json()["reason"] == "overload"
+            metrics = (await client.get("/ric/v1/metrics")).text
+            assert (f'kpi_forecast_shed_requests_total{{reason="overload"}} '
+                    f'{codes.count(503)}.0') in metrics
+
+    run(go())
+
+
+def test_a_full_queue_sheds_with_503(model_dir: Path, tmp_path: Path) -> None:
+    async def go() -> None:
+        desc = descriptor(tmp_path, model_dir, latencyBudgetMs=3000,
+                          batching={"maxBatchSize": 8, "maxQueueDelayMs": 300,
+                                    "maxQueueSize": 4})
+        async with running(desc) as client:
+            items = [body(cell_id=f"c{i}") for i in range(5)]
+            waiting = asyncio.create_task(client.post("/v1/forecast", json=body()))
+            await asyncio.sleep(0.05)  # the single request now waits for its batch to fill
+            response = await client.post("/v1/forecast/batch", json={"items": items})
+            assert response.status_code == 503 and response.json()["reason"] == "queue_full"
+            assert response.headers["retry-after"] == "3"
+            assert (await waiting).status_code == 200
 
     run(go())
 

@@ -131,3 +131,20 @@ def test_the_batcher_bounds_its_queue_and_skips_abandoned_requests() -> None:
         batcher.close()
 
     asyncio.run(go())
+
+
+def test_the_concurrency_limit_shrinks_on_late_answers_and_grows_back() -> None:
+    from xapp.overload import MIN_LIMIT, ConcurrencyLimit
+
+    limit = ConcurrencyLimit(initial=4, maximum=10)
+    assert all(limit.try_acquire() for _ in range(4)) and not limit.try_acquire()
+    for _ in range(4):
+        limit.release(seconds=0.5, budget_s=0.1)  # all late
+    assert limit.limit == pytest.approx(4 * 0.9**4) and limit.in_flight == 0
+    for _ in range(50):
+        limit.release(seconds=0.5, budget_s=0.1) if limit.try_acquire() else None
+    assert limit.limit == MIN_LIMIT
+    for _ in range(200):
+        assert limit.try_acquire()
+        limit.release(seconds=0.01, budget_s=0.1)  # all on time
+    assert 10 >= limit.limit > 8

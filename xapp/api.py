@@ -123,23 +123,49 @@ class Boundary:
         try:
             if declared is not None and declared.isdigit() and int(declared) > limit:
                 raise _TooLarge
-            await self.app(scope, receive_capped, send_counted)
+            if not _is_forecast(scope["path"]):
+                await self.app(scope, receive_capped, send_counted)
+                return
+            try:
+                self.service.admit()
+            except Shed as exc:
+                await shed_response(exc)(scope, receive, send_counted)
+                return
+            try:
+                await self.app(scope, receive_capped, send_counted)
+            finally:
+                self.service.release(scope["state"]["arrival"])
         except _TooLarge:
             if started:
                 raise
             await too_large(limit)(scope, receive, send_counted)
         finally:
-            route = scope.get("route")
+            route = getattr(scope.get("route"), "path", None) or (
+                "/v1/cells/{cell_id}/forecast" if scope["path"].startswith("/v1/cells/")
+                else scope["path"] if _is_forecast(scope["path"]) else "unmatched")
             self.service.metrics.requests.labels(
-                route=getattr(route, "path", "unmatched"), method=scope["method"],
+                route=route, method=scope["method"],
                 status=str(status),
             ).inc()
+
+
+def _is_forecast(path: str) -> bool:
+    """Forecast routes are what overload shedding applies to (not health, metrics, ingest)."""
+    return path.startswith("/v1/forecast") or (
+        path.startswith("/v1/cells/") and path.endswith("/forecast"))
 
 
 def too_large(limit: int) -> JSONResponse:
     return JSONResponse(
         {"error": f"request body larger than {limit} bytes (controls.maxRequestBytes)"},
         status_code=413,
+    )
+
+
+def shed_response(exc: Shed) -> JSONResponse:
+    return JSONResponse(
+        {"error": str(exc), "reason": exc.reason}, status_code=503,
+        headers={"Retry-After": str(max(1, math.ceil(exc.retry_after_s)))},
     )
 
 
@@ -154,10 +180,7 @@ def _add_error_handlers(app: FastAPI, service: Service) -> None:
 
     @app.exception_handler(Shed)
     async def shed(request: Request, exc: Shed) -> JSONResponse:
-        return JSONResponse(
-            {"error": str(exc), "reason": exc.reason}, status_code=503,
-            headers={"Retry-After": str(max(1, math.ceil(exc.retry_after_s)))},
-        )
+        return shed_response(exc)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:

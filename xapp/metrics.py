@@ -14,7 +14,7 @@ PREFIX = "kpi_forecast"
 BUDGET_FRACTIONS = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1.25, 1.5, 2.0, 5.0)
 
 FALLBACK_REASONS = ("queue_delay", "timeout", "model_error")
-SHED_REASONS = ("queue_full", "deadline", "not_ready")
+SHED_REASONS = ("queue_full", "deadline", "not_ready", "overload")
 
 
 class Metrics:

@@ -18,10 +18,10 @@ from xapp.config import Controls, Descriptor, model_fields_changed
 from xapp.fallback import seasonal_naive
 from xapp.history import MemoryHistory
 from xapp.metrics import Metrics
+from xapp.overload import ConcurrencyLimit, LoopLag
 
 log = logging.getLogger(__name__)
 
-DEFAULT_QUANTILES = [0.1, 0.5, 0.9]
 
 
 class ClientError(Exception):
@@ -68,6 +68,9 @@ class Service:
             controls.batching.max_queue_delay_ms / 1000.0, controls.batching.max_queue_size,
         )
         self._reload_lock = asyncio.Lock()
+        self.loop_lag = LoopLag()
+        self.admission = ConcurrencyLimit(initial=controls.batching.max_batch_size,
+                                          maximum=controls.batching.max_queue_size)
 
     @property
     def controls(self) -> Controls:
@@ -137,6 +140,17 @@ class Service:
 
     # --- forecasts -------------------------------------------------------------------------
 
+    def admit(self) -> None:
+        """Take an in-flight slot for a forecast request, or refuse it before it is read."""
+        if not self.admission.try_acquire():
+            self.metrics.shed.labels(reason="overload").inc()
+            raise Shed("overload", f"{self.admission.in_flight} forecasts in flight, the "
+                       "limit that keeps answers within the budget", retry_after_s=1.0)
+
+    def release(self, arrival: float) -> None:
+        seconds = time.monotonic() - arrival + self.loop_lag.seconds
+        self.admission.release(seconds, self.budget_s)
+
     def _model_or_shed(self) -> OnnxForecaster:
         if self.model is None:
             self.metrics.shed.labels(reason="not_ready").inc()
@@ -181,7 +195,10 @@ class Service:
             raise Shed("deadline", "the latency budget was spent before the request was read")
         # Keep back a slice of the budget for the fallback, should the model be late.
         reserve = min(0.1 * self.budget_s, 0.005) if len(history) == 1 else 0.0
-        if len(history) == 1 and self.batcher.expected_wait() > remaining - reserve:
+        # With a full batch or more already waiting, the wait can be told in advance; short
+        # of that the request joins the next batch and the timeout below guards it.
+        if (len(history) == 1 and self.batcher.depth >= self.batcher.max_batch_size
+                and self.batcher.expected_wait() > remaining - reserve):
             return self._fallback(model, history, horizon, "queue_delay")
         try:
             future = self.batcher.submit(history, last)
@@ -226,6 +243,7 @@ class Service:
         """Start the batcher and load the model in the background (alive before ready)."""
         return [
             asyncio.create_task(self.batcher.run(), name="batcher"),
+            asyncio.create_task(self.loop_lag.run(), name="loop-lag"),
             asyncio.create_task(self._reload_logged(), name="initial-model-load"),
         ]
 

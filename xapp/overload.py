@@ -1,0 +1,55 @@
+"""Admission control: how many forecast requests may be in flight before new ones are shed.
+
+Under overload, queueing anywhere (in the socket, the event loop, the batcher) only makes every
+answer late. The limit adapts like TCP's congestion window (additive increase, multiplicative
+decrease, as in Netflix's concurrency-limits): each answer within a target share of the budget
+lets the limit grow by about one per round, each late answer cuts it by a tenth. The event
+loop's own lateness counts towards an answer's latency, because the time a request waits in
+the socket before the app reads it is invisible to per-request timers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+TICK_S = 0.002
+LAG_SMOOTHING = 0.3  # weight of the newest tick: reacts within a few milliseconds
+TARGET_FRACTION = 0.6  # answers later than this share of the budget shrink the limit
+BACKOFF = 0.9
+MIN_LIMIT = 2.0
+
+
+class LoopLag:
+    """How late the event loop runs, smoothed over the last few ticks."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    async def run(self) -> None:
+        while True:
+            started = time.monotonic()
+            await asyncio.sleep(TICK_S)
+            late = max(time.monotonic() - started - TICK_S, 0.0)
+            self.seconds = LAG_SMOOTHING * late + (1.0 - LAG_SMOOTHING) * self.seconds
+
+
+class ConcurrencyLimit:
+    def __init__(self, initial: float, maximum: float) -> None:
+        self.limit = max(MIN_LIMIT, min(initial, maximum))
+        self.maximum = maximum
+        self.in_flight = 0
+
+    def try_acquire(self) -> bool:
+        if self.in_flight >= int(self.limit):
+            return False
+        self.in_flight += 1
+        return True
+
+    def release(self, seconds: float, budget_s: float) -> None:
+        """One admitted request done, ``seconds`` after arrival (plus the loop's lateness)."""
+        self.in_flight -= 1
+        if seconds > TARGET_FRACTION * budget_s:
+            self.limit = max(MIN_LIMIT, self.limit * BACKOFF)
+        else:
+            self.limit = min(self.maximum, self.limit + 1.0 / self.limit)
