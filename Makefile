@@ -23,6 +23,7 @@ demo: $(VENV)/.installed-train
 	$(BIN)/kpi-forecast train --data $(SAMPLE) --target traffic_mb --tz Europe/Paris \
 		--out $(DEMO_DIR) --max-minutes 2
 	$(BIN)/kpi-forecast predict --model $(DEMO_DIR) --data $(SAMPLE) --out $(DEMO_DIR)/forecast.csv
+	$(BIN)/python -m xapp.smoke $(DEMO_DIR) $(SAMPLE)
 	@echo "artifacts: $(DEMO_DIR)/ (model.onnx, metadata.json, weights.pt)"
 	@echo "report:    $(DEMO_DIR)/report.md"
 	@echo "forecasts: $(DEMO_DIR)/forecast.csv"
@@ -35,6 +36,7 @@ bench: $(VENV)/.installed-train
 	$(BIN)/python -m benchmarks.milan_accuracy
 	$(BIN)/python -m benchmarks.generalisation
 	$(BIN)/python -m benchmarks.runtime
+	$(BIN)/python -m benchmarks.serving
 
 # On a node with an NVIDIA GPU: CUDA parity, fused attention and ONNX Runtime CUDA figures.
 gpu-check: $(VENV)/.installed-train

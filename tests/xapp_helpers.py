@@ -40,10 +40,11 @@ def descriptor(tmp: Path, model_dir: Path, **controls: object) -> Descriptor:
 
 
 @contextlib.asynccontextmanager
-async def running(desc: Descriptor, wait_ready: bool = True, watch: bool = False
+async def running(desc: Descriptor, wait_ready: bool = True, watch: bool = False,
+                  appmgr: httpx.AsyncBaseTransport | None = None
                   ) -> AsyncIterator[httpx.AsyncClient]:
     """The app with its background tasks running, and an async client on it (no sockets)."""
-    app = create_app(desc, watch_config=watch)
+    app = create_app(desc, watch_config=watch, appmgr_transport=appmgr)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://xapp") as client:

@@ -14,6 +14,7 @@ import math
 import time
 from collections.abc import AsyncIterator
 
+import httpx
 import numpy as np
 import pandas as pd
 from fastapi import FastAPI, Request, Response
@@ -25,7 +26,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from model.artifact import ArtifactError
 from model.features import calendar_zone
-from xapp import binary
+from xapp import binary, registration
 from xapp.config import ConfigWatcher, Descriptor
 from xapp.schemas import (
     BatchRequest,
@@ -48,7 +49,8 @@ ERRORS = {code: {"model": ErrorOut} for code in (404, 409, 413, 422, 503)}
 
 
 def create_app(
-    descriptor: Descriptor, watch_config: bool = True, overrides: dict | None = None
+    descriptor: Descriptor, watch_config: bool = True, overrides: dict | None = None,
+    appmgr_transport: httpx.AsyncBaseTransport | None = None,
 ) -> FastAPI:
     """The app; ``overrides`` (CLI flags) are re-applied to every reloaded config file."""
     service = Service(descriptor)
@@ -60,7 +62,13 @@ def create_app(
             watcher = ConfigWatcher(descriptor.path, service.apply_descriptor,
                                     overrides=overrides)
             tasks.append(asyncio.create_task(watcher.run(), name="config-watch"))
+        registered = service.controls.registration.enabled
+        if registered:
+            tasks.append(asyncio.create_task(
+                registration.register(service.descriptor, appmgr_transport), name="register"))
         yield
+        if registered:  # first, so the RIC stops routing to us while we drain
+            await registration.deregister(service.descriptor, appmgr_transport)
         await service.stop(tasks)
 
     app = FastAPI(
@@ -134,7 +142,8 @@ class Boundary:
             try:
                 await self.app(scope, receive_capped, send_counted)
             finally:
-                self.service.release(scope["state"]["arrival"])
+                self.service.release(scope["state"]["arrival"],
+                                     single=not scope["path"].startswith("/v1/forecast/batch"))
         except _TooLarge:
             if started:
                 raise
@@ -382,7 +391,7 @@ async def _batch_json(service: Service, batch: BatchRequest, arrival: float) -> 
     last = pd.DatetimeIndex([stamp for _, stamp in series])
     answer = await service.forecast(history, last, batch.items[0].horizon, arrival,
                                     batch.items[0].freq)
-    latency = service.observe("/v1/forecast/batch", arrival)
+    latency = service.observe("/v1/forecast/batch", arrival, len(series))
     step = model.step.to_pytimedelta()
     items = [
         _response(item.cell_id, answer, row, stamp.to_pydatetime(), step, latency)
@@ -410,7 +419,7 @@ async def _batch_arrow(service: Service, body: bytes, freq: str | None, horizon:
     steps = np.arange(1, horizon + 1, dtype=np.int64) * model.step.value
     stamps = last.as_unit("ns").asi8[:, None] + steps[None, :]
     payload = binary.write_response(cells, stamps, answer.quantiles, answer.names)
-    latency = service.observe("/v1/forecast/batch", arrival)
+    latency = service.observe("/v1/forecast/batch", arrival, len(cells))
     headers = {"X-Model-Version": answer.model_version or "", "X-Source": answer.source,
                "X-Latency-Ms": f"{latency:.3f}"}
     if answer.reason:

@@ -2,8 +2,8 @@
 
 Under overload, queueing anywhere (in the socket, the event loop, the batcher) only makes every
 answer late. The limit adapts like TCP's congestion window (additive increase, multiplicative
-decrease, as in Netflix's concurrency-limits): each answer within a target share of the budget
-lets the limit grow by about one per round, each late answer cuts it by a tenth. The event
+decrease, as in Netflix's concurrency-limits): each answer well within the budget lets the
+limit grow by about one per round, each answer near or past it cuts the limit by a tenth. The event
 loop's own lateness counts towards an answer's latency, because the time a request waits in
 the socket before the app reads it is invisible to per-request timers.
 """
@@ -15,7 +15,8 @@ import time
 
 TICK_S = 0.002
 LAG_SMOOTHING = 0.3  # weight of the newest tick: reacts within a few milliseconds
-TARGET_FRACTION = 0.6  # answers later than this share of the budget shrink the limit
+LATE_FRACTION = 0.8  # answers later than this share of the budget shrink the limit...
+EARLY_FRACTION = 0.6  # ...answers earlier than this share let it grow, in between it holds
 BACKOFF = 0.9
 MIN_LIMIT = 2.0
 
@@ -46,10 +47,13 @@ class ConcurrencyLimit:
         self.in_flight += 1
         return True
 
-    def release(self, seconds: float, budget_s: float) -> None:
-        """One admitted request done, ``seconds`` after arrival (plus the loop's lateness)."""
+    def release(self, seconds: float | None, budget_s: float) -> None:
+        """One admitted request done, ``seconds`` after arrival (plus the loop's lateness);
+        None leaves the limit as it is."""
         self.in_flight -= 1
-        if seconds > TARGET_FRACTION * budget_s:
+        if seconds is None:
+            return
+        if seconds > LATE_FRACTION * budget_s:
             self.limit = max(MIN_LIMIT, self.limit * BACKOFF)
-        else:
+        elif seconds < EARLY_FRACTION * budget_s:
             self.limit = min(self.maximum, self.limit + 1.0 / self.limit)

@@ -69,7 +69,8 @@ class Service:
         )
         self._reload_lock = asyncio.Lock()
         self.loop_lag = LoopLag()
-        self.admission = ConcurrencyLimit(initial=controls.batching.max_batch_size,
+        # Start open, at the queue's bound: the limit only closes once answers run late.
+        self.admission = ConcurrencyLimit(initial=controls.batching.max_queue_size,
                                           maximum=controls.batching.max_queue_size)
 
     @property
@@ -79,6 +80,10 @@ class Service:
     @property
     def budget_s(self) -> float:
         return self.controls.latency_budget_ms / 1000.0
+
+    def budget_for(self, rows: int) -> float:
+        """A batch call of many series is held to the budget of the model calls it needs."""
+        return self.budget_s * max(1.0, rows / self.controls.batching.max_batch_size)
 
     # --- the model -------------------------------------------------------------------------
 
@@ -147,9 +152,11 @@ class Service:
             raise Shed("overload", f"{self.admission.in_flight} forecasts in flight, the "
                        "limit that keeps answers within the budget", retry_after_s=1.0)
 
-    def release(self, arrival: float) -> None:
+    def release(self, arrival: float, single: bool) -> None:
+        """Give back the slot; only single forecasts steer the limit (batch calls are slower
+        by design)."""
         seconds = time.monotonic() - arrival + self.loop_lag.seconds
-        self.admission.release(seconds, self.budget_s)
+        self.admission.release(seconds if single else None, self.budget_s)
 
     def _model_or_shed(self) -> OnnxForecaster:
         if self.model is None:
@@ -188,7 +195,7 @@ class Service:
         if np.isnan(history).all(axis=1).any():
             row = int(np.isnan(history).all(axis=1).argmax())
             raise ClientError(422, f"series {row} has no observed value")
-        deadline = arrival + self.budget_s
+        deadline = arrival + self.budget_for(len(history))
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             self.metrics.shed.labels(reason="deadline").inc()
@@ -229,11 +236,11 @@ class Service:
         ])
         return Answer(forecast, names, None, "fallback", reason)
 
-    def observe(self, route: str, arrival: float) -> float:
+    def observe(self, route: str, arrival: float, rows: int = 1) -> float:
         """Record a forecast response's latency; returns it in milliseconds."""
         seconds = time.monotonic() - arrival
         self.metrics.request_latency.labels(route=route).observe(seconds)
-        if seconds > self.budget_s:
+        if seconds > self.budget_for(rows):
             self.metrics.budget_violations.labels(route=route).inc()
         return seconds * 1000.0
 

@@ -1,0 +1,80 @@
+"""Registration with the RIC's application manager (appmgr), as O-RAN SC xApps do.
+
+Off unless ``controls.registration.enabled``. Registration retries with backoff until it
+succeeds and is never fatal: the xApp serves forecasts whether or not appmgr is reachable.
+Deregistration on shutdown is tried once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import httpx
+from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
+
+from xapp.config import Descriptor
+
+log = logging.getLogger(__name__)
+
+TIMEOUT_S = 5.0
+
+
+def endpoints(descriptor: Descriptor) -> tuple[str, str]:
+    """The Kubernetes Service names the chart creates for this xApp (HTTP, RMR data)."""
+    namespace = os.environ.get("POD_NAMESPACE", "ricxapp")
+    ports = {p.get("name"): p.get("port") for p in descriptor.raw["messaging"]["ports"]}
+    base = f"service-ricxapp-{descriptor.name}"
+    return (f"{base}-http.{namespace}:{ports.get('http', 8080)}",
+            f"{base}-rmr.{namespace}:{ports.get('rmr-data', 4560)}")
+
+
+def register_body(descriptor: Descriptor) -> dict:
+    http, rmr = endpoints(descriptor)
+    return {
+        "appName": descriptor.name,
+        "appVersion": descriptor.version,
+        "configPath": "",
+        "appInstanceName": descriptor.name,
+        "httpEndpoint": http,
+        "rmrEndpoint": rmr,
+        "config": json.dumps(descriptor.raw),
+    }
+
+
+def deregister_url(register_url: str) -> str:
+    return register_url.rsplit("/", 1)[0] + "/deregister"
+
+
+async def register(descriptor: Descriptor, transport: httpx.AsyncBaseTransport | None = None
+                   ) -> None:
+    """POST the registration until appmgr accepts it; runs as a background task."""
+    settings = descriptor.controls.registration
+    retrying = AsyncRetrying(
+        wait=wait_exponential(multiplier=0.5, max=settings.retry_seconds),
+        retry=retry_if_exception_type(httpx.HTTPError),
+        before_sleep=lambda state: log.warning(
+            "appmgr registration at %s failed (%s); retrying", settings.appmgr_url,
+            state.outcome.exception() if state.outcome else "?"),
+    )
+    async with httpx.AsyncClient(timeout=TIMEOUT_S, transport=transport) as client:
+        async for attempt in retrying:
+            with attempt:
+                response = await client.post(settings.appmgr_url, json=register_body(descriptor))
+                response.raise_for_status()
+    log.info("registered with appmgr at %s", settings.appmgr_url)
+
+
+async def deregister(descriptor: Descriptor, transport: httpx.AsyncBaseTransport | None = None
+                     ) -> None:
+    settings = descriptor.controls.registration
+    url = deregister_url(settings.appmgr_url)
+    try:
+        async with httpx.AsyncClient(timeout=TIMEOUT_S, transport=transport) as client:
+            response = await client.post(url, json={"appName": descriptor.name,
+                                                    "appInstanceName": descriptor.name})
+            response.raise_for_status()
+        log.info("deregistered from appmgr at %s", url)
+    except httpx.HTTPError as exc:
+        log.warning("appmgr deregistration at %s failed: %s", url, exc)

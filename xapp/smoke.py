@@ -1,0 +1,68 @@
+"""Start the xApp on a model directory, ask it for one cell's forecast, stop it.
+
+A smoke test of a freshly trained model as a user would query it (`make demo` ends with it):
+
+    python -m xapp.smoke MODEL_DIR DATA_FILE [--port 18080]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from model.artifact import load_metadata
+from training.ingest import load_panel
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model", type=Path)
+    parser.add_argument("data", type=Path)
+    parser.add_argument("--port", type=int, default=18080)
+    args = parser.parse_args()
+    meta = load_metadata(args.model)
+    panel = load_panel(args.data, meta.target, freq=meta.freq, tz=meta.calendar_tz)
+    history = panel.values[0, -meta.context :]
+    start = panel.index[-meta.context].tz_convert(meta.calendar_tz).isoformat()
+    request = {
+        "cell_id": panel.cell_ids[0], "start": start, "freq": meta.freq,
+        "values": [None if np.isnan(v) else round(float(v), 3) for v in history],
+    }
+    url = f"http://127.0.0.1:{args.port}"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "training.cli", "serve", "--model", str(args.model), "--host",
+         "127.0.0.1", "--port", str(args.port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        for _ in range(300):
+            try:
+                if httpx.get(f"{url}/ric/v1/health/ready").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if server.poll() is not None:
+                print(server.stderr.read(), file=sys.stderr)
+                return 1
+            time.sleep(0.1)
+        print(f"$ curl -X POST {url}/v1/forecast -d '{{\"cell_id\": \"{request['cell_id']}\", "
+              f"\"start\": \"{start}\", \"freq\": \"{meta.freq}\", \"values\": "
+              f"[{len(history)} values]}}'")
+        answer = httpx.post(f"{url}/v1/forecast", json=request).json()
+        shown = {**answer, "forecasts": answer["forecasts"][:3] + ["..."]}
+        print(json.dumps(shown, indent=2))
+    finally:
+        server.terminate()
+        server.wait(30)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
