@@ -63,6 +63,26 @@ def counters(url: str) -> dict[str, float]:
     return found
 
 
+def latency_buckets(url: str) -> dict[float, float]:
+    """Cumulative counts of the xApp's own /v1/forecast latency histogram, by upper bound."""
+    prefix = 'kpi_forecast_request_duration_seconds_bucket{le="'
+    found = {}
+    for line in httpx.get(f"{url}/ric/v1/metrics").text.splitlines():
+        if line.startswith(prefix) and 'route="/v1/forecast"' in line:
+            bound = line[len(prefix):].split('"', 1)[0]
+            found[float(bound)] = float(line.rsplit(" ", 1)[1])
+    return found
+
+
+def server_side(before: dict[float, float], after: dict[float, float]) -> tuple[float, float]:
+    """Share answered within the budget, and the bucket bound holding the p99 (ms)."""
+    counts = {bound: after[bound] - before.get(bound, 0.0) for bound in sorted(after)}
+    total = counts[float("inf")]
+    within = counts.get(BUDGET_MS / 1000.0, float("nan")) / total if total else float("nan")
+    p99 = next(bound for bound, count in counts.items() if count >= 0.99 * total)
+    return within, p99 * 1000.0
+
+
 def hey(url: str, body: Path, seconds: float, connections: int, rate: int) -> dict:
     """One `hey` run; latency percentiles of the 200 answers only, status counts."""
     done = subprocess.run(
@@ -189,7 +209,13 @@ def run_scenarios(url: str, body: Path, pid: int, seconds: float) -> dict:
     within = [r for r in ramp if r["p99_ms"] <= BUDGET_MS and r["shed_503"] < 0.01 * r["requests"]]
     sustainable = max(within, key=lambda r: r["ok_rps"]) if within else ramp[0]
     rss_before = rss_mb(pid)
-    overload = [hey(url, body, seconds, 16, sustainable["offered_rps"] // 8) for _ in range(2)]
+    overload = []
+    for _ in range(2):
+        buckets = latency_buckets(url)
+        run = hey(url, body, seconds, 16, sustainable["offered_rps"] // 8)
+        run["server_within_budget"], run["server_p99_le_ms"] = server_side(
+            buckets, latency_buckets(url))
+        overload.append(run)
     rss_after = rss_mb(pid)
     batches = batch_calls(url, 1000, 20)
     return {"steady": steady, "steady_counts": steady_counts, "ramp": ramp,
@@ -237,8 +263,11 @@ def write_results(results: dict, args: argparse.Namespace) -> None:
         "",
         overload.to_markdown(index=False, floatfmt=".1f"),
         "",
-        f"Accepted requests' p99: {overload['p99_ms'].min():.1f}-{overload['p99_ms'].max():.1f}"
-        f" ms against the {BUDGET_MS:g} ms budget (target: within it); the excess is refused "
+        f"Accepted requests' p99 at the client: {overload['p99_ms'].min():.1f}-"
+        f"{overload['p99_ms'].max():.1f} ms against the {BUDGET_MS:g} ms budget (target: within "
+        f"it); at the xApp itself (arrival to response, from its own histogram) "
+        f"{overload['server_within_budget'].min():.1%} or more were within the budget, p99 at "
+        f"most {overload['server_p99_le_ms'].max():g} ms (a bucket bound). The excess is refused "
         f"with 503 and `Retry-After` before its body is read (adaptive in-flight limit); "
         f"{int(overload['other_errors'].sum())} other errors. Server memory (RSS): "
         f"{rss_before:.0f} MB before the overload runs, {rss_after:.0f} MB after.",

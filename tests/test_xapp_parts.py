@@ -25,13 +25,25 @@ def test_history_slides_marks_gaps_and_is_idempotent_per_slot() -> None:
     values, last = store.window("a")
     assert last == T0 + 5 * HOUR
     np.testing.assert_array_equal(values, [3.0, np.nan, np.nan, 6.0])
-    assert store.put("a", T0 + 3 * HOUR + pd.Timedelta("20min"), 4.0)  # lands in step 3's slot
-    store.put("a", T0 + 3 * HOUR, 4.0)  # a replay of the same slot changes nothing
+    assert store.put("a", T0 + 3 * HOUR + pd.Timedelta("20min"), 4.0)  # a late report
     np.testing.assert_array_equal(store.window("a")[0], [3.0, 4.0, np.nan, 6.0])
     assert not store.put("a", T0, 9.0)  # older than the window
     store.put("a", T0 + 100 * HOUR, 1.0)  # far ahead: everything before is gone
     np.testing.assert_array_equal(store.window("a")[0], [np.nan, np.nan, np.nan, 1.0])
     assert store.window("b") is None
+
+
+@pytest.mark.parametrize(("aggregate", "expected"), [("mean", 3.0), ("sum", 6.0)])
+def test_reports_within_a_step_aggregate_and_repeats_count_once(aggregate: str,
+                                                                expected: float) -> None:
+    store = MemoryHistory("1h", length=3, aggregate=aggregate)
+    quarter = pd.Timedelta("15min")
+    assert store.put("a", T0, 2.0)
+    assert store.put("a", T0 + quarter, 4.0)
+    assert not store.put("a", T0 + quarter, 4.0)  # the same report again (a replay)
+    assert store.put("a", T0 + HOUR, 1.0)
+    assert not store.put("a", T0, 2.0)  # a late repeat of an older report
+    np.testing.assert_array_equal(store.window("a")[0], [np.nan, expected, 1.0])
 
 
 def test_history_refuses_what_is_not_a_kpi_and_bounds_cells() -> None:
