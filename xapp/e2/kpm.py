@@ -1,0 +1,405 @@
+"""E2SM-KPM codec: the report-style-1 subset the xApp subscribes with and the indications it reads.
+
+Aligned PER over asn1tools, from the project's own ASN.1 module (kpm.asn), which is wire-compatible
+with O-RAN E2SM-KPM v3+ for these structures. Encoders raise ValueError for values the standard
+cannot carry; decoders raise DecodeError, and nothing else, for any input they cannot use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import asn1tools
+
+# 3GPP TS 28.552 measurement names, as E2 nodes (srsRAN, OAI, vendor gNBs) report them.
+MEASUREMENTS: tuple[str, ...] = (
+    "RRU.PrbUsedDl",
+    "RRU.PrbUsedUl",
+    "RRU.PrbAvailDl",
+    "RRU.PrbAvailUl",
+    "DRB.UEThpDl",
+    "DRB.UEThpUl",
+    "RRC.ConnMean",
+    "DRB.MeanActiveUeDl",
+    "DRB.MeanActiveUeUl",
+)
+
+Bytes = bytes | bytearray | memoryview
+
+_MAX_UINT32 = 2**32 - 1
+
+# asn1tools reports bad input through its own errors and, for some corrupt lengths or unsupported
+# corners (size extensions), through plain Python ones; all mean "cannot decode this".
+_ASN1_FAILURES = (
+    asn1tools.Error,
+    IndexError,
+    KeyError,
+    TypeError,
+    ValueError,
+    OverflowError,
+    RecursionError,
+    NotImplementedError,
+)
+
+
+class DecodeError(ValueError):
+    """Input that cannot be decoded; `reason` is a short tag for counting rejections."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        self.reason = reason
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+
+
+@dataclass(frozen=True)
+class CellId:
+    """A cell global identity: the PLMN (3 octets, as on the wire) and one of the cell ids."""
+
+    plmn: bytes
+    nr_cell: int | None = None
+    eutra_cell: int | None = None
+
+    def __post_init__(self) -> None:
+        if len(self.plmn) != 3:
+            raise ValueError("plmn must be 3 octets")
+        if (self.nr_cell is None) == (self.eutra_cell is None):
+            raise ValueError("give exactly one of nr_cell and eutra_cell")
+        if self.nr_cell is not None and not 0 <= self.nr_cell < 2**36:
+            raise ValueError("nr_cell must fit 36 bits")
+        if self.eutra_cell is not None and not 0 <= self.eutra_cell < 2**28:
+            raise ValueError("eutra_cell must fit 28 bits")
+
+
+@dataclass(frozen=True)
+class ActionDefinition:
+    """Action definition format 1: which measurements, how often sampled, optionally which cell."""
+
+    measurements: list[str]
+    granularity_ms: int
+    cell: CellId | None = None
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One measurement's values, one per granularity period, oldest first; None means no value."""
+
+    name: str
+    values: list[float | None]
+
+
+@dataclass(frozen=True)
+class IndicationMessage:
+    """Indication message format 1: every measurement covers the same granularity periods."""
+
+    measurements: list[Measurement]
+    granularity_ms: int | None = None
+
+
+@cache
+def _spec() -> asn1tools.compiler.Specification:
+    # Compiled once, on first use: importing the xApp should not pay for ASN.1 it may not use.
+    text = resources.files(__package__).joinpath("kpm.asn").read_text(encoding="ascii")
+    return asn1tools.compile_string(text, codec="per")
+
+
+def _encode(type_name: str, value: Any) -> bytes:
+    # check_constraints: without it asn1tools silently writes out-of-range values (an integer
+    # record of 2**32, say) as bytes no other decoder reads back the same.
+    try:
+        return _spec().encode(type_name, value, check_constraints=True)
+    except _ASN1_FAILURES as exc:
+        raise ValueError(f"{type_name}: {exc}") from exc
+
+
+def _as_bytes(data: Bytes) -> bytes:
+    # memoryview, not bytes(): bytes(5) would quietly make five zero octets out of a wrong type.
+    try:
+        return bytes(memoryview(data))
+    except TypeError as exc:
+        raise DecodeError("per", f"not bytes: {type(data).__name__}") from exc
+
+
+def _decode(type_name: str, data: Bytes) -> Any:
+    raw = _as_bytes(data)
+    try:
+        return _spec().decode(type_name, raw)
+    except _ASN1_FAILURES as exc:
+        raise DecodeError("per", f"{type_name}: {exc}") from exc
+
+
+def _format1(choice: tuple[str | None, Any], expected: str) -> Any:
+    # An extension alternative our module does not declare decodes as (None, None).
+    name, body = choice
+    if name != expected:
+        raise DecodeError("format", f"{name or 'unknown extension'} is not supported")
+    return body
+
+
+# --- event trigger ------------------------------------------------------------------------------
+
+
+def encode_event_trigger(period_ms: int) -> bytes:
+    """Event trigger format 1: report every `period_ms` milliseconds."""
+    format1 = {"reportingPeriod": period_ms}
+    return _encode(
+        "KpmEventTrigger", {"eventDefinition-formats": ("eventDefinition-Format1", format1)}
+    )
+
+
+def decode_event_trigger(data: Bytes) -> int:
+    """The reporting period in milliseconds."""
+    value = _decode("KpmEventTrigger", data)
+    return _format1(value["eventDefinition-formats"], "eventDefinition-Format1")["reportingPeriod"]
+
+
+# --- action definition --------------------------------------------------------------------------
+
+
+def _int_to_bits(number: int, width: int) -> tuple[bytes, int]:
+    # asn1tools wants a BIT STRING as left-aligned octets plus the bit count.
+    octets = (width + 7) // 8
+    return (number << (octets * 8 - width)).to_bytes(octets, "big"), width
+
+
+def _bits_to_int(bits: tuple[bytes, int]) -> int:
+    data, width = bits
+    return int.from_bytes(data, "big") >> (len(data) * 8 - width)
+
+
+def _cgi_value(cell: CellId) -> tuple[str, dict[str, Any]]:
+    if cell.nr_cell is not None:
+        return "nR-CGI", {
+            "pLMNIdentity": cell.plmn,
+            "nRCellIdentity": _int_to_bits(cell.nr_cell, 36),
+        }
+    assert cell.eutra_cell is not None  # CellId guarantees one of the two
+    return "eUTRA-CGI", {
+        "pLMNIdentity": cell.plmn,
+        "eUTRACellIdentity": _int_to_bits(cell.eutra_cell, 28),
+    }
+
+
+def _cell_id(cgi: tuple[str | None, Any]) -> CellId:
+    kind, body = cgi
+    if kind == "nR-CGI":
+        return CellId(body["pLMNIdentity"], nr_cell=_bits_to_int(body["nRCellIdentity"]))
+    if kind == "eUTRA-CGI":
+        return CellId(body["pLMNIdentity"], eutra_cell=_bits_to_int(body["eUTRACellIdentity"]))
+    raise DecodeError("format", "unknown cell global identity")
+
+
+def _meas_info_list(names: Sequence[str]) -> list[dict[str, Any]]:
+    # noLabel: the whole cell's value, not split by slice, QoS class or PLMN.
+    return [
+        {"measType": ("measName", name), "labelInfoList": [{"measLabel": {"noLabel": "true"}}]}
+        for name in names
+    ]
+
+
+def _meas_names(meas_info_list: list[dict[str, Any]]) -> list[str]:
+    # Labels are not kept: the xApp subscribes with noLabel, and a node splitting a measurement
+    # by label sends one entry per label, which stays a separate (same-named) measurement here.
+    names = []
+    for item in meas_info_list:
+        kind, name = item["measType"]
+        if kind != "measName":
+            # The xApp subscribes by name and nodes echo the measType they were asked for.
+            raise DecodeError("format", f"measurement type {kind or 'unknown'} is not supported")
+        names.append(name)
+    return names
+
+
+def encode_action_definition(defn: ActionDefinition, style: int = 1) -> bytes:
+    """Action definition format 1 under RIC style `style` (1: E2 node measurement)."""
+    format1: dict[str, Any] = {
+        "measInfoList": _meas_info_list(defn.measurements),
+        "granulPeriod": defn.granularity_ms,
+    }
+    if defn.cell is not None:
+        format1["cellGlobalID"] = _cgi_value(defn.cell)
+    value = {
+        "ric-Style-Type": style,
+        "actionDefinition-formats": ("actionDefinition-Format1", format1),
+    }
+    return _encode("KpmActionDefinition", value)
+
+
+def decode_action_definition(data: Bytes) -> ActionDefinition:
+    """An action definition; only format 1 is accepted."""
+    value = _decode("KpmActionDefinition", data)
+    body = _format1(value["actionDefinition-formats"], "actionDefinition-Format1")
+    cgi = body.get("cellGlobalID")
+    return ActionDefinition(
+        measurements=_meas_names(body["measInfoList"]),
+        granularity_ms=body["granulPeriod"],
+        cell=None if cgi is None else _cell_id(cgi),
+    )
+
+
+# --- indication header: colletStartTime ----------------------------------------------------------
+# KPM v3+ (8 octets): the 64-bit NTP timestamp of RFC 5905, seconds since 1900-01-01 in the first
+# four octets and the fraction of a second in the last four, big-endian. The 32-bit seconds wrap
+# in 2036; the RFC 4330 rule places a value with the top bit clear in the era starting then.
+#
+# KPM v2 (4 octets): big-endian UNIX seconds, since 1970-01-01, is what v2 nodes are known to
+# write (ONF's ran-simulator, for one); the seconds half of an NTP timestamp, the form v3 made
+# 8 octets long, is accepted too. The two do not collide for 1970-2036: NTP seconds have the top
+# bit set from 1968 to 2036, UNIX seconds have it clear until 2038. So a set top bit reads as
+# NTP seconds, a clear one as UNIX seconds.
+
+_NTP_EPOCH = datetime(1900, 1, 1, tzinfo=UTC)
+_UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_TOP_BIT = 2**31
+_ERA = 2**32
+_MICROSECOND = timedelta(microseconds=1)
+
+_HEADER_TYPES = ("KpmIndicationHeader", "KpmIndicationHeaderV2")
+
+
+def _ntp_timestamp(moment: datetime) -> bytes:
+    micros = (moment - _NTP_EPOCH) // _MICROSECOND
+    seconds, micro = divmod(micros, 1_000_000)
+    # Representable window of the RFC 4330 rule: 1968-01-20 to 2104-02-26.
+    if not _TOP_BIT <= seconds < _TOP_BIT + _ERA:
+        raise ValueError(f"{moment} is outside the NTP timestamp window (1968-2104)")
+    fraction = (micro * _ERA + 500_000) // 1_000_000  # nearest; at most 2**32 - 4295
+    return (seconds % _ERA).to_bytes(4, "big") + fraction.to_bytes(4, "big")
+
+
+def _from_ntp(stamp: bytes) -> datetime:
+    seconds = int.from_bytes(stamp[:4], "big")
+    if seconds < _TOP_BIT:  # era 1, from 2036-02-07
+        seconds += _ERA
+    micros = (int.from_bytes(stamp[4:], "big") * 1_000_000 + _TOP_BIT) >> 32
+    return _NTP_EPOCH + timedelta(seconds=seconds, microseconds=micros)
+
+
+def _from_kpm_v2(stamp: bytes) -> datetime:
+    seconds = int.from_bytes(stamp, "big")
+    epoch = _NTP_EPOCH if seconds >= _TOP_BIT else _UNIX_EPOCH
+    return epoch + timedelta(seconds=seconds)
+
+
+def encode_indication_header(collect_start: datetime) -> bytes:
+    """Indication header format 1 with the 8-octet (KPM v3+) NTP colletStartTime."""
+    if collect_start.tzinfo is None:
+        raise ValueError("collect_start must be timezone-aware")
+    format1 = {"colletStartTime": _ntp_timestamp(collect_start)}
+    return _encode(
+        "KpmIndicationHeader", {"indicationHeader-formats": ("indicationHeader-Format1", format1)}
+    )
+
+
+def _collet_start_time(data: bytes) -> bytes:
+    """colletStartTime read as 8 octets or, failing that, as the 4 of KPM v2.
+
+    Both readings can succeed on the same bytes, since a fixed-size octet string carries no
+    length; the one that re-encodes to exactly the input (accounts for every byte) wins, the
+    8-octet one first. Without an exact reading (unknown extensions, trailing bytes) the first
+    that decodes at all is taken.
+    """
+    readings: list[tuple[bytes, bool]] = []
+    for type_name in _HEADER_TYPES:
+        try:
+            value = _spec().decode(type_name, data)
+        except _ASN1_FAILURES:
+            continue
+        body = _format1(value["indicationHeader-formats"], "indicationHeader-Format1")
+        try:
+            exact = _spec().encode(type_name, value) == data
+        except _ASN1_FAILURES:
+            exact = False
+        readings.append((body["colletStartTime"], exact))
+    if not readings:
+        raise DecodeError("per", "not an E2SM-KPM indication header")
+    return next((stamp for stamp, exact in readings if exact), readings[0][0])
+
+
+def decode_indication_header(data: Bytes) -> datetime:
+    """colletStartTime as an aware UTC datetime, from an 8-octet (v3+) or 4-octet (v2) header."""
+    stamp = _collet_start_time(_as_bytes(data))
+    return _from_ntp(stamp) if len(stamp) == 8 else _from_kpm_v2(stamp)
+
+
+# --- indication message -------------------------------------------------------------------------
+
+
+def _record(value: float | None) -> tuple[str, Any]:
+    if value is None:
+        return "noValue", None
+    # Integral values go as integer records, the form nodes use for counts and PRBs.
+    if float(value).is_integer() and 0 <= value <= _MAX_UINT32:
+        return "integer", int(value)
+    return "real", float(value)
+
+
+def _value(record: tuple[str | None, Any]) -> float | None:
+    kind, value = record
+    if kind in ("integer", "real"):
+        return float(value)
+    # noValue, notSatisfied (a condition not met) and unknown future alternatives carry no value.
+    return None
+
+
+def encode_indication_message(msg: IndicationMessage) -> bytes:
+    """Indication message format 1, with measInfoList (and granulPeriod when given)."""
+    periods = {len(m.values) for m in msg.measurements}
+    if len(periods) != 1:
+        raise ValueError("need at least one measurement, all with the same number of periods")
+    (count,) = periods
+    meas_data = [
+        {"measRecord": [_record(m.values[period]) for m in msg.measurements]}
+        for period in range(count)
+    ]
+    format1: dict[str, Any] = {
+        "measData": meas_data,
+        "measInfoList": _meas_info_list([m.name for m in msg.measurements]),
+    }
+    if msg.granularity_ms is not None:
+        format1["granulPeriod"] = msg.granularity_ms
+    return _encode(
+        "KpmIndicationMessage",
+        {"indicationMessage-formats": ("indicationMessage-Format1", format1)},
+    )
+
+
+def decode_indication_message(
+    data: Bytes, subscribed: Sequence[str] | None = None
+) -> IndicationMessage:
+    """An indication message (format 1) as one value series per measurement.
+
+    The standard's layout is period-major: measData has one item per granularity period, oldest
+    first, and each item's measRecord has one value per measInfoList entry, in that list's order.
+    So measurement j's series is record j of every item. A node may leave measInfoList out, in
+    which case the list of the subscription applies: pass it as `subscribed`.
+
+    A period flagged incompleteFlag gives None for every measurement: the node says its values
+    are unreliable, and a forecaster is better served by a gap than by a wrong number.
+    """
+    value = _decode("KpmIndicationMessage", data)
+    body = _format1(value["indicationMessage-formats"], "indicationMessage-Format1")
+    if "measInfoList" in body:
+        names = _meas_names(body["measInfoList"])
+    elif subscribed is not None:
+        names = list(subscribed)
+    else:
+        raise DecodeError("measurement-mismatch", "no measInfoList and no subscribed names")
+    series: list[list[float | None]] = [[] for _ in names]
+    for period, item in enumerate(body["measData"]):
+        records = item["measRecord"]
+        if len(records) != len(names):
+            raise DecodeError(
+                "measurement-mismatch",
+                f"period {period} has {len(records)} values for {len(names)} measurements",
+            )
+        incomplete = "incompleteFlag" in item
+        for values, record in zip(series, records, strict=True):
+            values.append(None if incomplete else _value(record))
+    return IndicationMessage(
+        measurements=[Measurement(n, v) for n, v in zip(names, series, strict=True)],
+        granularity_ms=body.get("granulPeriod"),
+    )
