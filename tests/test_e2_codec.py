@@ -206,7 +206,7 @@ def test_measurement_names_are_the_ts_28_552_ones() -> None:
         f"{name}{link}"
         for name in ("RRU.PrbUsed", "RRU.PrbAvail", "DRB.UEThp", "DRB.MeanActiveUe")
         for link in ("Dl", "Ul")
-    } | {"RRC.ConnMean"}
+    } | {"RRC.ConnMean", "DRB.PdcpSduVolumeDL", "DRB.PdcpSduVolumeUL"}
 
 
 # --- conformance with the reference modules -----------------------------------------------------

@@ -75,6 +75,34 @@ class Registration(BaseModel):
     retry_seconds: float = Field(10.0, gt=0)
 
 
+class KpiSource(BaseModel):
+    """Which E2SM-KPM measurement feeds a KPI, and how reports within one step combine."""
+
+    model_config = _MODEL_CONFIG
+
+    measurement: str = Field(min_length=1, max_length=150)  # a TS 28.552 name
+    aggregate: Literal["mean", "sum"] = "mean"  # sum for volumes, mean for levels and rates
+    scale: float = Field(1.0, gt=0)  # measurement unit -> KPI unit, e.g. Mbit -> MB = 0.125
+
+
+DEFAULT_KPIS = {
+    "prb_util": KpiSource(measurement="RRU.PrbUsedDl"),
+    "dl_throughput_mbps": KpiSource(measurement="DRB.UEThpDl", scale=0.001),  # kbit/s
+    "active_ues": KpiSource(measurement="DRB.MeanActiveUeDl"),
+    "traffic_mb": KpiSource(measurement="DRB.PdcpSduVolumeDL", aggregate="sum", scale=0.125),
+}
+
+
+class E2(BaseModel):
+    """E2 ingestion: the rmr-data port and the measurement behind each KPI."""
+
+    model_config = _MODEL_CONFIG
+
+    enabled: bool = False
+    port: int = Field(4560, ge=0, le=65535)  # 0 picks a free port (tests)
+    kpis: dict[str, KpiSource] = Field(default_factory=lambda: dict(DEFAULT_KPIS))
+
+
 class Controls(BaseModel):
     """The xApp's own settings: the descriptor's "controls" object."""
 
@@ -90,6 +118,7 @@ class Controls(BaseModel):
     intra_op_threads: int = Field(0, ge=0, le=256)
     max_request_bytes: int = Field(4 * 2**20, ge=1024, le=2**30)
     registration: Registration = Registration()
+    e2: E2 = E2()
 
     @field_validator("quantiles")
     @classmethod

@@ -68,6 +68,14 @@ class Metrics:
         self.queue_depth = Gauge(
             f"{PREFIX}_queue_depth", "Forecasts waiting for a model call.", registry=r,
         )
+        self.e2_indications = Counter(
+            f"{PREFIX}_e2_indications", "RIC Indications ingested into the cells' history.",
+            registry=r,
+        )
+        self.e2_rejected = Counter(
+            f"{PREFIX}_e2_indications_rejected", "E2 frames dropped, by reason.", ["reason"],
+            registry=r,
+        )
         self.model = Info(f"{PREFIX}_model", "The model being served.", registry=r)
         self.model_load = Gauge(
             f"{PREFIX}_model_load_seconds", "Time to load, verify and warm up the model.",

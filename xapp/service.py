@@ -14,7 +14,9 @@ import pandas as pd
 from model.artifact import ArtifactError
 from model.runtime import OnnxForecaster, RuntimeOptions
 from xapp.batcher import DynamicBatcher, ModelUnavailable, QueueFull
-from xapp.config import Controls, Descriptor, model_fields_changed
+from xapp.config import Controls, Descriptor, KpiSource, model_fields_changed
+from xapp.e2.ingest import Ingestor
+from xapp.e2.transport import TcpTransport
 from xapp.fallback import seasonal_naive
 from xapp.history import MemoryHistory
 from xapp.metrics import Metrics
@@ -69,6 +71,8 @@ class Service:
         )
         self._reload_lock = asyncio.Lock()
         self.loop_lag = LoopLag()
+        self.ingestor = Ingestor(lambda: self.history, self.metrics, self.kpi_source)
+        self.e2_transport: TcpTransport | None = None
         # Start open, at the queue's bound: the limit only closes once answers run late.
         self.admission = ConcurrencyLimit(initial=controls.batching.max_queue_size,
                                           maximum=controls.batching.max_queue_size)
@@ -111,7 +115,9 @@ class Service:
             self.model, self.load_seconds = forecaster, seconds  # one assignment: atomic
         meta = forecaster.metadata
         if self.history is None or not len(self.history):
-            self.history = MemoryHistory(meta.freq, self.controls.history_length)
+            source = self.kpi_source()
+            self.history = MemoryHistory(meta.freq, self.controls.history_length,
+                                         aggregate=source.aggregate if source else "mean")
         self.metrics.model.info({
             "version": meta.model_version, "provider": forecaster.provider,
             "attention": str(meta.onnx.get("attention")), "target": meta.target,
@@ -121,6 +127,12 @@ class Service:
         log.info("serving %s from %s on %s (loaded in %.2f s)", meta.model_version, model_dir,
                  forecaster.provider, seconds)
         return forecaster
+
+    def kpi_source(self) -> KpiSource | None:
+        """The E2 measurement behind the served model's KPI (None: not mapped, or no model)."""
+        if self.model is None:
+            return None
+        return self.controls.e2.kpis.get(self.model.metadata.target)
 
     def apply_descriptor(self, new: Descriptor) -> None:
         """A config reload: raise ValueError to reject it (the old one stays)."""
@@ -247,7 +259,15 @@ class Service:
     # --- life cycle ------------------------------------------------------------------------
 
     async def start(self) -> list[asyncio.Task]:
-        """Start the batcher and load the model in the background (alive before ready)."""
+        """Start the batcher, the E2 listener if enabled, and load the model in the
+        background (alive before ready)."""
+        e2 = self.controls.e2
+        if e2.enabled:
+            self.e2_transport = TcpTransport(
+                "0.0.0.0", e2.port,
+                on_broken=lambda reason: self.metrics.e2_rejected.labels(reason=reason).inc())
+            await self.e2_transport.start(self.ingestor.handle)
+            log.info("e2: listening for rmr-data frames on port %d", self.e2_transport.port)
         return [
             asyncio.create_task(self.batcher.run(), name="batcher"),
             asyncio.create_task(self.loop_lag.run(), name="loop-lag"),
@@ -255,6 +275,8 @@ class Service:
         ]
 
     async def stop(self, tasks: list[asyncio.Task], drain_s: float = 5.0) -> None:
+        if self.e2_transport is not None:
+            await self.e2_transport.close()
         await self.batcher.drain(drain_s)
         for task in tasks:
             task.cancel()

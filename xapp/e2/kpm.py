@@ -27,6 +27,8 @@ MEASUREMENTS: tuple[str, ...] = (
     "RRC.ConnMean",
     "DRB.MeanActiveUeDl",
     "DRB.MeanActiveUeUl",
+    "DRB.PdcpSduVolumeDL",  # traffic volume, Mbit (28.552 spells the link in capitals here)
+    "DRB.PdcpSduVolumeUL",
 )
 
 Bytes = bytes | bytearray | memoryview

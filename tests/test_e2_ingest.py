@@ -1,0 +1,139 @@
+"""E2 ingestion into a running xApp: real E2AP/KPM frames over the rmr-data stream."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.xapp_helpers import CONTEXT, descriptor, make_model, running
+from xapp.config import KpiSource
+from xapp.e2 import e2ap, kpm
+from xapp.e2.ingest import Ingestor, Route
+from xapp.e2.transport import RIC_INDICATION, RIC_SUB_RESP, Frame, TcpTransport
+from xapp.history import MemoryHistory
+from xapp.metrics import Metrics
+
+MEASUREMENT = "RRU.PrbUsedDl"
+E2_CONTROLS = {"enabled": True, "port": 0, "kpis": {"kpi": {"measurement": MEASUREMENT}}}
+START = dt.datetime(2024, 3, 1, tzinfo=dt.UTC)
+QUARTER_MS = 15 * 60 * 1000
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_model(tmp_path_factory.mktemp("e2") / "model")
+
+
+def indication(instance_id: int, action_id: int, start: dt.datetime,
+               values: list[float | None], measurement: str = MEASUREMENT) -> Frame:
+    header = kpm.encode_indication_header(start)
+    message = kpm.encode_indication_message(kpm.IndicationMessage(
+        [kpm.Measurement(measurement, values)], granularity_ms=QUARTER_MS))
+    payload = e2ap.encode_indication(1001, instance_id, 2, action_id, None, header, message)
+    return Frame(RIC_INDICATION, instance_id, payload)
+
+
+def hourly_load(cells: int, hours: int) -> np.ndarray:
+    rng = np.random.default_rng(3)
+    hour = np.arange(hours)
+    daily = 40 + 25 * np.sin(2 * np.pi * (hour - 8) / 24)
+    return np.round(np.maximum(daily + rng.normal(0, 3, (cells, hours)), 1.0), 2)
+
+
+def test_replayed_reports_become_the_history_a_forecast_uses(model_dir: Path,
+                                                             tmp_path: Path) -> None:
+    hours = CONTEXT
+    load = hourly_load(2, hours)
+    cells = ["cell-A", "cell-B"]
+
+    async def go() -> None:
+        async with running(descriptor(tmp_path, model_dir, e2=E2_CONTROLS)) as client:
+            service = client.app.state.service
+            for action, cell in enumerate(cells, start=1):
+                service.ingestor.add_route(7, action, Route(cell, QUARTER_MS))
+            sender = TcpTransport("127.0.0.1", 0)
+            port = service.e2_transport.port
+            frames = []
+            for h in range(hours):
+                for action in (1, 2):
+                    v = float(load[action - 1, h])
+                    # Four quarter-hour reports whose mean is the hourly value.
+                    frames.append(indication(7, action, START + dt.timedelta(hours=h),
+                                             [v - 1.0, v + 1.0, v - 0.5, v + 0.5]))
+            frames.append(frames[10])  # a duplicate: taken, changes nothing
+            frames.append(Frame(RIC_INDICATION, 7, b"\x00\x01garbage"))
+            frames.append(indication(7, 99, START, [1.0]))  # no such action subscribed
+            frames.append(Frame(RIC_SUB_RESP, 7, b""))  # not an indication
+            frames.append(indication(7, 1, START, [-5.0]))  # not a KPI value
+            for frame in frames:
+                await sender.send("127.0.0.1", port, frame)
+            metrics = ""
+            for _ in range(200):
+                metrics = (await client.get("/ric/v1/metrics")).text
+                if f"kpi_forecast_e2_indications_total {2 * hours + 1}.0" in metrics and (
+                        'reason="value"} 1.0' in metrics):
+                    break
+                await asyncio.sleep(0.02)
+            await sender.close()
+            assert f"kpi_forecast_e2_indications_total {2 * hours + 1}.0" in metrics
+            e2_lines = [line for line in metrics.splitlines()
+                        if line.startswith("kpi_forecast_e2_indications_rejected_total")]
+            assert sorted(e2_lines) == sorted(
+                f'kpi_forecast_e2_indications_rejected_total{{reason="{reason}"}} 1.0'
+                for reason in ("e2ap", "unknown-subscription", "msg-type", "value"))
+
+            held = (await client.get("/v1/cells")).json()
+            assert {c["cell_id"]: c["steps_held"] for c in held["cells"]} == {
+                "cell-A": hours, "cell-B": hours}
+            for row, cell in enumerate(cells):
+                from_e2 = (await client.get(f"/v1/cells/{cell}/forecast")).json()
+                direct = (await client.post("/v1/forecast", json={
+                    "cell_id": cell, "start": START.isoformat(), "freq": "1h",
+                    "values": load[row].tolist()})).json()
+                assert from_e2["source"] == direct["source"] == "model"
+                assert [p["timestamp"] for p in from_e2["forecasts"]] == [
+                    pd.Timestamp(p["timestamp"]).tz_convert("Europe/Paris").isoformat()
+                    for p in direct["forecasts"]]
+                for a, b in zip(from_e2["forecasts"], direct["forecasts"], strict=True):
+                    for q in ("p10", "p50", "p90"):
+                        assert a[q] == pytest.approx(b[q], abs=1e-3), q
+
+    asyncio.run(go())
+
+
+def ingestor_with(store: MemoryHistory | None) -> tuple[Ingestor, Metrics]:
+    """An ingestor on ``store``; without one it behaves as before any model is loaded."""
+    metrics = Metrics(0.1, 8)
+    source = KpiSource(measurement=MEASUREMENT, scale=2.0) if store is not None else None
+    ingestor = Ingestor(lambda: store, metrics, lambda: source)
+    ingestor.add_route(1, 1, Route("c", QUARTER_MS))
+    return ingestor, metrics
+
+
+def rejected(metrics: Metrics, reason: str) -> float:
+    return metrics.registry.get_sample_value(
+        "kpi_forecast_e2_indications_rejected_total", {"reason": reason}) or 0.0
+
+
+def test_reports_are_scaled_gaps_stay_missing_and_bad_reports_are_dropped_whole() -> None:
+    store = MemoryHistory("15min", length=8)
+    ingestor, metrics = ingestor_with(store)
+    asyncio.run(ingestor.handle(indication(1, 1, START, [1.0, None, 3.0])))
+    np.testing.assert_array_equal(store.window("c")[0][-3:], [2.0, np.nan, 6.0])
+    asyncio.run(ingestor.handle(indication(1, 1, START + dt.timedelta(hours=1),
+                                           [4.0, float("inf")])))
+    assert store.window("c")[1] == pd.Timestamp(START) + pd.Timedelta("30min")  # unchanged
+    assert rejected(metrics, "value") == 1.0
+    asyncio.run(ingestor.handle(indication(1, 1, START, [1.0], measurement="DRB.UEThpDl")))
+    assert rejected(metrics, "measurement-missing") == 1.0
+
+
+def test_before_a_model_is_loaded_reports_are_counted_not_lost_silently() -> None:
+    ingestor, metrics = ingestor_with(None)
+    asyncio.run(ingestor.handle(indication(1, 1, START, [1.0])))
+    assert rejected(metrics, "not-ready") == 1.0

@@ -1,0 +1,115 @@
+"""From RIC Indication frames to per-cell history.
+
+Each subscription action the xApp holds reports one cell's measurements; the subscription
+layer records that as a route, (RIC request instance id, action id) -> cell and measurement.
+An indication is decoded (E2AP, then the KPM header and message), its values are put on the
+model's grid (one value per granularity period from the collection start time), and written
+to the history, where several reports within one step are aggregated and repeats count once.
+
+Anything wrong with a frame is counted by reason and dropped; it is logged at most once a
+minute per reason, so a misbehaving node cannot flood the log or stop ingestion.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pandas as pd
+
+from xapp.config import KpiSource
+from xapp.e2 import e2ap, kpm
+from xapp.e2.transport import RIC_INDICATION, Frame
+from xapp.history import HistoryError, MemoryHistory
+from xapp.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+LOG_EVERY_S = 60.0
+
+
+@dataclass(frozen=True)
+class Route:
+    cell_id: str
+    granularity_ms: int  # what the action definition asked for, when a report omits it
+
+
+class Ingestor:
+    def __init__(self, history: Callable[[], MemoryHistory | None], metrics: Metrics,
+                 source: Callable[[], KpiSource | None]) -> None:
+        self._history = history
+        self._metrics = metrics
+        self._source = source  # the measurement behind the served model's KPI
+        self.routes: dict[tuple[int, int], Route] = {}
+        self._last_logged: dict[str, float] = {}
+
+    def add_route(self, instance_id: int, action_id: int, route: Route) -> None:
+        self.routes[(instance_id, action_id)] = route
+
+    def remove_routes(self, instance_id: int) -> None:
+        for key in [k for k in self.routes if k[0] == instance_id]:
+            del self.routes[key]
+
+    async def handle(self, frame: Frame) -> None:
+        """The transport's frame handler: ingest or count as rejected, never raise."""
+        try:
+            self._ingest(frame)
+        except _Rejected as rejected:
+            self._reject(rejected.reason, str(rejected))
+
+    def _ingest(self, frame: Frame) -> None:
+        if frame.msg_type != RIC_INDICATION:
+            raise _Rejected("msg-type", f"message type {frame.msg_type} is not RIC_INDICATION")
+        try:
+            pdu = e2ap.decode(frame.payload)
+        except kpm.DecodeError as exc:
+            raise _Rejected(exc.reason, str(exc)) from None
+        if pdu.kind != "indication":
+            raise _Rejected("e2ap-kind", f"an E2AP {pdu.kind} on the indication path")
+        route = self.routes.get((pdu.instance_id, pdu.action_id))
+        if route is None:
+            raise _Rejected("unknown-subscription", f"no subscription with instance "
+                            f"{pdu.instance_id}, action {pdu.action_id}")
+        source, store = self._source(), self._history()
+        if source is None or store is None:
+            raise _Rejected("not-ready", "no model (or no measurement for its KPI) yet")
+        try:
+            start = kpm.decode_indication_header(pdu.header)
+            message = kpm.decode_indication_message(pdu.message,
+                                                    subscribed=[source.measurement])
+        except kpm.DecodeError as exc:
+            raise _Rejected(exc.reason, str(exc)) from None
+        values = next((m.values for m in message.measurements
+                       if m.name == source.measurement), None)
+        if values is None:
+            raise _Rejected("measurement-missing", f"no {source.measurement} in the report")
+        granularity = pd.Timedelta(message.granularity_ms or route.granularity_ms, "ms")
+        stamp = pd.Timestamp(start)
+        bad = [v for v in values if v is not None and (not math.isfinite(v) or v < 0)]
+        if bad:  # checked before writing anything: a report is taken whole or not at all
+            raise _Rejected("value", f"{source.measurement} = {bad[0]}")
+        try:
+            for period, value in enumerate(values):
+                if value is not None:  # noValue / incomplete period: the step stays missing
+                    store.put(route.cell_id, stamp + period * granularity,
+                              value * source.scale)
+        except HistoryError as exc:
+            raise _Rejected("history", str(exc)) from None
+        self._metrics.e2_indications.inc()
+
+    def _reject(self, reason: str, detail: str) -> None:
+        self._metrics.e2_rejected.labels(reason=reason).inc()
+        now = time.monotonic()
+        if now - self._last_logged.get(reason, -math.inf) >= LOG_EVERY_S:
+            self._last_logged[reason] = now
+            log.warning("e2: indication dropped (%s): %s; further ones with this reason are "
+                        "counted in kpi_forecast_e2_indications_rejected_total", reason, detail)
+
+
+class _Rejected(Exception):
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
