@@ -138,9 +138,51 @@ def cmd_serve(args: argparse.Namespace) -> None:
     from xapp.server import serve
 
     try:
-        serve(args.model, args.config, args.host, args.port)
+        serve(args.model, args.config, args.host, args.port, args.submgr, args.e2_port)
     except ConfigError as exc:
         raise DataError(str(exc)) from None
+
+
+def parse_faults(text: str) -> dict[str, float]:
+    from xapp.e2.mock_node import FAULTS
+
+    faults = {}
+    for item in filter(None, text.split(",")):
+        name, _, probability = item.partition("=")
+        if name not in FAULTS:
+            raise argparse.ArgumentTypeError(f"unknown fault {name!r}; known: {FAULTS}")
+        try:
+            faults[name] = float(probability)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"fault {name}: {probability!r} is not a "
+                                             "probability") from None
+    return faults
+
+
+def cmd_e2sim(args: argparse.Namespace) -> None:
+    import uvicorn
+
+    from training.ingest import load_panel
+    from xapp.e2.mock_node import MockE2Node, create_app
+
+    column, _, measurement = args.kpi.partition("=")
+    if not measurement:
+        raise DataError(f"--kpi {args.kpi!r}: write COLUMN=MEASUREMENT, e.g. "
+                        "prb_util=RRU.PrbUsedDl")
+    panel = load_panel(args.data, column, freq=args.freq)
+    if args.cells:
+        panel = panel.first_cells(args.cells)
+    step = {name: panel.index.searchsorted(pd.Timestamp(value), side="left")
+            for name, value in (("start", args.start), ("end", args.end)) if value}
+    host, _, port = args.listen.rpartition(":")
+    node = MockE2Node(panel, measurement, cells_per_node=args.cells_per_node, speed=args.speed,
+                      pace_ms=args.period_ms, start=int(step.get("start", 0)),
+                      end=int(step["end"]) if "end" in step else None, faults=args.faults,
+                      seed=args.seed)
+    print(f"mock E2 node: {panel.n_cells} cells in {len(node.nodes())} node(s), "
+          f"{column} as {measurement}; subscription API on http://{args.listen}")
+    uvicorn.run(create_app(node), host=host or "127.0.0.1", port=int(port),
+                log_level="warning")
 
 
 def add_runtime_options(parser: argparse.ArgumentParser) -> None:
@@ -200,7 +242,28 @@ def build_parser() -> argparse.ArgumentParser:
                       "$XAPP_DESCRIPTOR_PATH/config-file.json, else the packaged one)")
     xapp.add_argument("--host", default="0.0.0.0")
     xapp.add_argument("--port", type=int, default=8080)
+    xapp.add_argument("--submgr", help="subscription manager URL: subscribe to E2 nodes' KPIs")
+    xapp.add_argument("--e2-port", type=int, help="rmr-data port for E2 frames (default 4560)")
     xapp.set_defaults(run=cmd_serve)
+
+    sim = commands.add_parser("e2sim", help="mock E2 node: replay a KPI file over E2")
+    sim.add_argument("--data", required=True, help="long CSV, CSV.gz or Parquet")
+    sim.add_argument("--kpi", required=True, help="COLUMN=MEASUREMENT, e.g. "
+                     "prb_util=RRU.PrbUsedDl (a TS 28.552 name)")
+    sim.add_argument("--listen", default="127.0.0.1:8090", help="subscription API HOST:PORT")
+    sim.add_argument("--freq", help="grid step of the file (inferred when absent)")
+    sim.add_argument("--start", help="first timestamp replayed")
+    sim.add_argument("--end", help="timestamp where the replay stops")
+    sim.add_argument("--speed", type=float, default=1.0,
+                     help="replay speed against real time; 0: as fast as possible")
+    sim.add_argument("--period-ms", type=float, help="wall-clock ms between reports "
+                     "(overrides --speed)")
+    sim.add_argument("--cells", type=int, help="replay only the first N cells")
+    sim.add_argument("--cells-per-node", type=int, default=8)
+    sim.add_argument("--faults", type=parse_faults, default={},
+                     help="e.g. malformed=0.01,duplicate=0.01,late=0.01")
+    sim.add_argument("--seed", type=int, default=0)
+    sim.set_defaults(run=cmd_e2sim)
     return parser
 
 

@@ -56,3 +56,15 @@ class Panel:
             calendar_tz=self.calendar_tz,
             log=dict(self.log),
         )
+
+    def first_cells(self, count: int) -> Panel:
+        """The panel restricted to its first ``count`` cells."""
+        return Panel(
+            cell_ids=list(self.cell_ids[:count]),
+            index=self.index,
+            values=self.values[:count],
+            freq=self.freq,
+            target=self.target,
+            calendar_tz=self.calendar_tz,
+            log=dict(self.log),
+        )

@@ -50,10 +50,10 @@ ERRORS = {code: {"model": ErrorOut} for code in (404, 409, 413, 422, 503)}
 
 def create_app(
     descriptor: Descriptor, watch_config: bool = True, overrides: dict | None = None,
-    appmgr_transport: httpx.AsyncBaseTransport | None = None,
+    appmgr_transport: httpx.AsyncBaseTransport | None = None, http_port: int = 8080,
 ) -> FastAPI:
     """The app; ``overrides`` (CLI flags) are re-applied to every reloaded config file."""
-    service = Service(descriptor)
+    service = Service(descriptor, http_port=http_port)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

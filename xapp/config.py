@@ -85,6 +85,7 @@ class KpiSource(BaseModel):
     scale: float = Field(1.0, gt=0)  # measurement unit -> KPI unit, e.g. Mbit -> MB = 0.125
 
 
+DEFAULT_RMR_HOST = "service-ricxapp-kpi-forecast-rmr.ricxapp"
 DEFAULT_KPIS = {
     "prb_util": KpiSource(measurement="RRU.PrbUsedDl"),
     "dl_throughput_mbps": KpiSource(measurement="DRB.UEThpDl", scale=0.001),  # kbit/s
@@ -100,6 +101,11 @@ class E2(BaseModel):
 
     enabled: bool = False
     port: int = Field(4560, ge=0, le=65535)  # 0 picks a free port (tests)
+    # Where the subscription manager is; None: do not subscribe (frames may still arrive).
+    submgr_url: str | None = Field(None, min_length=1)
+    # How the E2 side reaches this xApp's rmr-data port (the chart's RMR Service).
+    client_host: str = Field(DEFAULT_RMR_HOST, min_length=1)
+    reporting_period_ms: int | None = Field(None, ge=1)  # None: the model's step
     kpis: dict[str, KpiSource] = Field(default_factory=lambda: dict(DEFAULT_KPIS))
 
 

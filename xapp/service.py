@@ -16,7 +16,8 @@ from model.runtime import OnnxForecaster, RuntimeOptions
 from xapp.batcher import DynamicBatcher, ModelUnavailable, QueueFull
 from xapp.config import Controls, Descriptor, KpiSource, model_fields_changed
 from xapp.e2.ingest import Ingestor
-from xapp.e2.transport import TcpTransport
+from xapp.e2.subscription import Subscriber
+from xapp.e2.transport import Frame, TcpTransport
 from xapp.fallback import seasonal_naive
 from xapp.history import MemoryHistory
 from xapp.metrics import Metrics
@@ -57,8 +58,10 @@ def quantile_name(q: float) -> str:
 
 
 class Service:
-    def __init__(self, descriptor: Descriptor) -> None:
+    def __init__(self, descriptor: Descriptor, http_port: int = 8080) -> None:
         self.descriptor = descriptor
+        self.http_port = http_port
+        self.subscriber: Subscriber | None = None
         controls = descriptor.controls
         self.metrics = Metrics(controls.latency_budget_ms / 1000.0,
                                controls.batching.max_batch_size)
@@ -266,15 +269,35 @@ class Service:
             self.e2_transport = TcpTransport(
                 "0.0.0.0", e2.port,
                 on_broken=lambda reason: self.metrics.e2_rejected.labels(reason=reason).inc())
-            await self.e2_transport.start(self.ingestor.handle)
+            await self.e2_transport.start(self._on_frame)
             log.info("e2: listening for rmr-data frames on port %d", self.e2_transport.port)
-        return [
+        tasks = []
+        if e2.enabled and e2.submgr_url:
+            self.subscriber = Subscriber(e2.submgr_url, e2.client_host, self.e2_transport.port,
+                                         self.http_port, self.ingestor)
+            tasks.append(asyncio.create_task(self._subscribe_when_ready(), name="e2-subscribe"))
+        return tasks + [
             asyncio.create_task(self.batcher.run(), name="batcher"),
             asyncio.create_task(self.loop_lag.run(), name="loop-lag"),
             asyncio.create_task(self._reload_logged(), name="initial-model-load"),
         ]
 
+    async def _on_frame(self, frame: Frame) -> None:
+        if self.subscriber is not None and await self.subscriber.handle(frame):
+            return
+        await self.ingestor.handle(frame)
+
+    async def _subscribe_when_ready(self) -> None:
+        """Subscribe once a model says which KPI, and at which step, to ask for."""
+        while (source := self.kpi_source()) is None:
+            await asyncio.sleep(0.1)
+        step_ms = int(self.model.step / pd.Timedelta("1ms"))
+        period = self.controls.e2.reporting_period_ms or step_ms
+        await self.subscriber.subscribe(source.measurement, period)
+
     async def stop(self, tasks: list[asyncio.Task], drain_s: float = 5.0) -> None:
+        if self.subscriber is not None:
+            await self.subscriber.unsubscribe()
         if self.e2_transport is not None:
             await self.e2_transport.close()
         await self.batcher.drain(drain_s)

@@ -116,8 +116,14 @@ class TcpTransport:
         if writer is None or writer.is_closing():
             _, writer = await asyncio.open_connection(host, port)
             self._peers[(host, port)] = writer
-        writer.write(encode_frame(frame))
-        await writer.drain()
+        try:
+            writer.write(encode_frame(frame))
+            await writer.drain()
+        except OSError:
+            # The peer went away (a restart): forget the connection, the caller retries.
+            self._peers.pop((host, port), None)
+            writer.close()
+            raise
 
     async def close(self) -> None:
         for writer in self._peers.values():

@@ -1,0 +1,112 @@
+"""The mock E2 node replays a KPI file into a running xApp through a real subscription."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from pathlib import Path
+
+import numpy as np
+import pytest
+import uvicorn
+
+from data.synthetic import generate
+from tests.xapp_helpers import CONTEXT, descriptor, make_model, running
+from training.ingest import load_panel
+from xapp.e2.mock_node import MockE2Node, create_app
+
+MEASUREMENT = "RRU.PrbUsedDl"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_replayed_cells_forecast_like_their_file(tmp_path: Path) -> None:
+    model_dir = make_model(tmp_path / "model")
+    data = tmp_path / "cells.csv"
+    generate(n_cells=4, days=9, seed=1, start="2024-03-04", tz="UTC").to_csv(data, index=False)
+    panel = load_panel(data, "prb_util")
+    node = MockE2Node(panel, MEASUREMENT, cells_per_node=2, speed=0.0,
+                      faults={"malformed": 0.05, "duplicate": 0.05, "late": 0.05}, seed=0)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(node), host="127.0.0.1", port=port,
+                                           log_level="warning", lifespan="off"))
+
+    async def go() -> None:
+        serving = asyncio.create_task(server.serve())
+        while not server.started:
+            await asyncio.sleep(0.01)
+        desc = descriptor(tmp_path, model_dir, e2={
+            "enabled": True, "port": 0, "submgrUrl": f"http://127.0.0.1:{port}",
+            "clientHost": "127.0.0.1", "kpis": {"kpi": {"measurement": MEASUREMENT}}})
+        async with running(desc) as client:
+            for _ in range(1000):
+                if node.sent["replays_done"] == 2:
+                    break
+                await asyncio.sleep(0.02)
+            assert node.sent["replays_done"] == 2, node.sent
+            taken = node.sent["indications"] + node.sent["duplicates"]
+            for _ in range(200):
+                metrics = (await client.get("/ric/v1/metrics")).text
+                if f"kpi_forecast_e2_indications_total {taken}.0" in metrics:
+                    break
+                await asyncio.sleep(0.02)
+            assert f"kpi_forecast_e2_indications_total {taken}.0" in metrics
+            rejected = sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+                           if line.startswith("kpi_forecast_e2_indications_rejected_total"))
+            assert rejected == node.sent["malformed"] > 0
+            assert node.sent["late"] > 0 and node.sent["duplicates"] > 0
+
+            for row, cell in enumerate(panel.cell_ids):
+                from_e2 = (await client.get(f"/v1/cells/{cell}/forecast")).json()
+                history = panel.values[row, -CONTEXT:]
+                direct = (await client.post("/v1/forecast", json={
+                    "cell_id": cell, "start": panel.index[-CONTEXT].isoformat(), "freq": "1h",
+                    "values": [None if np.isnan(v) else float(v) for v in history]})).json()
+                assert from_e2["source"] == direct["source"] == "model"
+                for a, b in zip(from_e2["forecasts"], direct["forecasts"], strict=True):
+                    for q in ("p10", "p50", "p90"):
+                        assert a[q] == pytest.approx(b[q], abs=1e-4)
+        assert node.sent["deletions"] == 2  # the xApp unsubscribed on shutdown
+        server.should_exit = True
+        await serving
+        await node.close()
+
+    asyncio.run(go())
+
+
+def test_e2sim_command_serves_the_node_inventory(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    data = tmp_path / "cells.csv"
+    generate(n_cells=3, days=2, seed=0, start="2024-03-04", tz="UTC").to_csv(data, index=False)
+    root = Path(__file__).resolve().parents[1]
+    bad = subprocess.run([sys.executable, "-m", "training.cli", "e2sim", "--data", str(data),
+                          "--kpi", "prb_util"], cwd=root, capture_output=True, text=True)
+    assert bad.returncode == 2 and "COLUMN=MEASUREMENT" in bad.stderr
+    assert "Traceback" not in bad.stderr
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "training.cli", "e2sim", "--data", str(data), "--kpi",
+         f"prb_util={MEASUREMENT}", "--listen", f"127.0.0.1:{port}", "--cells-per-node", "2"],
+        cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(200):
+            try:
+                nodes = httpx.get(f"http://127.0.0.1:{port}/ric/v1/e2nodes").json()
+                break
+            except httpx.TransportError:
+                time.sleep(0.05)
+        assert [len(n["cells"]) for n in nodes] == [2, 1]
+        assert nodes[0]["meid"] == "gnb-000" and nodes[0]["cells"][1]["nrCellId"] == 1
+    finally:
+        process.terminate()
+        process.wait(10)

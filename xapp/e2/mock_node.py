@@ -1,0 +1,232 @@
+"""A mock E2 node with its subscription manager: replays a KPI file as E2SM-KPM indications.
+
+It serves the subscription REST API (see ``xapp.e2.subscription``) and, for each accepted
+subscription, answers with an E2AP RICsubscriptionResponse on the subscriber's rmr-data
+endpoint, then replays the file's values for the subscribed cells as RIC Indications: one per
+reporting period, holding one value per step of the data, stamped with the collection start
+time. Cells are grouped into E2 nodes of ``cells_per_node``. Sending survives the xApp
+restarting (reconnects with backoff), and faults can be injected for tests: malformed payloads,
+duplicates, and late (out-of-order) reports.
+
+    kpi-forecast e2sim --data FILE --kpi COL=MEAS_NAME [--listen HOST:PORT] [--speed X] ...
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from fastapi import FastAPI, HTTPException, Response
+from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
+
+from training.panel import Panel
+from xapp.e2 import e2ap, kpm
+from xapp.e2.transport import RIC_INDICATION, RIC_SUB_FAILURE, RIC_SUB_RESP, Frame, TcpTransport
+
+log = logging.getLogger(__name__)
+
+PLMN = "00f110"  # the test PLMN (MCC 001, MNC 01)
+FAULTS = ("malformed", "duplicate", "late")
+
+
+@dataclass
+class Stream:
+    """One accepted subscription entry: a cell, reported under one RIC request."""
+
+    cell: int  # row of the panel
+    requestor_id: int
+    instance_id: int
+    action_id: int
+    measurement: str
+    period_ms: int
+
+
+@dataclass
+class Subscription:
+    host: str
+    port: int
+    streams: list[Stream]
+    task: asyncio.Task | None = None
+
+
+@dataclass
+class MockE2Node:
+    panel: Panel
+    measurement: str  # the name the panel's target column is reported under
+    cells_per_node: int = 8
+    speed: float = 0.0  # replay speed against real time; 0: as fast as the link takes
+    pace_ms: float | None = None  # wall-clock ms between reports, overriding speed
+    start: int = 0  # first step replayed
+    end: int | None = None  # step after the last one replayed
+    faults: dict[str, float] = field(default_factory=dict)  # fault -> probability per report
+    seed: int = 0
+    sent: Counter = field(default_factory=Counter)  # what went out, by kind
+    subscriptions: dict[str, Subscription] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._transport = TcpTransport("127.0.0.1", 0)
+        self._rng = random.Random(self.seed)
+        self._next_instance = 1
+        self.step_ms = int(self.panel.step / pd.Timedelta("1ms"))
+
+    def nodes(self) -> list[dict]:
+        ids = self.panel.cell_ids
+        return [
+            {"meid": f"gnb-{k // self.cells_per_node:03d}",
+             "cells": [{"cellId": ids[i], "plmn": PLMN, "nrCellId": i}
+                       for i in range(k, min(k + self.cells_per_node, len(ids)))]}
+            for k in range(0, len(ids), self.cells_per_node)
+        ]
+
+    # --- subscriptions ---------------------------------------------------------------------
+
+    async def subscribe(self, body: dict) -> dict:
+        endpoint = body["ClientEndpoint"]
+        host, port = endpoint["Host"], int(endpoint["RMRPort"])
+        node = next((n for n in self.nodes() if n["meid"] == body["Meid"]), None)
+        if node is None:
+            raise HTTPException(404, f"no E2 node {body['Meid']}")
+        subscription_id = f"sub-{len(self.subscriptions) + 1}"
+        streams, instances = [], []
+        for detail in body["SubscriptionDetails"]:
+            stream, outcome = self._accept(detail, node)
+            await self._send(host, port, outcome)
+            if stream is not None:
+                streams.append(stream)
+                instances.append({"XappEventInstanceId": stream.requestor_id,
+                                  "E2EventInstanceId": stream.instance_id})
+        subscription = Subscription(host, port, streams)
+        subscription.task = asyncio.create_task(self._replay(subscription))
+        self.subscriptions[subscription_id] = subscription
+        return {"SubscriptionId": subscription_id, "SubscriptionInstances": instances}
+
+    def _accept(self, detail: dict, node: dict) -> tuple[Stream | None, Frame]:
+        requestor = int(detail["XappEventInstanceId"])
+        instance = self._next_instance
+        self._next_instance += 1
+        action = detail["ActionToBeSetupList"][0]
+        try:
+            period = kpm.decode_event_trigger(bytes(detail["EventTriggers"]))
+            definition = kpm.decode_action_definition(bytes(action["ActionDefinition"]))
+        except kpm.DecodeError:
+            return None, self._failure(requestor, instance, "action-not-supported")
+        served = {c["nrCellId"] for c in node["cells"]}
+        cell = definition.cell.nr_cell if definition.cell else None
+        if cell not in served or self.measurement not in definition.measurements:
+            return None, self._failure(requestor, instance, "action-not-supported")
+        stream = Stream(cell, requestor, instance, int(action["ActionID"]), self.measurement,
+                        max(period, self.step_ms))
+        payload = e2ap.encode_subscription_response(requestor, instance, 2, [stream.action_id])
+        return stream, Frame(RIC_SUB_RESP, instance, payload)
+
+    def _failure(self, requestor: int, instance: int, cause: str) -> Frame:
+        self.sent["subscription_failures"] += 1
+        payload = e2ap.encode_subscription_failure(requestor, instance, 2, ("ricRequest", cause))
+        return Frame(RIC_SUB_FAILURE, instance, payload)
+
+    def unsubscribe(self, subscription_id: str) -> None:
+        subscription = self.subscriptions.pop(subscription_id, None)
+        if subscription is None:
+            raise HTTPException(404, f"no subscription {subscription_id}")
+        if subscription.task is not None:
+            subscription.task.cancel()
+        self.sent["deletions"] += 1
+
+    # --- the replay ------------------------------------------------------------------------
+
+    async def _replay(self, subscription: Subscription) -> None:
+        if not subscription.streams:
+            return
+        per_report = max(1, subscription.streams[0].period_ms // self.step_ms)
+        end = self.panel.n_steps if self.end is None else min(self.end, self.panel.n_steps)
+        held: list[Frame] = []  # late reports, sent after the next one
+        for first in range(self.start, end, per_report):
+            steps = range(first, min(first + per_report, end))
+            for stream in subscription.streams:
+                frame = self._indication(stream, steps)
+                await self._send_with_faults(subscription, frame, held)
+            await asyncio.sleep(self._pause(per_report))
+        for frame in held:
+            await self._send(subscription.host, subscription.port, frame)
+        self.sent["replays_done"] += 1
+
+    def _indication(self, stream: Stream, steps: range) -> Frame:
+        values = [None if np.isnan(v) else float(v)
+                  for v in self.panel.values[stream.cell, steps.start : steps.stop]]
+        start = self.panel.index[steps.start].to_pydatetime()
+        header = kpm.encode_indication_header(start)
+        message = kpm.encode_indication_message(kpm.IndicationMessage(
+            [kpm.Measurement(stream.measurement, values)], granularity_ms=self.step_ms))
+        payload = e2ap.encode_indication(stream.requestor_id, stream.instance_id, 2,
+                                         stream.action_id, steps.start % 65536, header, message)
+        return Frame(RIC_INDICATION, stream.instance_id, payload)
+
+    async def _send_with_faults(self, subscription: Subscription, frame: Frame,
+                                held: list[Frame]) -> None:
+        host, port = subscription.host, subscription.port
+        if self._rng.random() < self.faults.get("malformed", 0.0):
+            garbage = bytes(self._rng.getrandbits(8) for _ in range(24))
+            await self._send(host, port, Frame(RIC_INDICATION, frame.subscription_id, garbage))
+            self.sent["malformed"] += 1
+        if self._rng.random() < self.faults.get("late", 0.0):
+            held.append(frame)
+            self.sent["late"] += 1
+            return
+        await self._send(host, port, frame)
+        self.sent["indications"] += 1
+        if self._rng.random() < self.faults.get("duplicate", 0.0):
+            await self._send(host, port, frame)
+            self.sent["duplicates"] += 1
+        while held and self._rng.random() < 0.5:
+            await self._send(host, port, held.pop(0))
+            self.sent["indications"] += 1
+
+    def _pause(self, steps: int) -> float:
+        if self.pace_ms is not None:
+            return self.pace_ms / 1000.0
+        if self.speed <= 0:
+            return 0.0
+        return steps * self.step_ms / 1000.0 / self.speed
+
+    async def _send(self, host: str, port: int, frame: Frame) -> None:
+        """Send, reconnecting with backoff while the xApp is away (a restart)."""
+        async for attempt in AsyncRetrying(
+            wait=wait_exponential(multiplier=0.05, max=5.0),
+            retry=retry_if_exception_type(OSError),
+        ):
+            with attempt:
+                await self._transport.send(host, port, frame)
+
+    async def close(self) -> None:
+        for subscription in self.subscriptions.values():
+            if subscription.task is not None:
+                subscription.task.cancel()
+        await self._transport.close()
+
+
+def create_app(node: MockE2Node) -> FastAPI:
+    app = FastAPI(title="kpi-forecast mock E2 node and subscription manager")
+
+    @app.get("/ric/v1/e2nodes")
+    async def e2nodes() -> list[dict]:
+        return node.nodes()
+
+    @app.post("/ric/v1/subscriptions", status_code=201)
+    async def subscribe(body: dict) -> dict:
+        return await node.subscribe(body)
+
+    @app.delete("/ric/v1/subscriptions/{subscription_id}", status_code=204)
+    async def unsubscribe(subscription_id: str) -> Response:
+        node.unsubscribe(subscription_id)
+        return Response(status_code=204)
+
+    @app.get("/stats")
+    async def stats() -> dict:
+        return dict(node.sent)
+
+    return app
