@@ -224,7 +224,8 @@ def _missing_mask(
     n_gap_cells = max(1, round(0.15 * n_cells))
     for cell in rng.choice(n_cells, n_gap_cells, replace=False):
         for _ in range(rng.integers(1, 3)):
-            length = min(n_steps, max(1, round(rng.uniform(3.0, 48.0) / step_h)))
+            # At most a quarter of the series, so that a short one is never wiped out.
+            length = min(max(1, n_steps // 4), max(1, round(rng.uniform(3.0, 48.0) / step_h)))
             start = rng.integers(0, n_steps - length + 1)
             missing[cell, start : start + length] = True
     return missing

@@ -110,3 +110,35 @@ def test_e2sim_command_serves_the_node_inventory(tmp_path: Path) -> None:
     finally:
         process.terminate()
         process.wait(10)
+
+
+def test_the_mock_node_reconnects_when_the_xapp_comes_back(tmp_path: Path) -> None:
+    from xapp.e2.transport import RIC_INDICATION, Frame, TcpTransport
+
+    data = tmp_path / "cells.csv"
+    generate(n_cells=1, days=2, seed=0, start="2024-03-04", tz="UTC").to_csv(data, index=False)
+    node = MockE2Node(load_panel(data, "prb_util"), MEASUREMENT)
+    port = free_port()
+
+    async def go() -> None:
+        received: list[Frame] = []
+
+        async def keep(frame: Frame) -> None:
+            received.append(frame)
+
+        sending = asyncio.create_task(node._send("127.0.0.1", port,
+                                                 Frame(RIC_INDICATION, 1, b"x")))
+        await asyncio.sleep(0.3)  # the xApp is down: the node keeps retrying
+        assert not sending.done()
+        xapp = TcpTransport("127.0.0.1", port)
+        await xapp.start(keep)
+        await asyncio.wait_for(sending, 10)
+        for _ in range(100):
+            if received:
+                break
+            await asyncio.sleep(0.01)
+        assert received == [Frame(RIC_INDICATION, 1, b"x")]
+        await xapp.close()
+        await node.close()
+
+    asyncio.run(go())

@@ -181,3 +181,9 @@ def test_cli_round_trip(tmp_path: Path, suffix: str) -> None:
     expected = generate(n_cells=3, days=8, freq="30min", seed=5, start="2024-10-21")
     written = pd.read_parquet(out) if suffix == ".parquet" else _read_csv(out)
     pd.testing.assert_frame_equal(written, expected, check_exact=False, rtol=1e-12)
+
+
+def test_a_short_single_series_keeps_most_of_its_rows() -> None:
+    for seed in range(5):
+        frame = generate(n_cells=1, days=1, seed=seed, start="2024-03-04", tz="UTC")
+        assert len(frame) >= 24 // 2 - 2  # at most two outages of a quarter each

@@ -90,9 +90,12 @@ class TcpTransport:
         self._on_broken = on_broken or (lambda reason: None)
         self._server: asyncio.Server | None = None
         self._peers: dict[tuple[str, int], asyncio.StreamWriter] = {}
+        self._inbound: dict[asyncio.Task, asyncio.StreamWriter] = {}
 
     async def start(self, handler: Handler) -> None:
         async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            task = asyncio.current_task()
+            self._inbound[task] = writer
             try:
                 while (frame := await read_frame(reader)) is not None:
                     await handler(frame)
@@ -104,6 +107,7 @@ class TcpTransport:
             except ConnectionError:
                 self._on_broken("connection")
             finally:
+                self._inbound.pop(task, None)
                 writer.close()
                 with contextlib.suppress(ConnectionError):
                     await writer.wait_closed()
@@ -131,4 +135,9 @@ class TcpTransport:
         self._peers.clear()
         if self._server is not None:
             self._server.close()
+            # Let each open connection's handler end on its own (its reader sees EOF), so
+            # none is left to be cancelled half-closed when the loop stops.
+            for writer in list(self._inbound.values()):
+                writer.close()
+            await asyncio.gather(*self._inbound, return_exceptions=True)
             await self._server.wait_closed()

@@ -1,0 +1,170 @@
+"""E2 ingestion speed (issue 5): decode cost, indications per second, indication-to-forecast.
+
+1. Decode cost per indication (E2AP, KPM header, KPM message), one core, no I/O.
+2. Ingestion rate: indications decoded and written to history per second, in process on one
+   core, and over the rmr-data TCP stream into a running xApp (the sender on the same machine).
+3. End-to-end: from sending the indication of a new hour to a forecast from
+   `GET /v1/cells/{id}/forecast` that includes it.
+
+    python -m benchmarks.e2_ingest
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pandas as pd
+
+from benchmarks.common import RAW, machine, write_section
+from benchmarks.runtime import CONTEXT, default_model
+from xapp.api import create_app
+from xapp.config import CONFIG_FILE_NAME, DEFAULT_DIR, KpiSource, load_descriptor
+from xapp.e2 import e2ap, kpm
+from xapp.e2.ingest import Ingestor, Route
+from xapp.e2.transport import RIC_INDICATION, Frame, TcpTransport
+from xapp.history import MemoryHistory
+from xapp.metrics import Metrics
+
+MEASUREMENT = "RRU.PrbUsedDl"
+START = dt.datetime(2024, 3, 4, tzinfo=dt.UTC)
+
+
+def indication(action: int, start: dt.datetime, values: list[float]) -> Frame:
+    header = kpm.encode_indication_header(start)
+    message = kpm.encode_indication_message(kpm.IndicationMessage(
+        [kpm.Measurement(MEASUREMENT, values)], granularity_ms=3_600_000))
+    return Frame(RIC_INDICATION, 1, e2ap.encode_indication(1, 1, 2, action, None, header,
+                                                           message))
+
+
+def frames_for(cells: int, hours: int) -> list[Frame]:
+    rng = np.random.default_rng(0)
+    return [indication(cell + 1, START + dt.timedelta(hours=h), [float(rng.uniform(5, 95))])
+            for h in range(hours) for cell in range(cells)]
+
+
+def decode_cost(frames: list[Frame]) -> dict:
+    def median_us(call) -> float:
+        times = []
+        for frame in frames:
+            started = time.perf_counter()
+            call(frame)
+            times.append(time.perf_counter() - started)
+        return float(np.median(times) * 1e6)
+
+    pdus = [e2ap.decode(f.payload) for f in frames]
+    by_payload = {f.payload: p for f, p in zip(frames, pdus, strict=True)}
+    return {
+        "e2ap_us": median_us(lambda f: e2ap.decode(f.payload)),
+        "kpm_header_us": median_us(lambda f: kpm.decode_indication_header(
+            by_payload[f.payload].header)),
+        "kpm_message_us": median_us(lambda f: kpm.decode_indication_message(
+            by_payload[f.payload].message, subscribed=[MEASUREMENT])),
+    }
+
+
+def in_process_rate(frames: list[Frame], cells: int) -> float:
+    store = MemoryHistory("1h", 672)
+    source = KpiSource(measurement=MEASUREMENT)
+    ingestor = Ingestor(lambda: store, Metrics(0.1, 64), lambda: source)
+    for cell in range(cells):
+        ingestor.add_route(1, cell + 1, Route(f"cell-{cell}", 3_600_000))
+
+    async def run() -> float:
+        started = time.perf_counter()
+        for frame in frames:
+            await ingestor.handle(frame)
+        return len(frames) / (time.perf_counter() - started)
+
+    return asyncio.run(run())
+
+
+async def through_the_xapp(model_dir: Path, cells: int, hours: int) -> dict:
+    raw = json.loads((DEFAULT_DIR / CONFIG_FILE_NAME).read_text())
+    raw["controls"].update(modelDir=str(model_dir), e2={
+        "enabled": True, "port": 0, "kpis": {"traffic": {"measurement": MEASUREMENT}}})
+    config = model_dir.parent / CONFIG_FILE_NAME
+    config.write_text(json.dumps(raw))
+    frames = frames_for(cells, hours)
+    app = create_app(load_descriptor(config), watch_config=False)
+    service = app.state.service
+    async with app.router.lifespan_context(app), httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://xapp") as client:
+        while service.model is None:
+            await asyncio.sleep(0.01)
+        for cell in range(cells):
+            service.ingestor.add_route(1, cell + 1, Route(f"cell-{cell}", 3_600_000))
+        sender = TcpTransport("127.0.0.1", 0)
+        port = service.e2_transport.port
+        started = time.perf_counter()
+        for frame in frames:
+            await sender.send("127.0.0.1", port, frame)
+        registry = service.metrics.registry
+        while registry.get_sample_value("kpi_forecast_e2_indications_total") < len(frames):
+            await asyncio.sleep(0.001)
+        rate = len(frames) / (time.perf_counter() - started)
+        # Indication of a new hour -> a forecast that starts after it.
+        latencies = []
+        for extra in range(20):
+            stamp = START + dt.timedelta(hours=hours + extra)
+            wanted = (pd.Timestamp(stamp) + pd.Timedelta("1h")).tz_convert("Europe/Rome")
+            started = time.perf_counter()
+            await sender.send("127.0.0.1", port, indication(1, stamp, [50.0]))
+            while True:
+                answer = (await client.get("/v1/cells/cell-0/forecast")).json()
+                if answer["forecasts"][0]["timestamp"] == wanted.isoformat():
+                    break
+            latencies.append((time.perf_counter() - started) * 1000)
+        await sender.close()
+    return {"tcp_rate": rate, "to_forecast_ms": float(np.median(latencies)),
+            "to_forecast_max_ms": float(np.max(latencies))}
+
+
+def main() -> int:
+    cells, hours = 50, CONTEXT
+    frames = frames_for(cells, hours)
+    cost = decode_cost(frames[:2000])
+    rate = in_process_rate(frames, cells)
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = Path(tmp) / "model"
+        model_dir.mkdir()
+        default_model(model_dir)
+        e2e = asyncio.run(through_the_xapp(model_dir, cells, hours))
+    table = pd.DataFrame([{**cost, "decode_total_us": sum(cost.values()),
+                           "in_process_per_s": rate, **e2e}])
+    RAW.mkdir(parents=True, exist_ok=True)
+    table.to_csv(RAW / "e2_ingest.csv", index=False)
+    lines = [
+        "## E2 ingestion (issue 5)",
+        "",
+        f"Measured {dt.date.today()} on {machine()}, with `python -m benchmarks.e2_ingest` "
+        f"(part of `make bench`): {len(frames)} RIC Indications ({cells} cells x {hours} "
+        f"hours, one {MEASUREMENT} value each), E2AP and E2SM-KPM in aligned PER.",
+        "",
+        "| measure | value |",
+        "|---|---|",
+        f"| decode per indication: E2AP (pycrate) | {cost['e2ap_us']:.0f} us |",
+        f"| decode per indication: KPM header + message (asn1tools) | "
+        f"{cost['kpm_header_us'] + cost['kpm_message_us']:.0f} us |",
+        f"| ingested per second, in process, one core (decode + history) | {rate:,.0f} |",
+        f"| ingested per second over TCP into the running xApp (sender on the same 2 cores) | "
+        f"{e2e['tcp_rate']:,.0f} |",
+        f"| indication of a new hour -> forecast including it (median / max of 20) | "
+        f"{e2e['to_forecast_ms']:.1f} / {e2e['to_forecast_max_ms']:.1f} ms |",
+        "",
+    ]
+    print("\n".join(lines))
+    write_section("e2-ingest", "\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
