@@ -159,6 +159,21 @@ def parse_faults(text: str) -> dict[str, float]:
     return faults
 
 
+def synthetic_panel(column: str, cells: int, seed: int):  # -> Panel
+    """Four weeks of seeded synthetic load ending now, for a node with no file to replay."""
+    import tempfile
+
+    from data.synthetic import generate
+    from training.ingest import load_panel
+
+    start = (pd.Timestamp.now(tz="UTC") - pd.Timedelta("28D")).floor("D")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "synthetic.csv"
+        generate(n_cells=cells, days=28, seed=seed, start=str(start.date()), tz="UTC").to_csv(
+            path, index=False)
+        return load_panel(path, column)
+
+
 def cmd_e2sim(args: argparse.Namespace) -> None:
     import uvicorn
 
@@ -169,7 +184,10 @@ def cmd_e2sim(args: argparse.Namespace) -> None:
     if not measurement:
         raise DataError(f"--kpi {args.kpi!r}: write COLUMN=MEASUREMENT, e.g. "
                         "prb_util=RRU.PrbUsedDl")
-    panel = load_panel(args.data, column, freq=args.freq)
+    if args.data == "synthetic":
+        panel = synthetic_panel(column, args.cells or 24, args.seed)
+    else:
+        panel = load_panel(args.data, column, freq=args.freq)
     if args.cells:
         panel = panel.first_cells(args.cells)
     step = {name: panel.index.searchsorted(pd.Timestamp(value), side="left")
@@ -247,7 +265,8 @@ def build_parser() -> argparse.ArgumentParser:
     xapp.set_defaults(run=cmd_serve)
 
     sim = commands.add_parser("e2sim", help="mock E2 node: replay a KPI file over E2")
-    sim.add_argument("--data", required=True, help="long CSV, CSV.gz or Parquet")
+    sim.add_argument("--data", required=True, help="long CSV, CSV.gz or Parquet, or "
+                     "'synthetic' for seeded synthetic load of the last four weeks")
     sim.add_argument("--kpi", required=True, help="COLUMN=MEASUREMENT, e.g. "
                      "prb_util=RRU.PrbUsedDl (a TS 28.552 name)")
     sim.add_argument("--listen", default="127.0.0.1:8090", help="subscription API HOST:PORT")
@@ -261,7 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--cells", type=int, help="replay only the first N cells")
     sim.add_argument("--cells-per-node", type=int, default=8)
     sim.add_argument("--faults", type=parse_faults, default={},
-                     help="e.g. malformed=0.01,duplicate=0.01,late=0.01")
+                     help="e.g. malformed=0.01,duplicate=0.01,late=0.01,gap=0.01")
     sim.add_argument("--seed", type=int, default=0)
     sim.set_defaults(run=cmd_e2sim)
     return parser

@@ -6,7 +6,7 @@ endpoint, then replays the file's values for the subscribed cells as RIC Indicat
 reporting period, holding one value per step of the data, stamped with the collection start
 time. Cells are grouped into E2 nodes of ``cells_per_node``. Sending survives the xApp
 restarting (reconnects with backoff), and faults can be injected for tests: malformed payloads,
-duplicates, and late (out-of-order) reports.
+duplicates, late (out-of-order) reports and lost reports (gaps).
 
     kpi-forecast e2sim --data FILE --kpi COL=MEAS_NAME [--listen HOST:PORT] [--speed X] ...
 """
@@ -31,7 +31,7 @@ from xapp.e2.transport import RIC_INDICATION, RIC_SUB_FAILURE, RIC_SUB_RESP, Fra
 log = logging.getLogger(__name__)
 
 PLMN = "00f110"  # the test PLMN (MCC 001, MNC 01)
-FAULTS = ("malformed", "duplicate", "late")
+FAULTS = ("malformed", "duplicate", "late", "gap")
 
 
 @dataclass
@@ -169,6 +169,9 @@ class MockE2Node:
     async def _send_with_faults(self, subscription: Subscription, frame: Frame,
                                 held: list[Frame]) -> None:
         host, port = subscription.host, subscription.port
+        if self._rng.random() < self.faults.get("gap", 0.0):
+            self.sent["gaps"] += 1  # a report lost on the way: its steps stay missing
+            return
         if self._rng.random() < self.faults.get("malformed", 0.0):
             garbage = bytes(self._rng.getrandbits(8) for _ in range(24))
             await self._send(host, port, Frame(RIC_INDICATION, frame.subscription_id, garbage))
