@@ -189,3 +189,45 @@ def test_lost_reports_leave_gaps_in_the_history(tmp_path: Path) -> None:
         await node.close()
 
     asyncio.run(go())
+
+
+def test_live_mode_sends_the_past_at_once_then_paces(tmp_path: Path) -> None:
+    import time
+
+    from xapp.e2.transport import Frame, TcpTransport
+
+    data = tmp_path / "cells.csv"
+    generate(n_cells=1, days=2, seed=0, start="2024-03-04", tz="UTC",
+             missing=False).to_csv(data, index=False)
+    # 40 of 48 hours are the past; the last 8 go out one every 50 ms (72000x real time).
+    node = MockE2Node(load_panel(data, "prb_util"), MEASUREMENT, speed=72_000.0, live_from=40)
+
+    async def go() -> None:
+        arrivals: list[float] = []
+
+        async def stamp(frame: Frame) -> None:
+            arrivals.append(time.monotonic())
+
+        xapp = TcpTransport("127.0.0.1", 0)
+        await xapp.start(stamp)
+        definition = kpm.encode_action_definition(kpm.ActionDefinition(
+            [MEASUREMENT], 3_600_000, kpm.CellId(bytes.fromhex("00f110"), nr_cell=0)))
+        started = time.monotonic()
+        await node.subscribe({
+            "ClientEndpoint": {"Host": "127.0.0.1", "RMRPort": xapp.port}, "Meid": "gnb-000",
+            "SubscriptionDetails": [{"XappEventInstanceId": 1,
+                                     "EventTriggers": list(kpm.encode_event_trigger(3_600_000)),
+                                     "ActionToBeSetupList": [{"ActionID": 1,
+                                                              "ActionDefinition": list(
+                                                                  definition)}]}]})
+        while node.sent["replays_done"] < 1:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
+        reports = [t - started for t in arrivals[1:]]  # the first frame is the response
+        assert len(reports) == 48
+        assert reports[39] < 0.3  # the past: all at once
+        assert reports[-1] - reports[40] >= 7 * 0.05 * 0.8  # then paced, 50 ms apart
+        await xapp.close()
+        await node.close()
+
+    asyncio.run(go())

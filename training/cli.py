@@ -160,13 +160,14 @@ def parse_faults(text: str) -> dict[str, float]:
 
 
 def synthetic_panel(column: str, cells: int, seed: int):  # -> Panel
-    """Four weeks of seeded synthetic load ending now, for a node with no file to replay."""
+    """Seeded synthetic load from two weeks ago to two weeks ahead: the node sends the past
+    at once (history for the model), then the rest live, as it happens."""
     import tempfile
 
     from data.synthetic import generate
     from training.ingest import load_panel
 
-    start = (pd.Timestamp.now(tz="UTC") - pd.Timedelta("28D")).floor("D")
+    start = (pd.Timestamp.now(tz="UTC") - pd.Timedelta("14D")).floor("D")
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "synthetic.csv"
         generate(n_cells=cells, days=28, seed=seed, start=str(start.date()), tz="UTC").to_csv(
@@ -184,8 +185,10 @@ def cmd_e2sim(args: argparse.Namespace) -> None:
     if not measurement:
         raise DataError(f"--kpi {args.kpi!r}: write COLUMN=MEASUREMENT, e.g. "
                         "prb_util=RRU.PrbUsedDl")
+    live_from = None
     if args.data == "synthetic":
         panel = synthetic_panel(column, args.cells or 24, args.seed)
+        live_from = int(panel.index.searchsorted(pd.Timestamp.now(tz="UTC")))
     else:
         panel = load_panel(args.data, column, freq=args.freq)
     if args.cells:
@@ -196,7 +199,7 @@ def cmd_e2sim(args: argparse.Namespace) -> None:
     node = MockE2Node(panel, measurement, cells_per_node=args.cells_per_node, speed=args.speed,
                       pace_ms=args.period_ms, start=int(step.get("start", 0)),
                       end=int(step["end"]) if "end" in step else None, faults=args.faults,
-                      seed=args.seed)
+                      seed=args.seed, live_from=live_from)
     print(f"mock E2 node: {panel.n_cells} cells in {len(node.nodes())} node(s), "
           f"{column} as {measurement}; subscription API on http://{args.listen}")
     uvicorn.run(create_app(node), host=host or "127.0.0.1", port=int(port),
@@ -266,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sim = commands.add_parser("e2sim", help="mock E2 node: replay a KPI file over E2")
     sim.add_argument("--data", required=True, help="long CSV, CSV.gz or Parquet, or "
-                     "'synthetic' for seeded synthetic load of the last four weeks")
+                     "'synthetic': two weeks of seeded history at once, then live load")
     sim.add_argument("--kpi", required=True, help="COLUMN=MEASUREMENT, e.g. "
                      "prb_util=RRU.PrbUsedDl (a TS 28.552 name)")
     sim.add_argument("--listen", default="127.0.0.1:8090", help="subscription API HOST:PORT")

@@ -63,6 +63,7 @@ class MockE2Node:
     pace_ms: float | None = None  # wall-clock ms between reports, overriding speed
     start: int = 0  # first step replayed
     end: int | None = None  # step after the last one replayed
+    live_from: int | None = None  # steps before this one go out at once, then at speed
     faults: dict[str, float] = field(default_factory=dict)  # fault -> probability per report
     seed: int = 0
     sent: Counter = field(default_factory=Counter)  # what went out, by kind
@@ -150,7 +151,8 @@ class MockE2Node:
             for stream in subscription.streams:
                 frame = self._indication(stream, steps)
                 await self._send_with_faults(subscription, frame, held)
-            await asyncio.sleep(self._pause(per_report))
+            caught_up = self.live_from is None or first >= self.live_from
+            await asyncio.sleep(self._pause(per_report) if caught_up else 0.0)
         for frame in held:
             await self._send(subscription.host, subscription.port, frame)
         self.sent["replays_done"] += 1
