@@ -34,6 +34,7 @@ import pyarrow as pa
 from benchmarks.common import RAW, machine, write_section
 from benchmarks.runtime import CONTEXT, default_model
 from xapp.config import CONFIG_FILE_NAME, DEFAULT_DIR
+from xapp.smoke import wait_ready
 
 ROOT = Path(__file__).resolve().parents[1]
 BUDGET_MS = 10.0
@@ -185,13 +186,8 @@ def main() -> int:
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         try:
-            for _ in range(600):
-                try:
-                    if httpx.get(f"{url}/ric/v1/health/ready").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                time.sleep(0.1)
+            if not wait_ready(url, server):
+                raise RuntimeError("the xApp did not become ready")
             results = run_scenarios(url, body, server.pid, args.seconds)
         finally:
             server.terminate()

@@ -25,6 +25,21 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+async def subscribe_first_cell(node: MockE2Node, rmr_port: int) -> dict:
+    """Subscribe, as the xApp would, to the first cell of the first node, hourly reports."""
+    cell = node.nodes()[0]["cells"][0]
+    definition = kpm.encode_action_definition(kpm.ActionDefinition(
+        [MEASUREMENT], 3_600_000, kpm.CellId(bytes.fromhex(cell["plmn"]), nr_cell=0)))
+    return await node.subscribe({
+        "ClientEndpoint": {"Host": "127.0.0.1", "RMRPort": rmr_port}, "Meid": "gnb-000",
+        "SubscriptionDetails": [{
+            "XappEventInstanceId": 5,
+            "EventTriggers": list(kpm.encode_event_trigger(3_600_000)),
+            "ActionToBeSetupList": [{"ActionID": 1, "ActionDefinition": list(definition)}],
+        }],
+    })
+
+
 @pytest.mark.slow
 def test_replayed_cells_forecast_like_their_file(tmp_path: Path) -> None:
     model_dir = make_model(tmp_path / "model")
@@ -168,15 +183,7 @@ def test_lost_reports_leave_gaps_in_the_history(tmp_path: Path) -> None:
         xapp = TcpTransport("127.0.0.1", 0)
         await xapp.start(ingestor.handle)
         cell = node.nodes()[0]["cells"][0]
-        definition = kpm.encode_action_definition(kpm.ActionDefinition(
-            [MEASUREMENT], 3_600_000, kpm.CellId(bytes.fromhex(cell["plmn"]), nr_cell=0)))
-        answer = await node.subscribe({
-            "ClientEndpoint": {"Host": "127.0.0.1", "RMRPort": xapp.port}, "Meid": "gnb-000",
-            "SubscriptionDetails": [{"XappEventInstanceId": 5,
-                                     "EventTriggers": list(kpm.encode_event_trigger(3_600_000)),
-                                     "ActionToBeSetupList": [{"ActionID": 1,
-                                                              "ActionDefinition": list(
-                                                                  definition)}]}]})
+        answer = await subscribe_first_cell(node, xapp.port)
         instance = answer["SubscriptionInstances"][0]["E2EventInstanceId"]
         ingestor.add_route(instance, 1, Route(cell["cellId"], 3_600_000))
         while node.sent["replays_done"] < 1:
@@ -210,16 +217,8 @@ def test_live_mode_sends_the_past_at_once_then_paces(tmp_path: Path) -> None:
 
         xapp = TcpTransport("127.0.0.1", 0)
         await xapp.start(stamp)
-        definition = kpm.encode_action_definition(kpm.ActionDefinition(
-            [MEASUREMENT], 3_600_000, kpm.CellId(bytes.fromhex("00f110"), nr_cell=0)))
         started = time.monotonic()
-        await node.subscribe({
-            "ClientEndpoint": {"Host": "127.0.0.1", "RMRPort": xapp.port}, "Meid": "gnb-000",
-            "SubscriptionDetails": [{"XappEventInstanceId": 1,
-                                     "EventTriggers": list(kpm.encode_event_trigger(3_600_000)),
-                                     "ActionToBeSetupList": [{"ActionID": 1,
-                                                              "ActionDefinition": list(
-                                                                  definition)}]}]})
+        await subscribe_first_cell(node, xapp.port)
         while node.sent["replays_done"] < 1:
             await asyncio.sleep(0.01)
         await asyncio.sleep(0.05)

@@ -21,6 +21,19 @@ from model.artifact import load_metadata
 from training.ingest import load_panel
 
 
+def wait_ready(url: str, server: subprocess.Popen, seconds: float = 60.0) -> bool:
+    """Poll the readiness probe until it answers 200; False if the process dies or times out."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and server.poll() is None:
+        try:
+            if httpx.get(f"{url}/ric/v1/health/ready").status_code == 200:
+                return True
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    return False
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", type=Path)
@@ -42,16 +55,9 @@ def main() -> int:
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
     try:
-        for _ in range(300):
-            try:
-                if httpx.get(f"{url}/ric/v1/health/ready").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if server.poll() is not None:
-                print(server.stderr.read(), file=sys.stderr)
-                return 1
-            time.sleep(0.1)
+        if not wait_ready(url, server):
+            print(server.stderr.read(), file=sys.stderr)
+            return 1
         print(f"$ curl -X POST {url}/v1/forecast -d '{{\"cell_id\": \"{request['cell_id']}\", "
               f"\"start\": \"{start}\", \"freq\": \"{meta.freq}\", \"values\": "
               f"[{len(history)} values]}}'")
