@@ -25,11 +25,12 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-async def subscribe_first_cell(node: MockE2Node, rmr_port: int) -> dict:
+async def subscribe_first_cell(node: MockE2Node, rmr_port: int,
+                               measurements: tuple[str, ...] = (MEASUREMENT,)) -> dict:
     """Subscribe, as the xApp would, to the first cell of the first node, hourly reports."""
     cell = node.nodes()[0]["cells"][0]
     definition = kpm.encode_action_definition(kpm.ActionDefinition(
-        [MEASUREMENT], 3_600_000, kpm.CellId(bytes.fromhex(cell["plmn"]), nr_cell=0)))
+        list(measurements), 3_600_000, kpm.CellId(bytes.fromhex(cell["plmn"]), nr_cell=0)))
     return await node.subscribe({
         "ClientEndpoint": {"Host": "127.0.0.1", "RMRPort": rmr_port}, "Meid": "gnb-000",
         "SubscriptionDetails": [{
@@ -114,8 +115,8 @@ def test_e2sim_command_serves_the_node_inventory(tmp_path: Path) -> None:
         port = free_port()
         process = subprocess.Popen(
             [sys.executable, "-m", "training.cli", "e2sim", "--data", source, "--kpi",
-             f"prb_util={MEASUREMENT}", "--listen", f"127.0.0.1:{port}", "--cells-per-node",
-             "2", "--cells", "5"],
+             f"prb_util={MEASUREMENT}", "--kpi", "dl_throughput_mbps=DRB.UEThpDl",
+             "--listen", f"127.0.0.1:{port}", "--cells-per-node", "2", "--cells", "5"],
             cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             for _ in range(400):
@@ -226,6 +227,43 @@ def test_live_mode_sends_the_past_at_once_then_paces(tmp_path: Path) -> None:
         assert len(reports) == 48
         assert reports[39] < 0.3  # the past: all at once
         assert reports[-1] - reports[40] >= 7 * 0.05 * 0.8  # then paced, 50 ms apart
+        await xapp.close()
+        await node.close()
+
+    asyncio.run(go())
+
+
+def test_a_node_with_several_kpis_reports_what_was_subscribed(tmp_path: Path) -> None:
+    from xapp.e2 import e2ap
+    from xapp.e2.transport import RIC_SUB_FAILURE, Frame, TcpTransport
+
+    data = tmp_path / "cells.csv"
+    generate(n_cells=1, days=2, seed=0, start="2024-03-04", tz="UTC",
+             missing=False).to_csv(data, index=False)
+    panel = load_panel(data, "prb_util")
+    throughput = load_panel(data, "dl_throughput_mbps").values
+    node = MockE2Node(panel, MEASUREMENT, extra={"DRB.UEThpDl": throughput}, end=2)
+
+    async def go() -> None:
+        frames: list[Frame] = []
+
+        async def keep(frame: Frame) -> None:
+            frames.append(frame)
+
+        xapp = TcpTransport("127.0.0.1", 0)
+        await xapp.start(keep)
+        await subscribe_first_cell(node, xapp.port, ("DRB.UEThpDl", MEASUREMENT))
+        await subscribe_first_cell(node, xapp.port, ("RRC.ConnMean",))  # not on this node
+        for _ in range(200):
+            if node.sent["replays_done"] == 1 and len(frames) == 4:
+                break
+            await asyncio.sleep(0.01)
+        indications = [e2ap.decode(f.payload) for f in frames if f.msg_type == 12050]
+        message = kpm.decode_indication_message(indications[0].message)
+        assert [m.name for m in message.measurements] == ["DRB.UEThpDl", MEASUREMENT]
+        assert message.measurements[0].values == [pytest.approx(float(throughput[0, 0]))]
+        assert message.measurements[1].values == [pytest.approx(float(panel.values[0, 0]))]
+        assert [f.msg_type for f in frames].count(RIC_SUB_FAILURE) == 1
         await xapp.close()
         await node.close()
 

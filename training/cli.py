@@ -181,27 +181,39 @@ def cmd_e2sim(args: argparse.Namespace) -> None:
     from training.ingest import load_panel
     from xapp.e2.mock_node import MockE2Node, create_app
 
-    column, _, measurement = args.kpi.partition("=")
-    if not measurement:
-        raise DataError(f"--kpi {args.kpi!r}: write COLUMN=MEASUREMENT, e.g. "
-                        "prb_util=RRU.PrbUsedDl")
+    pairs = [kpi.partition("=") for kpi in args.kpi]
+    for (column, _, measurement), text in zip(pairs, args.kpi, strict=True):
+        if not column or not measurement:
+            raise DataError(f"--kpi {text!r}: write COLUMN=MEASUREMENT, e.g. "
+                            "prb_util=RRU.PrbUsedDl")
     live_from = None
-    if args.data == "synthetic":
-        panel = synthetic_panel(column, args.cells or 24, args.seed)
-        live_from = int(panel.index.searchsorted(pd.Timestamp.now(tz="UTC")))
-    else:
-        panel = load_panel(args.data, column, freq=args.freq)
-    if args.cells:
-        panel = panel.first_cells(args.cells)
+    panels = []
+    for column, _, _ in pairs:
+        if args.data == "synthetic":
+            panel = synthetic_panel(column, args.cells or 24, args.seed)
+            live_from = int(panel.index.searchsorted(pd.Timestamp.now(tz="UTC")))
+        else:
+            panel = load_panel(args.data, column, freq=args.freq)
+        panels.append(panel.first_cells(args.cells) if args.cells else panel)
+    panel = panels[0]
+    for other, (column, _, _) in zip(panels[1:], pairs[1:], strict=True):
+        if other.cell_ids != panel.cell_ids or not other.index.equals(panel.index):
+            raise DataError(f"{args.data}: column {column} covers other cells or times than "
+                            f"{pairs[0][0]}; give each KPI its own mock node")
+    measurement = pairs[0][2]
+    extra = {name: other.values for other, (_, _, name) in zip(panels[1:], pairs[1:],
+                                                               strict=True)}
     step = {name: panel.index.searchsorted(pd.Timestamp(value), side="left")
             for name, value in (("start", args.start), ("end", args.end)) if value}
     host, _, port = args.listen.rpartition(":")
-    node = MockE2Node(panel, measurement, cells_per_node=args.cells_per_node, speed=args.speed,
+    node = MockE2Node(panel, measurement, extra=extra, cells_per_node=args.cells_per_node,
+                      speed=args.speed,
                       pace_ms=args.period_ms, start=int(step.get("start", 0)),
                       end=int(step["end"]) if "end" in step else None, faults=args.faults,
                       seed=args.seed, live_from=live_from)
-    print(f"mock E2 node: {panel.n_cells} cells in {len(node.nodes())} node(s), "
-          f"{column} as {measurement}; subscription API on http://{args.listen}")
+    reported = ", ".join(f"{column} as {name}" for column, _, name in pairs)
+    print(f"mock E2 node: {panel.n_cells} cells in {len(node.nodes())} node(s), {reported}; "
+          f"subscription API on http://{args.listen}")
     uvicorn.run(create_app(node), host=host or "127.0.0.1", port=int(port),
                 log_level="warning")
 
@@ -270,8 +282,8 @@ def build_parser() -> argparse.ArgumentParser:
     sim = commands.add_parser("e2sim", help="mock E2 node: replay a KPI file over E2")
     sim.add_argument("--data", required=True, help="long CSV, CSV.gz or Parquet, or "
                      "'synthetic': two weeks of seeded history at once, then live load")
-    sim.add_argument("--kpi", required=True, help="COLUMN=MEASUREMENT, e.g. "
-                     "prb_util=RRU.PrbUsedDl (a TS 28.552 name)")
+    sim.add_argument("--kpi", required=True, action="append", help="COLUMN=MEASUREMENT, "
+                     "e.g. prb_util=RRU.PrbUsedDl (a TS 28.552 name); repeat for more KPIs")
     sim.add_argument("--listen", default="127.0.0.1:8090", help="subscription API HOST:PORT")
     sim.add_argument("--freq", help="grid step of the file (inferred when absent)")
     sim.add_argument("--start", help="first timestamp replayed")

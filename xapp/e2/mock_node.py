@@ -42,7 +42,7 @@ class Stream:
     requestor_id: int
     instance_id: int
     action_id: int
-    measurement: str
+    measurements: list[str]  # the subscribed ones this node has, in the subscription's order
     period_ms: int
 
 
@@ -56,8 +56,10 @@ class Subscription:
 
 @dataclass
 class MockE2Node:
-    panel: Panel
-    measurement: str  # the name the panel's target column is reported under
+    panel: Panel  # the grid and cells; its target column is reported as ``measurement``
+    measurement: str
+    # Further measurements on the same grid and cells (other columns of the file), by name.
+    extra: dict[str, np.ndarray] = field(default_factory=dict)
     cells_per_node: int = 8
     speed: float = 0.0  # replay speed against real time; 0: as fast as the link takes
     pace_ms: float | None = None  # wall-clock ms between reports, overriding speed
@@ -70,6 +72,7 @@ class MockE2Node:
     subscriptions: dict[str, Subscription] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self._values = {self.measurement: self.panel.values, **self.extra}
         self._transport = TcpTransport("127.0.0.1", 0)
         self._rng = random.Random(self.seed)
         self._next_instance = 1
@@ -118,9 +121,10 @@ class MockE2Node:
             return None, self._failure(requestor, instance, "action-not-supported")
         served = {c["nrCellId"] for c in node["cells"]}
         cell = definition.cell.nr_cell if definition.cell else None
-        if cell not in served or self.measurement not in definition.measurements:
+        wanted = [m for m in definition.measurements if m in self._values]
+        if cell not in served or not wanted:
             return None, self._failure(requestor, instance, "action-not-supported")
-        stream = Stream(cell, requestor, instance, int(action["ActionID"]), self.measurement,
+        stream = Stream(cell, requestor, instance, int(action["ActionID"]), wanted,
                         max(period, self.step_ms))
         payload = e2ap.encode_subscription_response(requestor, instance, 2, [stream.action_id])
         return stream, Frame(RIC_SUB_RESP, instance, payload)
@@ -158,12 +162,15 @@ class MockE2Node:
         self.sent["replays_done"] += 1
 
     def _indication(self, stream: Stream, steps: range) -> Frame:
-        values = [None if np.isnan(v) else float(v)
-                  for v in self.panel.values[stream.cell, steps.start : steps.stop]]
+        measurements = [
+            kpm.Measurement(name, [None if np.isnan(v) else float(v) for v in
+                                   self._values[name][stream.cell, steps.start : steps.stop]])
+            for name in stream.measurements
+        ]
         start = self.panel.index[steps.start].to_pydatetime()
         header = kpm.encode_indication_header(start)
         message = kpm.encode_indication_message(kpm.IndicationMessage(
-            [kpm.Measurement(stream.measurement, values)], granularity_ms=self.step_ms))
+            measurements, granularity_ms=self.step_ms))
         payload = e2ap.encode_indication(stream.requestor_id, stream.instance_id, 2,
                                          stream.action_id, steps.start % 65536, header, message)
         return Frame(RIC_INDICATION, stream.instance_id, payload)
