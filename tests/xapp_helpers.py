@@ -36,6 +36,9 @@ def write_descriptor(directory: Path, model_dir: Path, **controls: object) -> Pa
 
 
 def descriptor(tmp: Path, model_dir: Path, **controls: object) -> Descriptor:
+    """A descriptor for tests: a 1 s budget unless given, so that a busy test machine does
+    not turn a contract test into a latency test."""
+    controls.setdefault("latencyBudgetMs", 1000)
     return load_descriptor(write_descriptor(tmp / "config", model_dir, **controls))
 
 
