@@ -1,0 +1,158 @@
+# syntax=docker/dockerfile:1
+#
+# kpi-forecast images. BuildKit builds only the stages the chosen target needs.
+#
+#   serving, CPU (default target, the last stage):
+#     docker build -t kpi-forecast:0.1.0 .
+#   serving, NVIDIA GPU (linux/amd64 only; see "GPU variant" below):
+#     docker build --build-arg VARIANT=gpu -t kpi-forecast:0.1.0-gpu .
+#   training (CPU torch):
+#     docker build --target train -t kpi-forecast-train:0.1.0 .
+#
+# The serving image reads the packaged xApp descriptor (controls.modelDir = /opt/ric/model)
+# unless CONFIG_FILE or XAPP_DESCRIPTOR_PATH is set: the Helm chart sets CONFIG_FILE to its
+# mounted ConfigMap, so the image itself sets neither.
+#
+# GPU variant: onnxruntime is swapped for onnxruntime-gpu with its [cuda,cudnn] extras, which
+# pull the CUDA runtime, cuBLAS, cuFFT, cuRAND and cuDNN as NVIDIA's pip wheels into the venv.
+# The runtime base therefore stays the same python slim image for both variants: an
+# nvidia/cuda:*-cudnn-runtime base would only duplicate those libraries, and it has no Python
+# 3.11 (Ubuntu 24.04 ships 3.12), so the venv built here could not run on it. The driver
+# (libcuda.so.1) is not in the image on either route: the NVIDIA container toolkit mounts the
+# node's one at run time.
+
+ARG PYTHON_VERSION=3.11
+# Base of the build stages and of the training image.
+ARG PYTHON_BASE=python:${PYTHON_VERSION}-slim
+# Base of the serving image, e.g. the same image pinned by digest
+# (--build-arg RUNTIME_BASE=python:3.11-slim@sha256:...). It must provide the interpreter the
+# builder used at the same path (/usr/local/bin/python3.11), since the copied venv links to it.
+ARG RUNTIME_BASE=${PYTHON_BASE}
+
+
+# --- the project's source and an empty venv, shared by both builders ---------------------------
+FROM ${PYTHON_BASE} AS build-base
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_INPUT=1 \
+    PATH=/opt/venv/bin:${PATH}
+RUN python -m venv /opt/venv
+WORKDIR /src
+# Exactly what setuptools needs (pyproject.toml: readme, [tool.setuptools] packages and their
+# package data). tests/test_image.py builds from a copy of this list, so a missing entry fails
+# there before it fails here.
+COPY pyproject.toml README.md ./
+COPY model/ model/
+COPY training/ training/
+COPY xapp/ xapp/
+COPY data/ data/
+
+
+# --- the serving venv: the `serve` extra only, so no torch ---------------------------------------
+FROM build-base AS builder
+# cpu | gpu
+ARG VARIANT=cpu
+# 1.26 is the last onnxruntime-gpu on PyPI built for CUDA 12 (cu12 wheels, NVIDIA driver
+# >= 525); 1.27 and later are CUDA 13 builds that need driver >= 580. Raise it for CUDA 13 nodes.
+ARG ONNXRUNTIME_GPU_VERSION=1.26.0
+# For gpu the serve extra is first resolved against the CPU onnxruntime of the same version, so
+# numpy and protobuf are chosen for that version, then the CPU wheel is swapped for the GPU one
+# (both install the `onnxruntime` module: they must not sit side by side). The NVIDIA wheels'
+# lib folders are listed for ldconfig in the serving stage: ONNX Runtime dlopens libcudnn.so.9
+# and friends by name, and nothing else would tell the loader where pip put them.
+# The closing checks run isolated (-I): from /src, a plain `python -c` would import the
+# source tree instead of the installed package.
+RUN --mount=type=cache,target=/root/.cache/pip \
+    set -eu; \
+    mkdir -p /opt/ld.so.conf.d; \
+    case "${VARIANT}" in \
+      cpu) pip install "/src[serve]" ;; \
+      gpu) pip install "/src[serve]" "onnxruntime==${ONNXRUNTIME_GPU_VERSION}" \
+           && pip uninstall --yes onnxruntime \
+           && pip install "onnxruntime-gpu[cuda,cudnn]==${ONNXRUNTIME_GPU_VERSION}" \
+           && find /opt/venv -type d -path '*/site-packages/nvidia/*/lib' \
+                > /opt/ld.so.conf.d/kpi-forecast-nvidia.conf ;; \
+      *) echo "VARIANT must be cpu or gpu, not '${VARIANT}'" >&2; exit 2 ;; \
+    esac; \
+    python -I -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is not None)"; \
+    python -I -c "import onnxruntime, xapp.server"
+
+
+# --- the training venv: the `train` extra with the CPU build of the pinned torch --------------
+FROM build-base AS train-builder
+# The extra index offers torch==2.13.0+cpu, which pip prefers to PyPI's 2.13.0 (a local version
+# sorts higher) and which does not pull the multi-gigabyte CUDA wheels.
+RUN --mount=type=cache,target=/root/.cache/pip \
+    pip install --extra-index-url https://download.pytorch.org/whl/cpu "/src[train]" \
+    && python -I -c "import sys, torch; sys.exit(torch.version.cuda is not None)"
+
+
+# --- training image: docker build --target train ------------------------------------------------
+FROM ${PYTHON_BASE} AS train
+ARG VERSION=0.1.0
+LABEL org.opencontainers.image.title="kpi-forecast-train" \
+      org.opencontainers.image.description="Trains, backtests and exports the kpi-forecast model (CPU torch)." \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.licenses="Apache-2.0"
+ENV PATH=/opt/venv/bin:${PATH} \
+    VIRTUAL_ENV=/opt/venv \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    MPLCONFIGDIR=/tmp/matplotlib
+COPY --from=train-builder /opt/venv /opt/venv
+# Outputs go to the working directory (mount a volume there), so it belongs to the user.
+RUN groupadd --system --gid 10001 ric \
+    && useradd --system --no-log-init --uid 10001 --gid 10001 --home-dir /workspace \
+         --shell /usr/sbin/nologin ric \
+    && mkdir -p /workspace \
+    && chown 10001:10001 /workspace
+WORKDIR /workspace
+USER 10001:10001
+ENTRYPOINT ["kpi-forecast"]
+CMD ["--help"]
+
+
+# --- serving image (default target): docker build [--target serve] ------------------------------
+FROM ${RUNTIME_BASE} AS serve
+# Global ARGs reach only FROM lines: redeclared to be used in the label.
+ARG RUNTIME_BASE
+ARG VARIANT=cpu
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+LABEL org.opencontainers.image.title="kpi-forecast" \
+      org.opencontainers.image.description="Network KPI forecasting O-RAN near-RT RIC xApp (ONNX Runtime, ${VARIANT})." \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.base.name="${RUNTIME_BASE}"
+# Made for a read-only root filesystem: the venv's bytecode was compiled by pip at build time
+# and nothing is written at run time outside /tmp (an emptyDir in the chart).
+# NVIDIA_DRIVER_CAPABILITIES asks the container toolkit for the compute libraries; it is inert
+# without the NVIDIA runtime, i.e. in the CPU variant.
+ENV PATH=/opt/venv/bin:${PATH} \
+    VIRTUAL_ENV=/opt/venv \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility
+COPY --from=builder /opt/venv /opt/venv
+# Empty for the CPU variant; for gpu, the venv's NVIDIA library folders (see the builder).
+COPY --from=builder /opt/ld.so.conf.d/ /etc/ld.so.conf.d/
+# A numeric, non-root user so that Kubernetes' runAsNonRoot can verify it. The model folder is
+# a mount point: the image carries no model.
+RUN groupadd --system --gid 10001 ric \
+    && useradd --system --no-log-init --uid 10001 --gid 10001 --home-dir /nonexistent \
+         --shell /usr/sbin/nologin ric \
+    && mkdir -p /opt/ric/model \
+    && ldconfig
+WORKDIR /opt/ric
+VOLUME ["/opt/ric/model"]
+# http (REST, probes, metrics), rmr-data (E2 frames), rmr-route
+EXPOSE 8080 4560 4561
+# For plain Docker; Kubernetes uses the chart's probes instead. Python, as slim has no curl.
+HEALTHCHECK --interval=15s --timeout=3s --start-period=30s --retries=3 \
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8080/ric/v1/health/alive', timeout=2)"]
+USER 10001:10001
+# The server drains in-flight requests on SIGTERM and exits 0; exec form keeps it PID 1 so it
+# receives the signal itself.
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["kpi-forecast", "serve"]
+CMD ["--host", "0.0.0.0", "--port", "8080"]

@@ -1,0 +1,288 @@
+"""The container image without a Docker engine: hadolint and the Dockerfile's promises (a
+non-root, torch-free serving stage as the default target), then the serving venv built the way
+the Dockerfile builds it, from the files it copies, serving a forecast and stopping cleanly."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.xapp_helpers import CONTEXT, make_model, write_descriptor
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCKERFILE = ROOT / "Dockerfile"
+HADOLINT = Path(sys.executable).parent / "hadolint"
+CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+# --- a small Dockerfile reader: enough for the checks below, not a full parser -----------------
+
+
+@dataclass
+class Stage:
+    name: str
+    base: str
+    instructions: list[tuple[str, str]] = field(default_factory=list)
+
+    def args(self, keyword: str) -> list[str]:
+        return [rest for kw, rest in self.instructions if kw == keyword]
+
+
+def logical_lines(text: str) -> list[str]:
+    """Instructions one per line: comments dropped (Docker drops them inside continuations
+    too) and backslash continuations joined."""
+    lines: list[str] = []
+    current = ""
+    for raw in text.splitlines():
+        if raw.lstrip().startswith("#"):
+            continue
+        if raw.rstrip().endswith("\\"):
+            current += raw.rstrip()[:-1] + " "
+            continue
+        current += raw
+        if current.strip():
+            lines.append(current.strip())
+        current = ""
+    if current.strip():
+        lines.append(current.strip())
+    return lines
+
+
+def stages(text: str) -> list[Stage]:
+    found: list[Stage] = []
+    for line in logical_lines(text):
+        keyword, _, rest = line.partition(" ")
+        keyword, rest = keyword.upper(), rest.strip()
+        if keyword == "FROM":
+            words = [w for w in rest.split() if not w.startswith("--")]
+            name = words[2] if len(words) == 3 and words[1].upper() == "AS" else str(len(found))
+            found.append(Stage(name, words[0]))
+        elif found:  # global ARGs before the first FROM belong to no stage
+            found[-1].instructions.append((keyword, rest))
+    return found
+
+
+def pip_installs(run: str) -> list[str]:
+    """Each `pip install ...` command in a RUN, up to the next command separator."""
+    return [part[part.index("pip install"):] for part in re.split(r"&&|\|\||;", run)
+            if "pip install" in part]
+
+
+def chain(by_name: dict[str, Stage], name: str) -> list[Stage]:
+    """A stage and the stages it is built FROM, nearest first."""
+    found = [by_name[name]]
+    while found[-1].base in by_name:
+        found.append(by_name[found[-1].base])
+    return found
+
+
+def copy_sources(stage: Stage) -> list[str]:
+    """What a stage COPYs from the build context (not --from another stage)."""
+    sources: list[str] = []
+    for rest in stage.args("COPY"):
+        words = rest.split()
+        if any(w.startswith("--from") for w in words):
+            continue
+        sources += [w for w in words if not w.startswith("--")][:-1]
+    return sources
+
+
+@pytest.fixture(scope="module")
+def parsed() -> dict[str, Stage]:
+    return {stage.name: stage for stage in stages(DOCKERFILE.read_text())}
+
+
+# --- lint and structure ------------------------------------------------------------------------
+
+
+def test_hadolint_has_no_findings(tmp_path: Path) -> None:
+    if not HADOLINT.exists():
+        pytest.skip(f"hadolint is not installed next to the interpreter ({HADOLINT})")
+    # An empty config and no HADOLINT_* variables: a stray user config must not hide findings.
+    config = tmp_path / "hadolint.yaml"
+    config.write_text("{}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HADOLINT_")}
+    result = subprocess.run(
+        [str(HADOLINT), "--config", str(config), "--no-color", "--failure-threshold", "style",
+         str(DOCKERFILE)],
+        capture_output=True, text=True, env=env, timeout=60,
+    )
+    assert result.returncode == 0 and not result.stdout.strip(), result.stdout + result.stderr
+
+
+def test_default_target_is_a_non_root_serving_stage(parsed: dict[str, Stage]) -> None:
+    names = list(parsed)
+    assert {"builder", "train", "serve"} <= set(names)
+    assert names[-1] == "serve"  # `docker build .` without --target builds the last stage
+    serve = parsed["serve"]
+
+    users = serve.args("USER")
+    assert users, "the serving stage runs as root"
+    uid = users[-1].split(":")[0]
+    assert uid.isdigit() and int(uid) != 0  # numeric, so that runAsNonRoot can check it
+
+    assert any("/ric/v1/health/alive" in h for h in serve.args("HEALTHCHECK"))
+    exposed = {port for rest in serve.args("EXPOSE") for port in rest.split()}
+    assert {"8080", "4560", "4561"} <= exposed
+    assert json.loads(serve.args("ENTRYPOINT")[-1]) == ["kpi-forecast", "serve"]
+    assert json.loads(serve.args("CMD")[-1]) == ["--host", "0.0.0.0", "--port", "8080"]
+    envs = " ".join(serve.args("ENV"))
+    assert "PYTHONDONTWRITEBYTECODE=1" in envs and "PYTHONUNBUFFERED=1" in envs
+    # The packaged descriptor is the default; the chart points CONFIG_FILE at its ConfigMap.
+    assert "CONFIG_FILE" not in envs
+    assert any("/opt/ric/model" in v for v in serve.args("VOLUME"))
+    assert any(kw == "LABEL" and "org.opencontainers.image." in rest
+               for kw, rest in serve.instructions)
+
+
+def test_serving_venv_has_the_serve_extra_only(parsed: dict[str, Stage]) -> None:
+    serve = parsed["serve"]
+    venv_from = [rest for rest in serve.args("COPY") if "/opt/venv" in rest]
+    assert venv_from, "the serving stage does not copy a venv"
+    source = re.search(r"--from=(\S+)", venv_from[0])
+    assert source is not None
+    installs = [cmd for stage in chain(parsed, source.group(1))
+                for run in stage.args("RUN") for cmd in pip_installs(run)]
+    assert any("[serve]" in cmd for cmd in installs), installs
+    for cmd in installs:
+        assert "torch" not in cmd and "[train" not in cmd and ",train" not in cmd, cmd
+
+
+def test_training_stage_takes_torch_from_the_cpu_index(parsed: dict[str, Stage]) -> None:
+    train = parsed["train"]
+    assert json.loads(train.args("ENTRYPOINT")[-1]) == ["kpi-forecast"]
+    venv_from = [rest for rest in train.args("COPY") if "/opt/venv" in rest]
+    source = re.search(r"--from=(\S+)", venv_from[0])
+    assert source is not None
+    installs = [cmd for stage in chain(parsed, source.group(1))
+                for run in stage.args("RUN") for cmd in pip_installs(run)]
+    train_installs = [cmd for cmd in installs if "[train]" in cmd]
+    assert train_installs, installs
+    # Without the CPU index pip takes PyPI's torch, which pulls the CUDA wheels (gigabytes).
+    assert all(re.search(rf"--(extra-)?index-url[= ]{re.escape(CPU_TORCH_INDEX)}\b", cmd)
+               for cmd in train_installs), train_installs
+
+
+# --- the serving venv, built as the image builds it --------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_ready(url: str, process: subprocess.Popen[bytes], log: Path,
+               seconds: float = 90.0) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert process.poll() is None, log.read_text()
+        try:
+            if httpx.get(f"{url}/ric/v1/health/ready", timeout=1.0).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"the xApp never became ready:\n{log.read_text()}")
+
+
+# Run inside the new venv, from outside the repository: where the packages were imported from,
+# and whether the package data (descriptor, schema, ASN.1, sample data) was installed.
+INSTALLED = """
+import json, sys
+from importlib.resources import files
+import data, model, training, xapp
+from xapp.config import descriptor_path, load_descriptor
+packaged = load_descriptor(descriptor_path(environ={}))
+print(json.dumps({
+    "modules": [m.__file__ for m in (data, model, training, xapp)],
+    "model_dir": str(packaged.controls.model_dir),
+    "data": [str(p) for p in (files("xapp.descriptor") / "schema.json",
+                              files("xapp.e2") / "kpm.asn",
+                              files("data.sample") / "cells_hourly.csv.gz") if not p.is_file()],
+}))
+"""
+
+
+@pytest.mark.slow
+def test_serving_venv_built_like_the_image_serves_without_torch(
+    parsed: dict[str, Stage], tmp_path: Path,
+) -> None:
+    # The build context as the image sees it: only what the Dockerfile COPYs. Building from
+    # this copy also keeps pip's build/ and *.egg-info out of the repository.
+    src = tmp_path / "src"
+    src.mkdir()
+    sources = [s for stage in parsed.values() for s in copy_sources(stage)]
+    assert "pyproject.toml" in sources
+    for name in sources:
+        path = ROOT / name
+        if path.is_dir():
+            shutil.copytree(path, src / name,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.py[cod]"))
+        else:
+            shutil.copy2(path, src / name)
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    python, bin_dir = venv / "bin" / "python", venv / "bin"
+    install = subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", f"{src}[serve]"],
+        capture_output=True, text=True, timeout=900, cwd=tmp_path,
+    )
+    assert install.returncode == 0, install.stdout + install.stderr
+
+    # Away from the repository and with no PYTHONPATH, only the installed copy can be found.
+    env = {k: v for k, v in os.environ.items()
+           if k not in {"PYTHONPATH", "CONFIG_FILE", "XAPP_DESCRIPTOR_PATH"}}
+    torch = subprocess.run([str(python), "-c", "import torch"], capture_output=True, text=True,
+                           cwd=tmp_path, env=env, timeout=60)
+    assert torch.returncode != 0 and "No module named 'torch'" in torch.stderr, torch.stderr
+
+    check = subprocess.run([str(python), "-c", INSTALLED], capture_output=True, text=True,
+                           cwd=tmp_path, env=env, timeout=120)
+    assert check.returncode == 0, check.stderr
+    installed = json.loads(check.stdout)
+    assert all(Path(m).is_relative_to(venv) for m in installed["modules"]), installed
+    assert installed["data"] == []
+    assert installed["model_dir"] == "/opt/ric/model"
+
+    # Served as the chart runs it: CONFIG_FILE names the descriptor. Its budget is 1 s so that
+    # a busy test machine does not turn this into a latency test and answer from the fallback.
+    model_dir = make_model(tmp_path / "model")
+    env["CONFIG_FILE"] = str(write_descriptor(tmp_path / "config", model_dir,
+                                              latencyBudgetMs=1000))
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [str(bin_dir / "kpi-forecast"), "serve", "--model", str(model_dir),
+             "--host", "127.0.0.1", "--port", str(port)],
+            cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT,
+        )
+        try:
+            wait_ready(url, process, log)
+            request = {"cell_id": "c1", "start": "2024-01-01T00:00:00+00:00", "freq": "1h",
+                       "values": [float(i % 24) for i in range(CONTEXT)]}
+            answer = httpx.post(f"{url}/v1/forecast", json=request, timeout=30)
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["source"] == "model"
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=30) == 0, log.read_text()
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    assert "Traceback" not in log.read_text(), log.read_text()

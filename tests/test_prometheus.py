@@ -1,0 +1,121 @@
+"""A real Prometheus server scrapes a running xApp on loopback: the queries operators run and
+the chart's alert rules work against the metrics the xApp really exports."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.test_xapp_process import NO_TORCH, free_port, wait_ready
+from tests.xapp_helpers import CONTEXT, make_model, write_descriptor
+
+ROOT = Path(__file__).resolve().parents[1]
+RULES = ROOT / "helm/kpi-forecast/files/prometheus-rules.yaml"
+PROMETHEUS = shutil.which("prometheus")
+
+
+def query(prometheus: str, expr: str) -> list[dict]:
+    answer = httpx.get(f"{prometheus}/api/v1/query", params={"query": expr}).json()
+    assert answer["status"] == "success", answer
+    return answer["data"]["result"]
+
+
+def eventually(check, seconds: float = 30.0):
+    """Poll ``check`` until it returns something truthy (Prometheus scrapes every second)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        result = check()
+        if result:
+            return result
+        time.sleep(0.5)
+    raise AssertionError(f"not within {seconds} s: {check.__doc__ or check}")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(PROMETHEUS is None, reason="prometheus is not installed (apt-get install "
+                    "prometheus; CI installs it)")
+def test_prometheus_scrapes_the_xapp_and_evaluates_the_alert_rules(tmp_path: Path) -> None:
+    model_dir = make_model(tmp_path / "model")
+    # A budget nothing can meet: batches wait 30 ms to fill against a 1 ms budget, so the
+    # answers are fallbacks, and late: the violation, latency and fallback alerts must see it.
+    config = write_descriptor(tmp_path / "config", model_dir, latencyBudgetMs=1, batching={
+        "maxBatchSize": 64, "maxQueueDelayMs": 30, "maxQueueSize": 1024})
+    port, prom_port = free_port(), free_port()
+    xapp = subprocess.Popen(
+        [sys.executable, "-c", NO_TORCH, "serve", "--config", str(config), "--host",
+         "127.0.0.1", "--port", str(port)],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    (tmp_path / "prometheus.yml").write_text(f"""
+global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+rule_files: ["{RULES}"]
+scrape_configs:
+  - job_name: kpi-forecast
+    metrics_path: /ric/v1/metrics
+    static_configs: [{{targets: ["127.0.0.1:{port}"]}}]
+""")
+    prometheus = subprocess.Popen(
+        [PROMETHEUS, f"--config.file={tmp_path / 'prometheus.yml'}",
+         f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{prom_port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    prom = f"http://127.0.0.1:{prom_port}"
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(url, xapp)
+
+        def target_up() -> bool:
+            """the xApp target is up"""
+            return any(r["value"][1] == "1" for r in query(prom, 'up{job="kpi-forecast"}'))
+
+        eventually(target_up, 60)
+        time.sleep(2.5)  # a few scrapes before the traffic, so that rates see it start
+        request = {"cell_id": "c1", "start": "2024-01-01T00:00:00+00:00", "freq": "1h",
+                   "values": [float(i % 24) for i in range(CONTEXT)]}
+        with httpx.Client() as client:
+            answers = [client.post(f"{url}/v1/forecast", json=request) for _ in range(60)]
+        answered = [a.json() for a in answers if a.status_code == 200]
+        late = sum(a["latency_ms"] > 1.0 for a in answered)
+        assert sum(a["source"] == "fallback" for a in answered) >= 10 and late >= 10
+        assert {a.status_code for a in answers} <= {200, 503}  # 503: shed at the deadline
+
+        def p99() -> list[dict]:
+            """p99 of /v1/forecast from the histogram is above the budget"""
+            return query(prom, 'histogram_quantile(0.99, sum by (le) (rate('
+                         'kpi_forecast_request_duration_seconds_bucket{route="/v1/forecast"}'
+                         '[1m]))) > 0.001')
+
+        latency = float(eventually(p99)[0]["value"][1])
+        assert 0.001 < latency < 1.0
+
+        def violations() -> list[dict]:
+            """the violation counter has every late answer"""
+            return query(prom, 'kpi_forecast_budget_violations_total{route="/v1/forecast"}'
+                         f' >= {late}')
+
+        eventually(violations)
+        budget = query(prom, "kpi_forecast_latency_budget_seconds")
+        assert float(budget[0]["value"][1]) == 0.001
+
+        def alerts() -> dict[str, str]:
+            """the latency-burn and fallback alerts are active (pending or firing)"""
+            found = httpx.get(f"{prom}/api/v1/alerts").json()["data"]["alerts"]
+            states = {a["labels"]["alertname"]: a["state"] for a in found}
+            wanted = {"KpiForecastLatencyBudgetBurn", "KpiForecastFallbackRate"}
+            return states if wanted <= states.keys() else {}
+
+        states = eventually(alerts, 60)
+        assert "KpiForecastNotReady" not in states  # the model is loaded and serving
+        rules = httpx.get(f"{prom}/api/v1/rules").json()["data"]["groups"]
+        assert all(rule["health"] == "ok" for group in rules for rule in group["rules"])
+    finally:
+        for process in (prometheus, xapp):
+            process.send_signal(signal.SIGTERM)
+            process.wait(30)
