@@ -218,6 +218,49 @@ def cmd_e2sim(args: argparse.Namespace) -> None:
                 log_level="warning")
 
 
+def kubernetes_client(args: argparse.Namespace):  # -> kubernetes.client.ApiClient
+    from kubernetes import config
+
+    if args.kubeconfig or not Path("/var/run/secrets/kubernetes.io/serviceaccount").exists():
+        return config.new_client_from_config(config_file=args.kubeconfig, context=args.context)
+    config.load_incluster_config()
+    from kubernetes import client
+
+    return client.ApiClient()
+
+
+def cmd_k8s(args: argparse.Namespace) -> None:
+    import urllib3
+    from kubernetes.config import ConfigException
+    from tabulate import tabulate
+
+    from xapp import k8s
+
+    # urllib3 logs each retry of a failing call: the one-line error below says it all.
+    logging.getLogger("urllib3").setLevel(logging.ERROR)
+    try:
+        if args.k8s_command == "package":
+            version = k8s.package(Path(args.model), Path(args.out))
+            print(f"{args.out}: model {version}; publish it where the chart's fetcher reads "
+                  "MODEL_URL, then run 'kpi-forecast k8s rollout'")
+            return
+        api = kubernetes_client(args)
+        if args.k8s_command == "rollout":
+            state = k8s.rollout(api, args.namespace, args.name, Path(args.model),
+                                args.model_url, timeout_s=args.timeout)
+            print(f"{args.namespace}/{args.name}: every pod serves {state.model_version}")
+        state = k8s.status(api, args.namespace, args.name)
+    except (ConfigException, k8s.RolloutError) as exc:
+        raise DataError(str(exc)) from None
+    except urllib3.exceptions.HTTPError as exc:
+        raise DataError(f"cannot reach the Kubernetes API server: {exc}") from None
+    print(f"{state.namespace}/{state.name}: {state.ready}/{state.replicas} ready, "
+          f"{state.updated} updated, image {state.image}, model {state.model_version or '-'}")
+    rows = [(p.name, p.phase, "yes" if p.ready else "no", p.restarts, p.node or "-",
+             p.model_version or "-") for p in state.pods]
+    print(tabulate(rows, headers=["pod", "phase", "ready", "restarts", "node", "serves"]))
+
+
 def add_runtime_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--provider", choices=["auto", "cuda", "cpu"], default="auto",
                         help="ONNX Runtime execution provider (auto: CUDA when available)")
@@ -278,6 +321,29 @@ def build_parser() -> argparse.ArgumentParser:
     xapp.add_argument("--submgr", help="subscription manager URL: subscribe to E2 nodes' KPIs")
     xapp.add_argument("--e2-port", type=int, help="rmr-data port for E2 frames (default 4560)")
     xapp.set_defaults(run=cmd_serve)
+
+    ops = commands.add_parser("k8s", help="the xApp on Kubernetes: status, package, rollout")
+    ops_commands = ops.add_subparsers(dest="k8s_command", required=True)
+    for name, text in (("status", "deployment, pods, readiness and the model each pod serves"),
+                       ("package", "pack a model directory as the chart's fetcher expects"),
+                       ("rollout", "roll the deployment to a published model, roll back on "
+                                   "failure")):
+        sub = ops_commands.add_parser(name, help=text)
+        sub.set_defaults(run=cmd_k8s)
+        if name == "package":
+            sub.add_argument("--model", required=True, help="model directory")
+            sub.add_argument("--out", required=True, help=".tar.gz to write")
+            continue
+        sub.add_argument("--namespace", default="ricxapp")
+        sub.add_argument("--name", default="ricxapp-kpi-forecast", help="the Deployment")
+        sub.add_argument("--kubeconfig", help="default: $KUBECONFIG, ~/.kube/config, or the "
+                         "in-cluster service account")
+        sub.add_argument("--context")
+        if name == "rollout":
+            sub.add_argument("--model", required=True, help="the model directory published")
+            sub.add_argument("--model-url", required=True,
+                             help="where its .tar.gz is (kpi-forecast k8s package)")
+            sub.add_argument("--timeout", type=float, default=600.0, help="seconds")
 
     sim = commands.add_parser("e2sim", help="mock E2 node: replay a KPI file over E2")
     sim.add_argument("--data", required=True, help="long CSV, CSV.gz or Parquet, or "
