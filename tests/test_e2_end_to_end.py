@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 import uvicorn
@@ -13,10 +17,23 @@ import uvicorn
 from data.synthetic import generate
 from tests.xapp_helpers import CONTEXT, descriptor, make_model, running
 from training.ingest import load_panel
-from xapp.e2 import kpm
+from xapp.config import KpiSource
+from xapp.e2 import e2ap, kpm
+from xapp.e2.ingest import Ingestor, Route
 from xapp.e2.mock_node import MockE2Node, create_app
+from xapp.e2.transport import RIC_INDICATION, RIC_SUB_FAILURE, Frame, TcpTransport
+from xapp.history import MemoryHistory
+from xapp.metrics import Metrics
 
 MEASUREMENT = "RRU.PrbUsedDl"
+
+
+def one_cell_two_days(tmp_path: Path) -> Path:
+    """A small complete file: one cell, 48 hourly steps, no gaps."""
+    data = tmp_path / "cells.csv"
+    generate(n_cells=1, days=2, seed=0, start="2024-03-04", tz="UTC",
+             missing=False).to_csv(data, index=False)
+    return data
 
 
 def free_port() -> int:
@@ -98,11 +115,7 @@ def test_replayed_cells_forecast_like_their_file(tmp_path: Path) -> None:
 
 
 def test_e2sim_command_serves_the_node_inventory(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-    import time
 
-    import httpx
 
     data = tmp_path / "cells.csv"
     generate(n_cells=3, days=2, seed=0, start="2024-03-04", tz="UTC").to_csv(data, index=False)
@@ -133,7 +146,6 @@ def test_e2sim_command_serves_the_node_inventory(tmp_path: Path) -> None:
 
 
 def test_the_mock_node_reconnects_when_the_xapp_comes_back(tmp_path: Path) -> None:
-    from xapp.e2.transport import RIC_INDICATION, Frame, TcpTransport
 
     data = tmp_path / "cells.csv"
     generate(n_cells=1, days=2, seed=0, start="2024-03-04", tz="UTC").to_csv(data, index=False)
@@ -165,15 +177,8 @@ def test_the_mock_node_reconnects_when_the_xapp_comes_back(tmp_path: Path) -> No
 
 
 def test_lost_reports_leave_gaps_in_the_history(tmp_path: Path) -> None:
-    from xapp.config import KpiSource
-    from xapp.e2.ingest import Ingestor, Route
-    from xapp.e2.transport import TcpTransport
-    from xapp.history import MemoryHistory
-    from xapp.metrics import Metrics
 
-    data = tmp_path / "cells.csv"
-    generate(n_cells=1, days=2, seed=0, start="2024-03-04", tz="UTC",
-             missing=False).to_csv(data, index=False)
+    data = one_cell_two_days(tmp_path)
     panel = load_panel(data, "prb_util")
     node = MockE2Node(panel, MEASUREMENT, faults={"gap": 0.3}, seed=1)
 
@@ -200,13 +205,9 @@ def test_lost_reports_leave_gaps_in_the_history(tmp_path: Path) -> None:
 
 
 def test_live_mode_sends_the_past_at_once_then_paces(tmp_path: Path) -> None:
-    import time
 
-    from xapp.e2.transport import Frame, TcpTransport
 
-    data = tmp_path / "cells.csv"
-    generate(n_cells=1, days=2, seed=0, start="2024-03-04", tz="UTC",
-             missing=False).to_csv(data, index=False)
+    data = one_cell_two_days(tmp_path)
     # 40 of 48 hours are the past; the last 8 go out one every 50 ms (72000x real time).
     node = MockE2Node(load_panel(data, "prb_util"), MEASUREMENT, speed=72_000.0, live_from=40)
 
@@ -234,12 +235,8 @@ def test_live_mode_sends_the_past_at_once_then_paces(tmp_path: Path) -> None:
 
 
 def test_a_node_with_several_kpis_reports_what_was_subscribed(tmp_path: Path) -> None:
-    from xapp.e2 import e2ap
-    from xapp.e2.transport import RIC_SUB_FAILURE, Frame, TcpTransport
 
-    data = tmp_path / "cells.csv"
-    generate(n_cells=1, days=2, seed=0, start="2024-03-04", tz="UTC",
-             missing=False).to_csv(data, index=False)
+    data = one_cell_two_days(tmp_path)
     panel = load_panel(data, "prb_util")
     throughput = load_panel(data, "dl_throughput_mbps").values
     node = MockE2Node(panel, MEASUREMENT, extra={"DRB.UEThpDl": throughput}, end=2)

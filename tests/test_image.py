@@ -12,7 +12,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import httpx
 import pytest
 
 from tests.xapp_helpers import CONTEXT, make_model, write_descriptor
+from xapp.smoke import wait_ready
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILE = ROOT / "Dockerfile"
@@ -184,20 +184,6 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def wait_ready(url: str, process: subprocess.Popen[bytes], log: Path,
-               seconds: float = 90.0) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        assert process.poll() is None, log.read_text()
-        try:
-            if httpx.get(f"{url}/ric/v1/health/ready", timeout=1.0).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"the xApp never became ready:\n{log.read_text()}")
-
-
 # Run inside the new venv, from outside the repository: where the packages were imported from,
 # and whether the package data (descriptor, schema, ASN.1, sample data) was installed.
 INSTALLED = """
@@ -273,7 +259,7 @@ def test_serving_venv_built_like_the_image_serves_without_torch(
             cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT,
         )
         try:
-            wait_ready(url, process, log)
+            assert wait_ready(url, process, 90.0), log.read_text()
             request = {"cell_id": "c1", "start": "2024-01-01T00:00:00+00:00", "freq": "1h",
                        "values": [float(i % 24) for i in range(CONTEXT)]}
             answer = httpx.post(f"{url}/v1/forecast", json=request, timeout=30)

@@ -13,8 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.test_xapp_process import NO_TORCH, free_port, wait_ready
+from tests.test_xapp_process import NO_TORCH, free_port
 from tests.xapp_helpers import CONTEXT, make_model, write_descriptor
+from xapp.smoke import wait_ready
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "helm/kpi-forecast/files/prometheus-rules.yaml"
@@ -69,7 +70,7 @@ scrape_configs:
     prom = f"http://127.0.0.1:{prom_port}"
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_ready(url, xapp)
+        assert wait_ready(url, xapp), "the xApp never became ready"
 
         def target_up() -> bool:
             """the xApp target is up"""

@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from tests.xapp_helpers import CONTEXT, make_model, write_descriptor
+from xapp.smoke import wait_ready
 
 ROOT = Path(__file__).resolve().parents[1]
 NO_TORCH = (
@@ -36,19 +37,6 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def wait_ready(url: str, process: subprocess.Popen, seconds: float = 60.0) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        assert process.poll() is None, process.stderr.read()
-        try:
-            if httpx.get(f"{url}/ric/v1/health/ready", timeout=1.0).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError("the xApp never became ready")
-
-
 @pytest.mark.slow
 def test_serve_without_torch_reloads_config_and_stops_cleanly(tmp_path: Path) -> None:
     model_dir = make_model(tmp_path / "model")
@@ -61,7 +49,7 @@ def test_serve_without_torch_reloads_config_and_stops_cleanly(tmp_path: Path) ->
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
-        wait_ready(url, process)
+        assert wait_ready(url, process), "the xApp never became ready"
         request = {"cell_id": "c1", "start": "2024-01-01T00:00:00+00:00", "freq": "1h",
                    "values": [float(i % 24) for i in range(CONTEXT)]}
         assert httpx.post(f"{url}/v1/forecast", json=request).json()["source"] == "model"
