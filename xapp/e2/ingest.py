@@ -49,10 +49,6 @@ class Ingestor:
     def add_route(self, instance_id: int, action_id: int, route: Route) -> None:
         self.routes[(instance_id, action_id)] = route
 
-    def remove_routes(self, instance_id: int) -> None:
-        for key in [k for k in self.routes if k[0] == instance_id]:
-            del self.routes[key]
-
     async def handle(self, frame: Frame) -> None:
         """The transport's frame handler: ingest or count as rejected, never raise."""
         try:

@@ -56,8 +56,6 @@ class Subscriber:
         self._transport = transport
         self.subscription_ids: list[str] = []
         self._pending: dict[int, Pending] = {}  # XappEventInstanceId -> the cell it is for
-        self.confirmed: dict[str, tuple[int, int]] = {}  # cell -> (instance id, action id)
-        self.failed: dict[str, str] = {}  # cell -> cause
 
     async def subscribe(self, measurement: str, period_ms: int, retry_max_s: float = 30.0
                         ) -> None:
@@ -125,10 +123,8 @@ class Subscriber:
         if pdu.kind == "subscription_response" and ACTION_ID in pdu.admitted:
             self.ingestor.add_route(pdu.instance_id, ACTION_ID,
                                     Route(cell, pending.granularity_ms))
-            self.confirmed[cell] = (pdu.instance_id, ACTION_ID)
         else:
             cause = pdu.cause or pdu.not_admitted.get(ACTION_ID)
-            self.failed[cell] = str(cause)
             log.warning("e2: subscription for cell %s refused: %s", cell, cause)
         return True
 
