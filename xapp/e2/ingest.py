@@ -22,7 +22,7 @@ import pandas as pd
 
 from xapp.config import KpiSource
 from xapp.e2 import e2ap, kpm
-from xapp.e2.transport import RIC_INDICATION, Frame
+from xapp.e2.transport import MESSAGE_TYPES, RIC_INDICATION, Frame
 from xapp.history import HistoryError, MemoryHistory
 from xapp.metrics import Metrics
 
@@ -58,7 +58,8 @@ class Ingestor:
 
     def _ingest(self, frame: Frame) -> None:
         if frame.msg_type != RIC_INDICATION:
-            raise _Rejected("msg-type", f"message type {frame.msg_type} is not RIC_INDICATION")
+            kind = MESSAGE_TYPES.get(frame.msg_type, str(frame.msg_type))
+            raise _Rejected("msg-type", f"a {kind} frame on the indication path")
         try:
             pdu = e2ap.decode(frame.payload)
         except kpm.DecodeError as exc:
