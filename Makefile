@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 SAMPLE := data/sample/cells_hourly.csv.gz
 DEMO_DIR := artifacts/demo
 
-.PHONY: demo test bench gpu-check lint clean
+.PHONY: demo test bench bench-peers gpu-check lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,15 @@ bench: $(VENV)/.installed-train
 	$(BIN)/python -m benchmarks.runtime
 	$(BIN)/python -m benchmarks.serving
 	$(BIN)/python -m benchmarks.e2_ingest
+
+$(VENV)/.installed-bench: $(VENV)/.installed-train
+	$(BIN)/pip install --quiet -e ".[train,serve,bench]"
+	touch $@
+
+# Side by side with neuralforecast and statsforecast on Milan and the sample (about 45 min;
+# resumable: kept results in artifacts/bench-peers are reused, --fresh recomputes them).
+bench-peers: $(VENV)/.installed-bench
+	$(BIN)/python -m benchmarks.peers
 
 # On a node with an NVIDIA GPU: CUDA parity, fused attention and ONNX Runtime CUDA figures.
 gpu-check: $(VENV)/.installed-train

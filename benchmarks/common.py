@@ -7,15 +7,17 @@ import platform
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from model.config import ModelConfig
 from model.runtime import OnnxForecaster
 from training.backtest import MODEL_NAME, BacktestResult, backtest
-from training.fit import fit
 from training.panel import Panel
-from training.train import TrainConfig
+
+if TYPE_CHECKING:
+    from training.train import TrainConfig
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 RAW = DOCS / "benchmarks"
@@ -34,6 +36,9 @@ def held_out(
     folds: int, step: int, source: str,
 ) -> HeldOut:
     """Train on the first ``train_steps`` only, then backtest folds ending at the last step."""
+    # Imported here so that the benchmarks that never train do not load torch.
+    from training.fit import fit
+
     with tempfile.TemporaryDirectory() as tmp:
         meta, _ = fit(panel.slice_steps(train_steps), Path(tmp), model_cfg, train_cfg, source,
                       progress=False)

@@ -1,0 +1,308 @@
+"""Our forecaster against the peers a user would pick instead (issue 7), side by side.
+
+Every model trains on the same steps and forecasts the same folds of the same data; all are
+scored by the same code (``training.metrics``) on the observed values only. Each model runs
+in its own process, so its peak memory is its own, and its result is kept in the cache
+directory: an interrupted run resumes with the models it has not finished. ``make
+bench-peers`` installs the peers (the ``bench`` extra) and runs this.
+
+    python -m benchmarks.peers [--datasets milan sample] [--models ...] [--seed 0] [--fresh]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import hashlib
+import importlib.metadata
+import json
+import resource
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from benchmarks.common import RAW, machine, write_section
+from benchmarks.peer_models import DEEP, MODELS, QUANTILES, STEP_SECONDS, Outcome, Task, run
+from training.backtest import fold_origins
+from training.ingest import load_panel
+from training.metrics import evaluate, mase_scale
+
+ROOT = Path(__file__).resolve().parents[1]
+CACHE = ROOT / "artifacts" / "bench-peers"
+OURS = "kpi-forecast"
+LIBRARIES = ("torch", "onnxruntime", "neuralforecast", "statsforecast", "numpy", "pandas")
+
+
+@dataclass(frozen=True)
+class Dataset:
+    path: Path
+    target: str
+    tz: str | None
+    budget_s: float  # training budget of every trained model on this data
+
+
+@dataclass(frozen=True)
+class Protocol:
+    title: str
+    horizon_days: int
+    folds: int
+    context_days: int = 14
+
+
+DATASETS = {
+    "milan": Dataset(ROOT.parent / "shared/data/milan/milan_hourly.csv.gz", "traffic", None,
+                     300.0),
+    "sample": Dataset(ROOT / "data/sample/cells_hourly.csv.gz", "traffic_mb", "Europe/Paris",
+                      60.0),
+}
+PROTOCOLS = {
+    "day_ahead": Protocol("day-ahead: horizon 24 h, origins every 24 h over the last 14 days",
+                          1, 14),
+    "last_week": Protocol("the survey's protocol: the first 55 days -> the next 7 days "
+                          "(horizon 168 h)", 7, 1),
+}
+# The survey's protocol is defined on Milan's 62 days; the sample is compared day-ahead.
+PROTOCOLS_OF = {"milan": ("day_ahead", "last_week"), "sample": ("day_ahead",)}
+METRICS = ["mae", "rmse", "mase", "coverage", "pinball"]
+
+
+def make_task(dataset: str, protocol: str, seed: int) -> Task:
+    spec, proto = DATASETS[dataset], PROTOCOLS[protocol]
+    panel = load_panel(spec.path, spec.target, tz=spec.tz)
+    day = panel.steps_per("1D")
+    horizon = proto.horizon_days * day
+    return Task(dataset, protocol, panel, fold_origins(panel.n_steps, horizon, proto.folds, day),
+                proto.context_days * day, horizon, spec.budget_s, seed)
+
+
+def task_key(task: Task, model: str) -> str:
+    """What a cached result depends on: data, folds, model, seed, budget and library versions."""
+    versions = {}
+    for name in LIBRARIES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    parts = {
+        "data": hashlib.sha256(np.ascontiguousarray(task.panel.values).tobytes()).hexdigest(),
+        "origins": task.origins, "context": task.context, "horizon": task.horizon,
+        "budget_s": task.budget_s, "seed": task.seed, "model": model, "versions": versions,
+    }
+    if model in STEP_SECONDS:  # a deep peer's step budget
+        parts["step_seconds"] = STEP_SECONDS[model]
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def result_paths(cache: Path, task: Task, model: str) -> tuple[Path, Path]:
+    stem = cache / task.dataset / task.protocol / model
+    return stem.with_suffix(".npz"), stem.with_suffix(".json")
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process plus that of its largest child (worker pools)."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return (own + children) / 1024.0
+
+
+def run_one(dataset: str, protocol: str, model: str, seed: int, cache: Path) -> None:
+    """Run one model on one task and keep its result (the body of each child process)."""
+    task = make_task(dataset, protocol, seed)
+    outcome = run(task, model)
+    forecasts_path, info_path = result_paths(cache, task, model)
+    forecasts_path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(forecasts_path, forecasts=outcome.forecasts)
+    info = {k: v for k, v in asdict(outcome).items() if k != "forecasts"}
+    info |= {"key": task_key(task, model), "peak_mb": peak_rss_mb(),
+             "finished": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
+    info_path.write_text(json.dumps(info, indent=1))
+
+
+def load_result(cache: Path, task: Task, model: str) -> Outcome | None:
+    """The kept result of ``model`` on ``task``, if there is one made for exactly this task."""
+    forecasts_path, info_path = result_paths(cache, task, model)
+    if not (forecasts_path.is_file() and info_path.is_file()):
+        return None
+    info = json.loads(info_path.read_text())
+    if info.get("key") != task_key(task, model):
+        return None
+    with np.load(forecasts_path) as stored:
+        forecasts = stored["forecasts"]
+    details = dict(info["details"], peak_mb=info["peak_mb"])
+    return Outcome(forecasts, info["train_s"], info["predict_ms_one"], info["predict_ms_all"],
+                   details)
+
+
+def ensure_result(task: Task, model: str, cache: Path, fresh: bool) -> Outcome:
+    """The result of ``model`` on ``task``: kept, or computed now in a child process."""
+    if not fresh and (kept := load_result(cache, task, model)) is not None:
+        print(f"  {model}: kept result", flush=True)
+        return kept
+    log = cache / task.dataset / task.protocol / f"{model}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with log.open("w") as out:
+        done = subprocess.run(
+            [sys.executable, "-m", "benchmarks.peers", "--run-one", task.dataset, task.protocol,
+             model, "--seed", str(task.seed), "--cache", str(cache)],
+            stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, check=False,
+        )
+    if done.returncode != 0:
+        tail = log.read_text().strip().splitlines()[-1:] or ["(no output)"]
+        raise RuntimeError(f"{model} on {task.dataset}/{task.protocol} failed "
+                           f"(exit {done.returncode}, log {log}): {tail[0]}")
+    print(f"  {model}: {time.monotonic() - started:.0f} s", flush=True)
+    result = load_result(cache, task, model)
+    if result is None:
+        raise RuntimeError(f"{model} finished but left no result for this task in {cache}")
+    return result
+
+
+def fold_truth(task: Task) -> tuple[np.ndarray, np.ndarray]:
+    """Observed values [folds, cells, horizon] (NaN = missing) and MASE scales [folds, cells]."""
+    panel, horizon = task.panel, task.horizon
+    actual = np.stack([panel.values[:, o : o + horizon] for o in task.origins])
+    scales = np.stack([mase_scale(panel.values[:, :o], 7 * task.steps_per_day)
+                       for o in task.origins])
+    return actual, scales
+
+
+def score(task: Task, outcomes: dict[str, Outcome]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Overall metrics and costs per model, and the metrics per model and fold."""
+    actual, scales = fold_truth(task)
+    levels = np.asarray(QUANTILES)
+
+    def metrics(forecasts: np.ndarray, folds: slice) -> dict[str, float]:
+        a, f, s = actual[folds], forecasts[folds], scales[folds]
+        flat = (a.reshape(-1, task.horizon), f.reshape(-1, task.horizon, len(levels)),
+                s.reshape(-1))
+        has_quantiles = not np.isnan(f[..., 0]).all()
+        return evaluate(flat[0], flat[1][..., 1], flat[2],
+                        quantile_forecasts=flat[1] if has_quantiles else None,
+                        levels=levels if has_quantiles else None)
+
+    overall, per_fold = {}, []
+    for model, outcome in outcomes.items():
+        overall[model] = {
+            **{k: v for k, v in metrics(outcome.forecasts, slice(None)).items() if k in METRICS},
+            "train_s": outcome.train_s, "predict_ms_one": outcome.predict_ms_one,
+            "predict_ms_all": outcome.predict_ms_all, "peak_mb": outcome.details.get("peak_mb"),
+        }
+        for fold, origin in enumerate(task.origins):
+            per_fold.append({
+                "dataset": task.dataset, "protocol": task.protocol, "model": model,
+                "origin": task.panel.index[origin].isoformat(), "seed": task.seed,
+                **metrics(outcome.forecasts, slice(fold, fold + 1)),
+            })
+    return pd.DataFrame(overall).T, pd.DataFrame(per_fold)
+
+
+def verdict(table: pd.DataFrame) -> list[str]:
+    """Issue 7's targets, checked on one protocol's table."""
+    others = table.drop(index=OURS)
+    deep = [m for m in DEEP if m in table.index]
+    lines = []
+    for metric in ("mae", "mase"):
+        best = others[metric].idxmin()
+        ratio = table.loc[OURS, metric] / others.loc[best, metric]
+        lines.append(f"- lowest {metric.upper()}: {'yes' if ratio < 1 else 'no'} "
+                     f"(ours {table.loc[OURS, metric]:.3f}, best peer {best} "
+                     f"{others.loc[best, metric]:.3f}, ratio {ratio:.3f})")
+    if deep:
+        fastest = table.loc[deep, "train_s"].idxmin()
+        ours, theirs = table.loc[OURS, "train_s"], table.loc[fastest, "train_s"]
+        lines.append(f"- training time at most the fastest deep peer's: "
+                     f"{'yes' if ours <= theirs else 'no'} (ours {ours:.0f} s, "
+                     f"{fastest} {theirs:.0f} s)")
+        speedup = table.loc[deep, "predict_ms_one"].min() / table.loc[OURS, "predict_ms_one"]
+        lines.append(f"- one-cell prediction at least 10x faster than neuralforecast: "
+                     f"{'yes' if speedup >= 10 else 'no'} ({speedup:.0f}x)")
+    return lines
+
+
+def report(sections: list[tuple[Task, pd.DataFrame]], command: str) -> str:
+    budgets = ", ".join(f"{name} {spec.budget_s / 60:g} min" for name, spec in DATASETS.items())
+    lines = [
+        "## Against the peers (issue 7)",
+        "",
+        f"Measured {dt.date.today()} on {machine()}, with `{command}` (`make bench-peers`).",
+        "",
+        "- Every model trains on the steps before the first origin and forecasts the same folds;",
+        "  all are scored by the same code on observed values only. Peers that refuse gaps get",
+        "  them filled from the past (`benchmarks/peer_models.imputed`); neuralforecast is told",
+        "  which points were filled (`available_mask`).",
+        f"- Training budget per trained model: {budgets} (our `--max-minutes`). The deep peers'",
+        "  step budget is that time at their measured seconds per step (`STEP_SECONDS`), with",
+        "  Lightning's `max_time` as a cap; `details` in each kept result records the steps run.",
+        "- The statsforecast models' `train_s` is their whole cross-validation (fit per cell,",
+        "  then `forward` per fold); their prediction is `forecast`, which fits the cells it is",
+        "  asked about. Ours is `kpi-forecast train` as a whole (train, calibrate, export, report)",
+        "  and ONNX Runtime prediction; neuralforecast's is `NeuralForecast.predict`.",
+        "- Coverage is P10-P90 and pinball over P10/P50/P90, where a model gives quantiles.",
+        "  `peak_mb` is the peak RSS of the model's own process (with its largest worker),",
+        "  imports included. Raw per-fold scores: `docs/benchmarks/peers.csv`.",
+        "",
+    ]
+    for task, table in sections:
+        origins = task.origins
+        lines += [
+            f"### {task.dataset}, {PROTOCOLS[task.protocol].title}",
+            "",
+            f"{task.panel.n_cells} cells; trained on {task.train_steps} steps; "
+            f"{len(origins)} origin(s) {task.panel.index[origins[0]]} .. "
+            f"{task.panel.index[origins[-1]]}.",
+            "",
+            table.sort_values("mae").to_markdown(floatfmt=".3f"),
+            "",
+            *verdict(table),
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--datasets", nargs="+", choices=list(DATASETS), default=list(DATASETS))
+    parser.add_argument("--protocols", nargs="+", choices=list(PROTOCOLS),
+                        default=list(PROTOCOLS))
+    parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cache", type=Path, default=CACHE)
+    parser.add_argument("--fresh", action="store_true", help="recompute kept results too")
+    parser.add_argument("--no-docs", action="store_true", help="leave docs/ untouched")
+    parser.add_argument("--run-one", nargs=3, metavar=("DATASET", "PROTOCOL", "MODEL"),
+                        help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.run_one:
+        run_one(*args.run_one, seed=args.seed, cache=args.cache)
+        return 0
+    sections, per_fold = [], []
+    for dataset in args.datasets:
+        if not DATASETS[dataset].path.is_file():
+            print(f"skipped {dataset}: {DATASETS[dataset].path} not present")
+            continue
+        for protocol in (p for p in args.protocols if p in PROTOCOLS_OF[dataset]):
+            task = make_task(dataset, protocol, args.seed)
+            print(f"{dataset} / {protocol}", flush=True)
+            outcomes = {m: ensure_result(task, m, args.cache, args.fresh) for m in args.models}
+            table, folds = score(task, outcomes)
+            sections.append((task, table))
+            per_fold.append(folds)
+            print(table.sort_values("mae").to_string(float_format=lambda v: f"{v:.3f}"),
+                  flush=True)
+    if not sections or args.no_docs:
+        return 0
+    command = "python -m benchmarks.peers" + (f" --seed {args.seed}" if args.seed else "")
+    RAW.mkdir(parents=True, exist_ok=True)
+    pd.concat(per_fold).to_csv(RAW / "peers.csv", index=False, float_format="%.5g")
+    write_section("peers", report(sections, command))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""The peer comparison's own machinery (benchmarks/peers.py, peer_models.py): gap filling that
+never looks ahead, the Nixtla frame round trip, scoring, the kept results a rerun resumes from,
+and our own runner. The peers themselves need the optional `bench` extra and run in
+`make bench-peers`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from benchmarks import peers
+from benchmarks.peer_models import (
+    QUANTILES,
+    Outcome,
+    Task,
+    fold_stamps,
+    frame_to_array,
+    imputed,
+    long_frame,
+    run_ours,
+)
+from training.metrics import mae
+from training.panel import Panel
+
+
+def panel(n_cells: int = 3, days: int = 21, seed: int = 0) -> Panel:
+    rng = np.random.default_rng(seed)
+    steps = days * 24
+    hours = np.arange(steps) % 24
+    values = (10 + 5 * np.sin(2 * np.pi * hours / 24) + rng.normal(0, 0.5, (n_cells, steps)))
+    values = values.astype(np.float32)
+    values[0, 30:40] = np.nan
+    values[1, :5] = np.nan
+    index = pd.date_range("2024-01-01", periods=steps, freq="1h", tz="UTC")
+    return Panel([f"c{i}" for i in range(n_cells)], index, values, "1h", "load")
+
+
+def task(days: int = 21, folds: int = 3) -> Task:
+    p = panel(days=days)
+    origins = [p.n_steps - 24 * (folds - k) for k in range(folds)]
+    return Task("toy", "day_ahead", p, origins, context=7 * 24, horizon=24, budget_s=3.0,
+                seed=0)
+
+
+def test_gaps_are_filled_from_the_past_only() -> None:
+    p = panel()
+    filled = imputed(p, train_steps=300)
+    observed = ~np.isnan(p.values)
+    assert not np.isnan(filled).any()
+    assert np.array_equal(filled[observed], p.values[observed])
+    # Cell 0's gap at steps 30-39 takes the values one day earlier (no week of history yet).
+    assert np.allclose(filled[0, 30:40], p.values[0, 6:16])
+    # Changing the future (after the training steps) changes nothing before it.
+    later = dataclasses.replace(p, values=p.values.copy())
+    later.values[:, 400:] += 100.0
+    assert np.array_equal(imputed(later, 300)[:, :400], filled[:, :400])
+    # Before a cell's first sample: its median over the training steps.
+    assert np.allclose(filled[1, :5], np.nanmedian(p.values[1, :300]))
+
+
+def test_nixtla_frames_round_trip_in_panel_order() -> None:
+    t = task()
+    values = imputed(t.panel, t.train_steps)
+    frame = long_frame(t.panel, values, 0, t.panel.n_steps)
+    assert list(frame.columns) == ["unique_id", "ds", "y", "available_mask"]
+    assert frame["available_mask"].sum() == (~np.isnan(t.panel.values)).sum()
+    origin = t.origins[-1]
+    stamps = fold_stamps(t, origin)
+    forecast = frame[frame["ds"].isin(stamps.tz_convert(None))].sample(frac=1.0, random_state=0)
+    forecast = forecast.assign(lo=forecast["y"] - 1, hi=forecast["y"] + 1)
+    array = frame_to_array(forecast, ("lo", "y", ""), t.panel.cell_ids, stamps)
+    assert array.shape == (3, 24, len(QUANTILES))
+    assert np.allclose(array[..., 1], values[:, origin : origin + 24])
+    assert np.allclose(array[..., 0], values[:, origin : origin + 24] - 1)
+    assert np.isnan(array[..., 2]).all()
+    with pytest.raises(ValueError, match="lacks 1"):
+        frame_to_array(forecast.iloc[1:], ("lo", "y", ""), t.panel.cell_ids, stamps)
+
+
+def outcome_from(point: np.ndarray, spread: float | None) -> Outcome:
+    quantiles = np.repeat(point[..., None], 3, axis=-1).astype(np.float32)
+    if spread is None:
+        quantiles[..., [0, 2]] = np.nan
+    else:
+        quantiles[..., 0] -= spread
+        quantiles[..., 2] += spread
+    return Outcome(quantiles, 1.0, 2.0, 3.0, {"peak_mb": 100.0})
+
+
+def test_scoring_uses_observed_values_and_the_same_folds_for_everyone() -> None:
+    t = task()
+    actual, _ = peers.fold_truth(t)
+    perfect = outcome_from(np.nan_to_num(actual), spread=1.0)
+    offset = outcome_from(np.nan_to_num(actual) + 2.0, spread=None)
+    table, per_fold = peers.score(t, {"perfect": perfect, "offset": offset})
+    assert table.loc["perfect", "mae"] == 0.0 and table.loc["perfect", "coverage"] == 1.0
+    assert table.loc["offset", "mae"] == pytest.approx(2.0)
+    assert np.isnan(table.loc["offset", "coverage"])  # no quantiles, no coverage
+    assert len(per_fold) == 2 * len(t.origins)
+    assert set(per_fold["origin"]) == {t.panel.index[o].isoformat() for o in t.origins}
+    assert table.loc["perfect", "peak_mb"] == 100.0
+
+
+def test_verdict_names_the_best_peer_and_the_ratios() -> None:
+    table = pd.DataFrame({
+        "mae": [1.0, 1.2, 0.9], "mase": [0.5, 0.6, 0.7], "train_s": [10.0, 20.0, 1.0],
+        "predict_ms_one": [0.5, 10.0, 100.0],
+    }, index=["kpi-forecast", "nhits", "mstl"])
+    lines = peers.verdict(table)
+    assert lines[0].startswith("- lowest MAE: no") and "mstl" in lines[0]
+    assert lines[1].startswith("- lowest MASE: yes")
+    assert "yes (ours 10 s, nhits 20 s)" in lines[2]
+    assert lines[3].endswith("yes (20x)")
+
+
+def test_kept_results_are_reused_only_for_the_same_task(tmp_path, monkeypatch) -> None:
+    t = task()
+    calls = []
+
+    def fake_run(given: Task, model: str) -> Outcome:
+        calls.append(model)
+        return outcome_from(np.zeros((len(given.origins), given.panel.n_cells, 24)), 1.0)
+
+    monkeypatch.setattr(peers, "run", fake_run)
+    monkeypatch.setattr(peers, "make_task", lambda dataset, protocol, seed: dataclasses.replace(
+        t, seed=seed))
+    peers.run_one("toy", "day_ahead", "mstl", seed=0, cache=tmp_path)
+    kept = peers.load_result(tmp_path, t, "mstl")
+    assert kept is not None and kept.forecasts.shape == (3, 3, 24, 3)
+    assert kept.details["peak_mb"] > 0
+    info = json.loads((tmp_path / "toy/day_ahead/mstl.json").read_text())
+    assert info["key"] == peers.task_key(t, "mstl")
+    # Another seed, other data or another model is another task: nothing kept for it.
+    assert peers.load_result(tmp_path, dataclasses.replace(t, seed=1), "mstl") is None
+    assert peers.load_result(tmp_path, t, "nhits") is None
+    # A rerun takes the kept result without starting a process.
+    monkeypatch.setattr(peers.subprocess, "run", lambda *a, **k: pytest.fail("recomputed"))
+    assert peers.ensure_result(t, "mstl", tmp_path, fresh=False).train_s == kept.train_s
+    assert calls == ["mstl"]
+
+
+@pytest.mark.slow
+def test_our_runner_trains_once_and_forecasts_every_fold() -> None:
+    t = task(days=28)
+    result = run_ours(t)
+    assert result.forecasts.shape == (len(t.origins), t.panel.n_cells, 24, 3)
+    assert (np.diff(result.forecasts, axis=-1) >= 0).all()  # quantiles in order
+    actual, _ = peers.fold_truth(t)
+    assert mae(actual, result.forecasts[..., 1]) < np.nanmean(np.abs(actual - 10.0))
+    assert result.train_s > 0 and 0 < result.predict_ms_one < result.predict_ms_all
