@@ -38,6 +38,7 @@ bench: $(VENV)/.installed-train
 	$(BIN)/python -m benchmarks.runtime
 	$(BIN)/python -m benchmarks.serving
 	$(BIN)/python -m benchmarks.e2_ingest
+	$(BIN)/python -m benchmarks.scale_out
 
 # On a node with an NVIDIA GPU: CUDA parity, fused attention and ONNX Runtime CUDA figures.
 gpu-check: $(VENV)/.installed-train
