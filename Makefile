@@ -38,6 +38,7 @@ bench: $(VENV)/.installed-train
 	$(BIN)/python -m benchmarks.runtime
 	$(BIN)/python -m benchmarks.serving
 	$(BIN)/python -m benchmarks.e2_ingest
+	$(BIN)/python -m benchmarks.scale_out
 
 $(VENV)/.installed-bench: $(VENV)/.installed-train
 	$(BIN)/pip install --quiet -e ".[train,serve,bench]"

@@ -297,11 +297,53 @@ def write(frame: pd.DataFrame, path: Path) -> None:
     frame.assign(timestamp=stamps).to_csv(path, index=False, compression=compression)
 
 
+def write_dataset(directory: Path, n_cells: int, files: int, cells_per_chunk: int = 1000,
+                  **options: object) -> int:
+    """Write a partitioned Parquet dataset (``cell_bucket=K/``, one file per bucket) of
+    ``n_cells`` cells, generated ``cells_per_chunk`` at a time so memory stays bounded.
+
+    Each chunk is ``generate`` with its own seed (``seed + chunk``); cell ``i`` lands in bucket
+    ``i % files``, so every cell's rows lie in one file, as data-parallel training needs.
+    Returns the number of rows written.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if files < 1:
+        raise ValueError(f"need files >= 1, got {files}")
+    seed = int(options.pop("seed", 0))
+    writers: dict[int, pq.ParquetWriter] = {}
+    rows = 0
+    try:
+        for chunk_start in range(0, n_cells, cells_per_chunk):
+            count = min(cells_per_chunk, n_cells - chunk_start)
+            frame = generate(n_cells=count, seed=seed + chunk_start // cells_per_chunk,
+                             **options)
+            local = frame["cell_id"].str.slice(5).astype(int).to_numpy()
+            index = chunk_start + local
+            frame["cell_id"] = [_cell_id(i, n_cells) for i in index]
+            for bucket in np.unique(index % files):
+                table = pa.Table.from_pandas(frame[index % files == bucket], preserve_index=False)
+                if bucket not in writers:
+                    folder = directory / f"cell_bucket={bucket}"
+                    folder.mkdir(parents=True, exist_ok=True)
+                    writers[bucket] = pq.ParquetWriter(folder / "part-0.parquet", table.schema)
+                writers[bucket].write_table(table)
+            rows += len(frame)
+    finally:
+        for writer in writers.values():
+            writer.close()
+    return rows
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m data.synthetic", description="Write a synthetic per-cell KPI data set."
     )
-    parser.add_argument("--out", type=Path, required=True, help=".csv, .csv.gz or .parquet")
+    parser.add_argument("--out", type=Path, required=True,
+                        help=".csv, .csv.gz or .parquet; a directory with --files")
+    parser.add_argument("--files", type=int,
+                        help="write a partitioned Parquet dataset of this many files into OUT")
     parser.add_argument("--cells", type=int, default=24)
     parser.add_argument("--days", type=int, default=56)
     parser.add_argument("--freq", default="1h", help="fixed step, e.g. 1h, 30min, 15min")
@@ -310,6 +352,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tz", default="Europe/Paris", help="IANA zone of the wall clock")
     parser.add_argument("--no-missing", action="store_true", help="keep every row")
     args = parser.parse_args(argv)
+    if args.files is not None:
+        rows = write_dataset(args.out, args.cells, args.files, days=args.days, freq=args.freq,
+                             seed=args.seed, start=args.start, tz=args.tz,
+                             missing=not args.no_missing)
+        print(f"wrote {rows} rows for {args.cells} cells in {args.files} files to {args.out}")
+        return
 
     frame = generate(
         n_cells=args.cells,

@@ -39,6 +39,8 @@ class ModelConfig:
             raise ValueError(f"quantiles must be increasing, unique and inside (0, 1): {qs}")
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), not {self.dropout}")
         if self.ensemble < 1:
             raise ValueError(f"ensemble must be >= 1, not {self.ensemble}")
         if self.attention not in ("fused", "math"):

@@ -151,24 +151,27 @@ class Forecaster(nn.Module):
         outputs = torch.stack([member(tokens, normed) for member in self.members])
         return outputs, mean.unsqueeze(-1), scale.unsqueeze(-1)
 
-    def member_forecasts(self, values: torch.Tensor, calendar: torch.Tensor) -> torch.Tensor:
-        """Each member's own forecast [K, B, H, Q]: what training fits, member by member."""
-        outputs, mean, scale = self._normalised(values, calendar)
-        return F.relu(outputs * scale + mean)
+    def forward(self, values: torch.Tensor, calendar: torch.Tensor,
+                members: bool = False) -> torch.Tensor:
+        """values [B, context] (NaN = missing), calendar [B, context, 4] -> [B, horizon, Q].
 
-    def forward(self, values: torch.Tensor, calendar: torch.Tensor) -> torch.Tensor:
-        """values [B, context] (NaN = missing), calendar [B, context, 4] -> [B, horizon, Q]."""
+        With ``members`` it returns each member's own forecast [K, B, H, Q] instead: what
+        training fits, member by member (a forward call, so DistributedDataParallel sees it).
+        """
         outputs, mean, scale = self._normalised(values, calendar)
+        if members:
+            return F.relu(outputs * scale + mean)
         # Averaging ordered quantiles keeps them ordered; so does a widening calibration.
         combined = outputs.mean(dim=0) + self.calibration
         # KPIs are non-negative; relu keeps the quantile order.
         return F.relu(combined * scale + mean)
 
 
-def pinball_loss(
+def pinball_terms(
     forecast: torch.Tensor, target: torch.Tensor, quantiles: torch.Tensor, scale: torch.Tensor
-) -> torch.Tensor:
-    """Mean pinball loss over observed targets, in units of each window's scale.
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed pinball loss over observed targets, in units of each window's scale, and how
+    many terms it sums: kept apart so that ranks holding different batches can pool them.
 
     Dividing by the window's own scale weighs a quiet cell and a busy one alike, which is what
     a global model across cells of very different load needs.
@@ -178,4 +181,12 @@ def pinball_loss(
     error = (target.unsqueeze(-1) - forecast) / scale.unsqueeze(-1)
     loss = torch.maximum(quantiles * error, (quantiles - 1.0) * error)
     weight = observed.unsqueeze(-1).to(loss.dtype).expand_as(loss)
-    return (loss * weight).sum() / weight.sum().clamp(min=1.0)
+    return (loss * weight).sum(), weight.sum()
+
+
+def pinball_loss(
+    forecast: torch.Tensor, target: torch.Tensor, quantiles: torch.Tensor, scale: torch.Tensor
+) -> torch.Tensor:
+    """Mean pinball loss over observed targets, in units of each window's scale."""
+    total, count = pinball_terms(forecast, target, quantiles, scale)
+    return total / count.clamp(min=1.0)

@@ -8,16 +8,14 @@ import copy
 import subprocess
 import sys
 import tarfile
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 import yaml
 from fastapi import FastAPI, HTTPException, Request
 
+from tests import api_standin
 from tests.k8s_tools import tool
 from tests.xapp_helpers import make_model
 from training.cli import main
@@ -144,23 +142,8 @@ def cluster(tmp_path: Path):
     deployment["spec"]["template"]["metadata"].setdefault("annotations", {})[
         VERSION_ANNOTATION] = "v1"
     server = ApiServer(deployment)
-    config = uvicorn.Config(server.app(), host="127.0.0.1", port=0, log_level="warning")
-    http = uvicorn.Server(config)
-    thread = threading.Thread(target=http.run, daemon=True)
-    thread.start()
-    while not http.started:
-        time.sleep(0.01)
-    port = http.servers[0].sockets[0].getsockname()[1]
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "standin",
-        "clusters": [{"name": "standin", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
-        "users": [{"name": "me", "user": {}}],
-        "contexts": [{"name": "standin", "context": {"cluster": "standin", "user": "me"}}],
-    }))
-    yield server, kubeconfig
-    http.should_exit = True
-    thread.join(5)
+    with api_standin.serving(server.app(), tmp_path) as config:
+        yield server, config
 
 
 def test_status_shows_pods_and_the_model_each_serves(cluster, capsys) -> None:
@@ -220,15 +203,9 @@ def test_a_model_baked_into_the_image_cannot_be_rolled_this_way(cluster, tmp_pat
 
 
 def test_an_unreachable_api_server_is_one_line(tmp_path: Path) -> None:
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "gone",
-        "clusters": [{"name": "gone", "cluster": {"server": "http://127.0.0.1:9"}}],
-        "users": [{"name": "me", "user": {}}],
-        "contexts": [{"name": "gone", "context": {"cluster": "gone", "user": "me"}}],
-    }))
+    config = api_standin.kubeconfig(tmp_path / "kubeconfig", "http://127.0.0.1:9")
     done = subprocess.run([sys.executable, "-m", "training.cli", "k8s", "status",
-                           "--kubeconfig", str(kubeconfig)], cwd=ROOT, capture_output=True,
+                           "--kubeconfig", str(config)], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 2
     assert done.stderr.startswith("kpi-forecast: error: cannot reach the Kubernetes API server")

@@ -92,7 +92,7 @@ def test_ensemble_forecast_is_the_mean_of_its_members() -> None:
     network = make(ensemble=3)
     values, calendar = inputs(8)
     with torch.no_grad():
-        members = network.member_forecasts(values, calendar)
+        members = network(values, calendar, members=True)
         combined = network(values, calendar)
     assert members.shape == (3, 8, 12, 3)
     assert not torch.allclose(members[0], members[1])  # independently initialised

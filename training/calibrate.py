@@ -5,7 +5,8 @@ narrow out of sample. For each quantile level q we find the offset c (in units o
 window's scale) such that a fraction q of validation targets fall below forecast + c * scale,
 as in conformalized quantile regression, and store it in the network's ``calibration`` buffer,
 so it is part of the exported graph. Offsets only widen (lower quantiles move down, upper ones
-up, the median stays), which keeps the quantiles from crossing.
+up, the median stays), which keeps the quantiles from crossing. Under data-parallel training
+every rank contributes the residuals of its own cells and all get the same offsets.
 """
 
 from __future__ import annotations
@@ -15,13 +16,15 @@ import torch
 
 from model.network import Forecaster, instance_stats
 from training.device import mixed_precision, to_tensors
+from training.distributed import Group
 from training.windows import Windows
 
 
 @torch.no_grad()
 def calibrate(network: Forecaster, windows: Windows, pairs: np.ndarray,
-              batch_size: int = 2048) -> np.ndarray:
-    """Set ``network.calibration`` from the validation ``pairs``; returns the offsets."""
+              batch_size: int = 2048, group: Group | None = None) -> np.ndarray:
+    """Set ``network.calibration`` from the validation ``pairs`` (this rank's, with ``group``)
+    and returns the offsets."""
     network.eval()
     network.calibration.zero_()
     device = network.calibration.device
@@ -33,7 +36,10 @@ def calibrate(network: Forecaster, windows: Windows, pairs: np.ndarray,
         with mixed_precision(device):
             forecast = network(values, calendar).float()
         residuals.append(((target.unsqueeze(-1) - forecast) / scale.unsqueeze(-1)).cpu().numpy())
-    stacked = np.concatenate(residuals).reshape(-1, forecast.shape[-1])
+    n_levels = len(network.cfg.quantiles)
+    mine = (np.concatenate(residuals).reshape(-1, n_levels) if residuals
+            else np.zeros((0, n_levels), np.float32))
+    stacked = np.concatenate((group or Group()).gather(mine))
     stacked = stacked[~np.isnan(stacked).any(axis=1)]
     levels = np.asarray(network.cfg.quantiles)
     offsets = np.array([np.quantile(stacked[:, i], q) for i, q in enumerate(levels)])

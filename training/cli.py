@@ -19,6 +19,8 @@ from training.panel import DataError
 
 if TYPE_CHECKING:
     from model.runtime import OnnxForecaster
+    from training.distributed import Group
+    from training.panel import Panel
 
 log = logging.getLogger(__name__)
 
@@ -51,12 +53,32 @@ def parse_quantiles(text: str) -> list[float]:
 
 
 def cmd_train(args: argparse.Namespace) -> None:
+    from training.device import resolve_device
+    from training.distributed import aligned, join
+    from training.ingest import load_panel
+
+    # Under torchrun this process is one rank of several; alone it is the only one.
+    group = join(resolve_device(args.device))
+    if not group.main:
+        logging.getLogger().setLevel(logging.WARNING)
+    try:
+        if Path(args.data).is_dir():  # a Parquet dataset: each rank reads only its files
+            shard = load_panel(args.data, args.target, freq=args.freq, tz=args.tz,
+                               shard=(group.rank, group.world))
+            panel = aligned(shard, group)
+            _train(args, group, panel, block=panel)
+        else:  # one file: every rank reads it and trains on its block of cells
+            _train(args, group, load_panel(args.data, args.target, freq=args.freq, tz=args.tz))
+    finally:
+        group.close()
+
+
+def _train(args: argparse.Namespace, group: Group, panel: Panel,
+           block: Panel | None = None) -> None:
     from model.config import ModelConfig
     from training.fit import fit
-    from training.ingest import load_panel
     from training.train import TrainConfig, validation_steps
 
-    panel = load_panel(args.data, args.target, freq=args.freq, tz=args.tz)
     step = panel.step
     horizon = parse_steps(args.horizon or DEFAULT_HORIZON, step, "--horizon")
     if args.context:
@@ -67,15 +89,17 @@ def cmd_train(args: argparse.Namespace) -> None:
         fits = [c for c in candidates if c + 2 * horizon + val <= panel.n_steps]
         context = fits[0] if fits else candidates[-1]
     try:
-        model_cfg = ModelConfig(
-            context=context, horizon=horizon, quantiles=args.quantiles, attention=args.attention
-        )
+        model_cfg = ModelConfig(context=context, horizon=horizon, quantiles=args.quantiles,
+                                attention=args.attention, dropout=args.dropout)
     except ValueError as exc:
         raise DataError(str(exc)) from exc
     train_cfg = TrainConfig(max_minutes=args.max_minutes, max_epochs=args.max_epochs,
-                            seed=args.seed, device=args.device)
-    meta, validation = fit(panel, Path(args.out), model_cfg, train_cfg, str(args.data),
-                           progress=not args.quiet)
+                            batch_size=args.batch_size, seed=args.seed, device=args.device)
+    fitted = fit(panel, Path(args.out), model_cfg, train_cfg, str(args.data),
+                 progress=not args.quiet, group=group, block=block)
+    if fitted is None:  # not rank 0: rank 0 writes and reports
+        return
+    meta, validation = fitted
     print(validation.overall.to_string(float_format=lambda v: f"{v:.3f}"))
     print(f"model: {Path(args.out) / 'model.onnx'} (version {meta.model_version})")
     print(f"report: {Path(args.out) / 'report.md'}")
@@ -125,6 +149,12 @@ def cmd_predict(args: argparse.Namespace) -> None:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     frame.to_csv(args.out, index=False)
     print(f"{len(frame)} forecasts for {panel.n_cells} cells: {args.out}")
+
+
+def positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"not a whole number >= 1: {text}")
+    return int(text)
 
 
 def non_negative_int(text: str) -> int:
@@ -261,6 +291,48 @@ def cmd_k8s(args: argparse.Namespace) -> None:
     print(tabulate(rows, headers=["pod", "phase", "ready", "restarts", "node", "serves"]))
 
 
+def cmd_train_job(args: argparse.Namespace) -> None:
+    import urllib3
+    import yaml
+    from kubernetes.client.rest import ApiException
+    from kubernetes.config import ConfigException
+
+    from training import k8s_job
+
+    logging.getLogger("urllib3").setLevel(logging.ERROR)
+    extra = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
+    try:
+        spec = k8s_job.TrainJobSpec(
+            name=args.name, image=args.image, data=args.data, out=args.out,
+            target=args.target, namespace=args.namespace, nodes=args.nodes, gpus=args.gpus,
+            procs_per_node=args.procs_per_node, cpu=args.cpu, memory=args.memory,
+            claim=args.claim, train_args=extra)
+    except ValueError as exc:
+        raise DataError(str(exc)) from None
+    kind, api = args.kind, None
+    try:
+        if kind == "auto" or not args.dry_run:
+            try:
+                api = kubernetes_client(args)
+            except ConfigException as exc:
+                if not args.dry_run:
+                    raise DataError(str(exc)) from None
+                log.warning("no cluster configured (%s): printing a plain Job", exc)
+                kind = "job"
+        if kind == "auto":
+            kind = "pytorchjob" if k8s_job.has_pytorchjob(api) else "job"
+        objects = k8s_job.manifests(spec, kind)
+        if args.dry_run:
+            print(yaml.safe_dump_all(objects, sort_keys=False), end="")
+            return
+        created = k8s_job.submit(api, objects)
+    except ApiException as exc:
+        raise DataError(f"the API server refused: {exc.status} {exc.reason}") from None
+    except urllib3.exceptions.HTTPError as exc:
+        raise DataError(f"cannot reach the Kubernetes API server: {exc}") from None
+    print(f"{args.namespace}: created {', '.join(created)}; {k8s_job.describe(spec)}")
+
+
 def add_runtime_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--provider", choices=["auto", "cuda", "cpu"], default="auto",
                         help="ONNX Runtime execution provider (auto: CUDA when available)")
@@ -272,8 +344,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kpi-forecast", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
-    train = commands.add_parser("train", help="train a forecaster and export it")
-    train.add_argument("--data", required=True, help="long CSV, CSV.gz or Parquet")
+    train = commands.add_parser(
+        "train", help="train a forecaster and export it",
+        description="Train a forecaster and export it. Runs unchanged under torchrun "
+        "(torchrun --nproc-per-node N -m training.cli train ...): data-parallel, each rank "
+        "training on its own block of cells, rank 0 writing; a rerun resumes from the last "
+        "epoch's checkpoint in --out.")
+    train.add_argument("--data", required=True,
+                       help="long CSV, CSV.gz or Parquet file, or a Parquet dataset directory")
     train.add_argument("--target", required=True, help="KPI column to forecast")
     train.add_argument("--out", required=True, help="model directory to write")
     train.add_argument("--freq", help="grid step, e.g. 1h or 15min (inferred when absent)")
@@ -283,6 +361,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--max-minutes", type=float, default=5.0, help="time budget (default 5)")
     train.add_argument("--max-epochs", type=int, default=60)
     train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--batch-size", type=positive_int, default=256,
+                       help="windows per step, across all ranks under torchrun (default 256)")
+    train.add_argument("--dropout", type=float, default=0.1, help="default 0.1")
     train.add_argument("--quantiles", type=parse_quantiles, default=[0.1, 0.5, 0.9])
     train.add_argument("--attention", choices=["fused", "math"], default="fused")
     train.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
@@ -322,7 +403,8 @@ def build_parser() -> argparse.ArgumentParser:
     xapp.add_argument("--e2-port", type=int, help="rmr-data port for E2 frames (default 4560)")
     xapp.set_defaults(run=cmd_serve)
 
-    ops = commands.add_parser("k8s", help="the xApp on Kubernetes: status, package, rollout")
+    ops = commands.add_parser("k8s", help="Kubernetes: the xApp's status, package, rollout; "
+                              "distributed training jobs")
     ops_commands = ops.add_subparsers(dest="k8s_command", required=True)
     for name, text in (("status", "deployment, pods, readiness and the model each pod serves"),
                        ("package", "pack a model directory as the chart's fetcher expects"),
@@ -344,6 +426,37 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument("--model-url", required=True,
                              help="where its .tar.gz is (kpi-forecast k8s package)")
             sub.add_argument("--timeout", type=float, default=600.0, help="seconds")
+
+    job = ops_commands.add_parser(
+        "train-job", help="distributed training on the cluster: a Job, or a Kubeflow "
+        "PyTorchJob where that resource exists (printed with --dry-run, else submitted)",
+        description="Arguments after '--' go to 'kpi-forecast train' unchanged.")
+    job.set_defaults(run=cmd_train_job)
+    job.add_argument("--image", required=True, help="the training image (Dockerfile target "
+                     "train, or its GPU build)")
+    job.add_argument("--data", required=True, help="file or Parquet dataset directory on the "
+                     "workspace volume, e.g. /workspace/kpis")
+    job.add_argument("--out", required=True, help="model directory on the workspace volume")
+    job.add_argument("--target", required=True, help="KPI column to forecast")
+    job.add_argument("--gpus", type=non_negative_int, default=0, help="GPUs per node "
+                     "(default 0: CPU with gloo)")
+    job.add_argument("--nodes", type=positive_int, default=1)
+    job.add_argument("--procs-per-node", type=non_negative_int, default=0,
+                     help="ranks per node (default: one per GPU, or 1 on CPU)")
+    job.add_argument("--cpu", type=positive_int, default=2, help="cores per node (default 2)")
+    job.add_argument("--memory", default="8Gi", help="memory per node (default 8Gi)")
+    job.add_argument("--claim", default="kpi-forecast-training",
+                     help="PersistentVolumeClaim mounted at /workspace (ReadWriteMany for "
+                     "several nodes)")
+    job.add_argument("--name", default="kpi-forecast-train")
+    job.add_argument("--namespace", default="ricplt")
+    job.add_argument("--kind", choices=["auto", "job", "pytorchjob"], default="auto",
+                     help="auto: a PyTorchJob when the cluster has the Kubeflow training "
+                     "operator, else a Job")
+    job.add_argument("--dry-run", action="store_true", help="print the manifests as YAML")
+    job.add_argument("--kubeconfig")
+    job.add_argument("--context")
+    job.add_argument("train_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 
     sim = commands.add_parser("e2sim", help="mock E2 node: replay a KPI file over E2")
     sim.add_argument("--data", required=True, help="long CSV, CSV.gz or Parquet, or "

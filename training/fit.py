@@ -17,6 +17,9 @@ from model.export import export_onnx
 from model.network import Forecaster
 from model.runtime import OnnxForecaster
 from training.backtest import MODEL_NAME, BacktestResult, backtest
+from training.checkpoint import CHECKPOINT_FILE
+from training.device import resolve_device
+from training.distributed import Group
 from training.panel import Panel
 from training.report import write_report
 from training.train import TrainConfig, train
@@ -47,9 +50,22 @@ def fit(
     train_cfg: TrainConfig,
     source: str,
     progress: bool = True,
-) -> tuple[ModelMetadata, BacktestResult]:
-    result = train(panel, model_cfg, train_cfg, progress=progress)
+    group: Group | None = None,
+    block: Panel | None = None,
+) -> tuple[ModelMetadata, BacktestResult] | None:
+    """Train and write the model directory; None on every rank but rank 0, which writes.
+
+    Under data parallelism ``block`` is this rank's cells (by default its block of ``panel``);
+    rank 0 validates and reports on ``panel``, the cells it holds.
+    """
+    group = group or Group(device=resolve_device(train_cfg.device))
+    if block is None:
+        block = panel.cells(group.block(panel.n_cells)) if group.distributed else panel
     out_dir = Path(out_dir)
+    result = train(block, model_cfg, train_cfg, progress=progress, group=group,
+                   checkpoint=out_dir / CHECKPOINT_FILE)
+    if not group.main:
+        return None
     out_dir.mkdir(parents=True, exist_ok=True)
     torch.save(result.network.state_dict(), out_dir / WEIGHTS_FILE)
     created = dt.datetime.now(dt.UTC).replace(microsecond=0)
@@ -71,6 +87,8 @@ def fit(
             "validation_windows": result.validation_windows,
             "seed": train_cfg.seed,
             "max_minutes": train_cfg.max_minutes,
+            "ranks": group.world,
+            "samples_per_second": round(result.samples_per_second, 1),
         },
         libraries=library_versions(),
     )

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from pandas.tseries.frequencies import to_offset
 
@@ -81,12 +83,18 @@ def load_panel(
     freq: str | None = None,
     tz: str | None = None,
     min_steps: int = 1,
+    shard: tuple[int, int] = (0, 1),
 ) -> Panel:
     """Read a long-format KPI file and return the ``target`` KPI as a regular UTC panel.
 
     Args:
         path: ``.csv``, ``.csv.gz``, ``.parquet`` or ``.pq`` file with columns ``timestamp``,
-            ``cell_id`` and KPI columns; columns other than ``target`` are ignored.
+            ``cell_id`` and KPI columns; columns other than ``target`` are ignored. Or a
+            directory of Parquet files (a ``pyarrow.dataset``, hive-partitioned or not) in
+            which each cell's rows lie in one file, e.g. partitioned by a cell bucket.
+        shard: ``(k, n)`` reads only the k-th of n blocks of the directory's files (in path
+            order): what one rank of data-parallel training holds. Its grid spans its own
+            cells; :func:`training.distributed.aligned` puts the ranks on one grid.
         target: the KPI column to load. Values must be non-negative finite numbers; empty
             cells and NaN-like spellings ("NA", "null", ...) are missing values.
         freq: grid step as a pandas offset alias of fixed length ("1h", "15min"); inferred
@@ -126,7 +134,10 @@ def load_panel(
     if tz is not None:
         _checked_zone(tz)
 
-    frame, ignored = _read_table(path, target)
+    if path.is_dir():
+        frame, ignored, path = _read_dataset(path, target, shard)
+    else:
+        frame, ignored = _read_table(path, target)
     if ignored:
         logger.info("%s: ignoring columns %s", path, ", ".join(map(repr, ignored)))
     if frame.empty:
@@ -134,6 +145,7 @@ def load_panel(
 
     ts_us, data_tz = _parse_timestamps(frame[TIMESTAMP], path)
     cell_codes, cell_ids = _parse_cells(frame[CELL_ID], path)
+    cell_codes_all = cell_codes  # per row in read order, before sorting and de-duplication
     values = _parse_values(frame[target], path, target, cell_codes, cell_ids)
     log = {
         "ignored_columns": len(ignored),
@@ -175,6 +187,14 @@ def load_panel(
         cell_ids = [c for c, s in zip(cell_ids, short, strict=True) if not s]
     log["dropped_short_cells"] = int(short.sum())
     log["gap_steps"] = _count_gaps(grid)
+    if isinstance(path, DatasetFiles):
+        # Cells in file order, then by id: the ranks' blocks of files, concatenated in rank
+        # order, then give exactly the cell order that one process reading every file has.
+        first_file = np.full(len(cell_codes_all), len(path.files))
+        np.minimum.at(first_file, cell_codes_all, path.file_of_rows())
+        first_file = first_file[np.flatnonzero(~short)]
+        order = np.lexsort((np.arange(len(cell_ids)), first_file))
+        grid, cell_ids = grid[order], [cell_ids[i] for i in order]
 
     calendar_tz = tz if tz is not None else _calendar_tz(data_tz, path)
     index = pd.date_range(
@@ -273,7 +293,73 @@ def _row_error(path: Path, row: int, column: str, message: str, value: object) -
     shown = repr(value.item() if isinstance(value, np.generic) else value)
     if len(shown) > 60:
         shown = shown[:57] + "..."
-    return DataError(f"{path}: row {row}, column {column!r}: {message}: {shown}")
+    where = path.locate(row) if isinstance(path, DatasetFiles) else f"{path}: row {row}"
+    return DataError(f"{where}, column {column!r}: {message}: {shown}")
+
+
+class DatasetFiles(type(Path())):
+    """A dataset directory that can name the file and row behind a row of its read frame."""
+
+    files: list[str]
+    first_rows: np.ndarray  # 1-based row of the frame where each file starts
+    n_rows: int
+
+    def file_of_rows(self) -> np.ndarray:
+        """Index into ``files`` of every row of the frame, in read order."""
+        rows = np.arange(1, self.n_rows + 1)
+        return np.searchsorted(self.first_rows, rows, side="right") - 1
+
+    def locate(self, row: int) -> str:
+        which = int(np.searchsorted(self.first_rows, row, side="right")) - 1
+        return f"{self.files[which]}: row {row - self.first_rows[which] + 1}"
+
+
+def _read_dataset(
+    directory: Path, target: str, shard: tuple[int, int]
+) -> tuple[pd.DataFrame, list[str], DatasetFiles]:
+    """The timestamp, cell and target columns of a block of a Parquet dataset's files.
+
+    Only those columns of those files are read (``pyarrow.dataset`` projection), so a rank's
+    memory holds its own cells and nothing else.
+    """
+    rank, world = shard
+    try:
+        dataset = ds.dataset(directory, format="parquet", partitioning="hive")
+    except (OSError, ValueError) as exc:
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise DataError(f"{directory}: cannot read Parquet dataset: {first_line}") from None
+    fragments = sorted(dataset.get_fragments(), key=lambda fragment: fragment.path)
+    files = [fragment.path for fragment in fragments]
+    if not files:
+        raise DataError(f"{directory}: no Parquet files in this directory")
+    if len(files) < world:
+        raise DataError(f"{directory}: {len(files)} files for {world} ranks: every rank needs "
+                        "at least one (write the dataset in more files, or use fewer ranks)")
+    columns = [c for c in dataset.schema.names if not _PANDAS_INDEX_COLUMN.fullmatch(c)]
+    for required in (TIMESTAMP, CELL_ID, target):
+        if required not in columns:
+            what = "target column" if required == target else "column"
+            raise DataError(f"{directory}: {what} {required!r} not found; available columns: "
+                            f"{', '.join(map(repr, columns))}")
+    if target in (TIMESTAMP, CELL_ID):
+        raise DataError(f"{directory}: target {target!r} must be a KPI column")
+    block = slice(rank * len(files) // world, (rank + 1) * len(files) // world)
+    mine = files[block]
+    wanted = [TIMESTAMP, CELL_ID, target]
+    try:
+        # With the dataset's schema a partition key (cell_id=...) comes back as a column.
+        tables = [fragment.to_table(schema=dataset.schema, columns=wanted)
+                  for fragment in fragments[block]]
+    except (OSError, ValueError, pa.ArrowInvalid) as exc:
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise DataError(f"{directory}: cannot read file: {first_line}") from None
+    source = DatasetFiles(directory)
+    source.files = mine
+    source.first_rows = np.cumsum([1] + [t.num_rows for t in tables[:-1]])
+    source.n_rows = sum(t.num_rows for t in tables)
+    frame = pa.concat_tables(tables, promote_options="default").to_pandas()
+    frame[CELL_ID] = frame[CELL_ID].astype(str)
+    return frame, [c for c in columns if c not in wanted], source
 
 
 def _parse_timestamps(column: pd.Series, path: Path) -> tuple[np.ndarray, str | None]:
@@ -330,7 +416,9 @@ def _normalise_offset(text: str) -> str:
 
 def _zone_name(tz: datetime.tzinfo) -> str:
     """A :func:`calendar_zone` name for the zone of a tz-aware datetime column."""
-    if isinstance(tz, datetime.timezone):
+    # A fixed offset: datetime.timezone, or pytz's FixedOffset (pandas 2 with pytz) whose
+    # ``zone`` is None.
+    if isinstance(tz, datetime.timezone) or (hasattr(tz, "zone") and tz.zone is None):
         offset = tz.utcoffset(None)
         if not offset:
             return "UTC"

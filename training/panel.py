@@ -59,12 +59,32 @@ class Panel:
 
     def first_cells(self, count: int) -> Panel:
         """The panel restricted to its first ``count`` cells."""
+        return self.cells(slice(0, count))
+
+    def cells(self, block: slice) -> Panel:
+        """The panel restricted to a block of its cells, on the same grid."""
         return Panel(
-            cell_ids=list(self.cell_ids[:count]),
+            cell_ids=list(self.cell_ids[block]),
             index=self.index,
-            values=self.values[:count],
+            values=self.values[block],
             freq=self.freq,
             target=self.target,
             calendar_tz=self.calendar_tz,
             log=dict(self.log),
         )
+
+    def on_grid(self, index: pd.DatetimeIndex) -> Panel:
+        """The panel on a longer ``index`` of the same step and phase, NaN where it had none."""
+        offset = index.get_loc(self.index[0]) if len(self.index) else 0
+        values = np.full((self.n_cells, len(index)), np.nan, dtype=self.values.dtype)
+        values[:, offset : offset + self.n_steps] = self.values
+        return Panel(
+            cell_ids=list(self.cell_ids),
+            index=index,
+            values=values,
+            freq=self.freq,
+            target=self.target,
+            calendar_tz=self.calendar_tz,
+            log=dict(self.log),
+        )
+

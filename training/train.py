@@ -5,16 +5,19 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
 from model.config import ModelConfig
-from model.network import Forecaster, instance_stats, pinball_loss
+from model.network import Forecaster, instance_stats, pinball_terms
 from training.calibrate import calibrate
+from training.checkpoint import Checkpoint
 from training.device import mixed_precision, resolve_device, seed_everything, to_tensors
+from training.distributed import Group, ShardedPairs
 from training.panel import DataError, Panel
 from training.windows import Windows
 
@@ -49,36 +52,43 @@ class TrainResult:
     validation_windows: int
     validation_start: int  # first step whose values only validation windows forecast
     curve: list[tuple[float, float]] = field(default_factory=list)  # (train, validation)
+    samples_per_second: float = 0.0  # training windows per second of optimiser steps, all ranks
 
 
 def validation_steps(n_steps: int, horizon: int, fraction: float) -> int:
     return max(horizon, round(fraction * n_steps))
 
 
-def _loss(
-    network: Forecaster, batch: tuple[np.ndarray, ...], quantiles: torch.Tensor
-) -> torch.Tensor:
+def _terms(
+    model: torch.nn.Module, batch: tuple[np.ndarray, ...], quantiles: torch.Tensor,
+    members: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed pinball loss of ``batch`` and its number of terms.
+
+    In training each ensemble member fits on its own (``members``), so the members stay
+    diverse and their average gains; their sums are averaged.
+    """
     device = quantiles.device
     values, calendar, target = to_tensors(batch, device)
     _, _, scale, _ = instance_stats(values)
     with mixed_precision(device):
-        if not network.training:
-            forecast = network(values, calendar).float()
-            return pinball_loss(forecast, target, quantiles, scale)
-        # Each member fits on its own, so the members stay diverse and their average gains.
-        members = network.member_forecasts(values, calendar).float()
-    return torch.stack([pinball_loss(m, target, quantiles, scale) for m in members]).mean()
+        forecast = model(values, calendar, members=members).float()
+    if not members:
+        return pinball_terms(forecast, target, quantiles, scale)
+    terms = [pinball_terms(member, target, quantiles, scale) for member in forecast]
+    return torch.stack([total for total, _ in terms]).mean(), terms[0][1]
 
 
 def split_windows(
-    windows: Windows, cfg: TrainConfig, rng: np.random.Generator
-) -> tuple[int, np.ndarray, np.ndarray]:
+    windows: Windows, cfg: TrainConfig, rng: np.random.Generator, group: Group
+) -> tuple[int, ShardedPairs, ShardedPairs]:
     """First validation step, training pairs, validation pairs: split in time, no overlap."""
     n_steps, context, horizon = windows.values.shape[1], windows.context, windows.horizon
     val_steps = validation_steps(n_steps, horizon, cfg.validation_fraction)
     val_start = n_steps - val_steps
-    train_pairs = windows.pairs(0, val_start - horizon)
-    val_pairs = windows.pairs(val_start, n_steps, stride=max(1, horizon // 4))
+    train_pairs = ShardedPairs.across(windows.pairs(0, val_start - horizon), group)
+    val_pairs = ShardedPairs.across(
+        windows.pairs(val_start, n_steps, stride=max(1, horizon // 4)), group)
     if len(train_pairs) == 0 or len(val_pairs) == 0:
         raise DataError(
             f"too little usable history for context {context} + horizon {horizon} + "
@@ -88,22 +98,38 @@ def split_windows(
         )
     if len(val_pairs) > MAX_VALIDATION_WINDOWS:
         keep = rng.choice(len(val_pairs), MAX_VALIDATION_WINDOWS, replace=False)
-        val_pairs = val_pairs[np.sort(keep)]
+        val_pairs = val_pairs.subset(np.sort(keep))
     return val_start, train_pairs, val_pairs
 
 
 def train(
-    panel: Panel, model_cfg: ModelConfig, cfg: TrainConfig, progress: bool = True
+    panel: Panel, model_cfg: ModelConfig, cfg: TrainConfig, progress: bool = True,
+    group: Group | None = None, checkpoint: Path | None = None,
 ) -> TrainResult:
-    """Fit a forecaster on ``panel``; the last ``validation_fraction`` of time validates."""
-    device = resolve_device(cfg.device)
+    """Fit a forecaster on ``panel``; the last ``validation_fraction`` of time validates.
+
+    With a distributed ``group``, ``panel`` is this rank's block of cells (every rank on the
+    same time grid) and the result is the same on every rank. With ``checkpoint`` the state is
+    saved there after each epoch, and a run with the same data and settings resumes from it.
+    """
+    group = group or Group(device=resolve_device(cfg.device))
+    device = group.device
     seed_everything(cfg.seed, device)
     rng = np.random.default_rng(cfg.seed)
     windows = Windows.from_panel(panel, model_cfg.context, model_cfg.horizon)
-    val_start, train_pairs, val_pairs = split_windows(windows, cfg, rng)
-    log.info("training windows %d, validation windows %d", len(train_pairs), len(val_pairs))
+    val_start, train_pairs, val_pairs = split_windows(windows, cfg, rng, group)
+    if group.main:
+        log.info("training windows %d, validation windows %d, ranks %d",
+                 len(train_pairs), len(val_pairs), group.world)
 
     network = Forecaster(model_cfg).to(device)
+    # DDP sums the gradients of the ranks (with the weighting in the step below) and starts
+    # every rank from rank 0's weights.
+    model = (
+        torch.nn.parallel.DistributedDataParallel(
+            network, device_ids=[device.index] if device.type == "cuda" else None)
+        if group.distributed else network
+    )
     # An exponential moving average of the weights is what gets validated and kept: on small,
     # noisy KPI data it smooths out the last steps' noise like an ensemble would, for free.
     averaged = (
@@ -122,40 +148,86 @@ def train(
     steps_per_epoch = min(cfg.steps_per_epoch, math.ceil(len(train_pairs) / cfg.batch_size))
     best_loss, best_state, best_epoch = math.inf, None, 0
     curve: list[tuple[float, float]] = []
-    started = time.monotonic()
+    first_epoch, spent, step_seconds = 1, 0.0, 0.0
+    saver = None
+    if checkpoint is not None:
+        saver = Checkpoint(checkpoint, Checkpoint.key_of(
+            model=model_cfg.to_dict(), train={**asdict(cfg), "max_minutes": None,
+                                              "max_epochs": None, "device": None},
+            steps=panel.n_steps, start=panel.index[0], train_pairs=len(train_pairs),
+            val_pairs=len(val_pairs)))
+        if (state := saver.load()) is not None:
+            network.load_state_dict(state["network"])
+            if averaged is not None:
+                averaged.load_state_dict(state["averaged"])
+            optimiser.load_state_dict(state["optimiser"])
+            scheduler.load_state_dict(state["scheduler"])
+            best_loss, best_epoch, best_state = state["best_loss"], state["best_epoch"], \
+                state["best_state"]
+            curve = [tuple(point) for point in state["curve"]]
+            rng.bit_generator.state = state["rng"]
+            if len(state["torch_rng"]) == group.world:  # dropout streams, one per rank
+                torch.set_rng_state(state["torch_rng"][group.rank])
+            first_epoch, spent = state["epoch"] + 1, state["seconds"]
+            step_seconds = state["step_seconds"]
+            if group.main:
+                log.info("resuming from %s after epoch %d", checkpoint, state["epoch"])
+    started = time.monotonic() - spent
     deadline = started + cfg.max_minutes * 60.0
     stopped_by = "max-epochs"
     bar = tqdm(
-        total=cfg.max_epochs * steps_per_epoch, disable=not progress, unit="batch",
-        desc="train", dynamic_ncols=True, mininterval=1.0,
+        total=cfg.max_epochs * steps_per_epoch, disable=not (progress and group.main),
+        unit="batch", desc="train", dynamic_ncols=True, mininterval=1.0,
+        initial=(first_epoch - 1) * steps_per_epoch,
     )
-    epoch = 0
-    for epoch in range(1, cfg.max_epochs + 1):
+    epoch = first_epoch - 1
+    for epoch in range(first_epoch, cfg.max_epochs + 1):
         network.train()
         losses = []
         for _ in range(steps_per_epoch):
-            picked = train_pairs[rng.integers(0, len(train_pairs), cfg.batch_size)]
-            loss = _loss(network, windows.batch(picked), quantiles)
+            tick = time.monotonic()
+            picked = train_pairs.take(rng.integers(0, len(train_pairs), cfg.batch_size))
+            weight = 1.0
+            if len(picked) == 0:  # no part of this batch is ours: join the reduction anyway
+                picked, weight = train_pairs.local[:1], 0.0
+            total, count = _terms(model, windows.batch(picked), quantiles, members=True)
+            pooled_total, pooled_count = group.sum(
+                [weight * total.item(), weight * count.item()])
+            # Each rank's share of the global mean; DDP averages over ranks, hence the world.
+            loss = total * (weight * group.world / max(pooled_count, 1.0))
             optimiser.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(network.parameters(), 1.0)
             optimiser.step()
             if averaged is not None:
                 averaged.update_parameters(network)
-            losses.append(loss.item())
+            step_seconds += time.monotonic() - tick
+            losses.append(pooled_total / max(pooled_count, 1.0))
             bar.update(1)
             bar.set_postfix(loss=f"{losses[-1]:.4f}", val=f"{best_loss:.4f}", epoch=epoch)
-        val_loss = evaluate_loss(kept, windows, val_pairs, quantiles, cfg.batch_size * 8)
+        val_loss = evaluate_loss(kept, windows, val_pairs, quantiles, cfg.batch_size * 8, group)
         curve.append((float(np.mean(losses)), val_loss))
         scheduler.step(val_loss)
         if val_loss < best_loss:
             best_loss, best_epoch = val_loss, epoch
             best_state = {k: v.detach().clone() for k, v in kept.state_dict().items()}
+        torch_rng = group.gather(torch.get_rng_state())
+        if saver is not None and group.main:
+            saver.save({
+                "epoch": epoch, "seconds": time.monotonic() - started,
+                "network": network.state_dict(),
+                "averaged": averaged.state_dict() if averaged is not None else {},
+                "optimiser": optimiser.state_dict(), "scheduler": scheduler.state_dict(),
+                "best_loss": best_loss, "best_epoch": best_epoch, "best_state": best_state,
+                "curve": curve, "rng": rng.bit_generator.state, "torch_rng": torch_rng,
+                "step_seconds": step_seconds,
+            })
         if epoch - best_epoch >= cfg.patience:
             stopped_by = "early-stopping"
             break
         now = time.monotonic()
-        if now >= deadline:
+        # Every rank must stop at the same epoch: one rank past the deadline stops them all.
+        if group.any(now >= deadline):
             stopped_by = "time-budget"
             break
         # Let the bar's ETA reflect the time budget, not only the epoch cap.
@@ -164,17 +236,20 @@ def train(
         bar.total = min(cfg.max_epochs, fits) * steps_per_epoch
         bar.refresh()
     bar.close()
+    if saver is not None and group.main:
+        saver.remove()
     network.load_state_dict(best_state)
-    offsets = calibrate(network, windows, val_pairs)
-    log.info("calibration offsets (scale units) %s", np.round(offsets, 3).tolist())
+    offsets = calibrate(network, windows, val_pairs.local, group=group)
     seconds = time.monotonic() - started
-    log.info(
-        "stopped by %s after %d epochs in %.0f s on %s; best validation loss %.4f (epoch %d)",
-        stopped_by, epoch, seconds, device, best_loss, best_epoch,
-    )
+    if group.main:
+        log.info("calibration offsets (scale units) %s", np.round(offsets, 3).tolist())
+        log.info(
+            "stopped by %s after %d epochs in %.0f s on %s x %d; best validation loss %.4f "
+            "(epoch %d)", stopped_by, epoch, seconds, device, group.world, best_loss, best_epoch,
+        )
     return TrainResult(
         network.cpu(), best_loss, epoch, seconds, stopped_by, len(train_pairs), len(val_pairs),
-        val_start, curve,
+        val_start, curve, epoch * steps_per_epoch * cfg.batch_size / max(step_seconds, 1e-9),
     )
 
 
@@ -182,14 +257,19 @@ def train(
 def evaluate_loss(
     network: Forecaster,
     windows: Windows,
-    pairs: np.ndarray,
+    pairs: ShardedPairs,
     quantiles: torch.Tensor,
     batch_size: int,
+    group: Group | None = None,
 ) -> float:
+    """Mean pinball loss over every observed target of ``pairs``, pooled across ranks."""
     network.eval()
-    total, count = 0.0, 0
-    for start in range(0, len(pairs), batch_size):
-        chunk = pairs[start : start + batch_size]
-        total += _loss(network, windows.batch(chunk), quantiles).item() * len(chunk)
-        count += len(chunk)
-    return total / max(count, 1)
+    total, count = 0.0, 0.0
+    for start in range(0, len(pairs.local), batch_size):
+        chunk = pairs.local[start : start + batch_size]
+        chunk_total, chunk_count = _terms(network, windows.batch(chunk), quantiles,
+                                          members=False)
+        total += chunk_total.item()
+        count += chunk_count.item()
+    pooled_total, pooled_count = (group or Group()).sum([total, count])
+    return float(pooled_total / max(pooled_count, 1.0))
