@@ -44,9 +44,9 @@ print(json.dumps({"cells": panel.n_cells, "steps": panel.n_steps, "seconds": sec
 
 def dataset(cells: int) -> Path:
     directory = ROOT / "artifacts" / f"bench-scale-{cells}-cells"
-    if not (directory / "complete").exists():
+    if not (directory / "_complete").exists():  # "_" files are not part of the dataset
         rows = write_dataset(directory, cells, FILES, days=DAYS, seed=0)
-        (directory / "complete").write_text(f"{rows}\n")
+        (directory / "_complete").write_text(f"{rows}\n")
     return directory
 
 
@@ -89,6 +89,15 @@ def training(directory: Path, epochs: int) -> pd.DataFrame:
     return table
 
 
+def markdown(table: pd.DataFrame) -> str:
+    """Thousands separated; decimals only where a number is small enough to need them."""
+
+    def text(value: float) -> str:
+        return f"{value:,.2f}" if isinstance(value, float) and abs(value) < 100 else f"{value:,.0f}"
+
+    return table.map(text).to_markdown(stralign="right", disable_numparse=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cells", type=int, default=10_000)
@@ -110,15 +119,15 @@ def main() -> int:
         "(`cell_bucket=K/`).",
         "",
         "Reading one rank's share (`load_panel(DIR, shard=(0, n))`, a fresh process each; peak",
-        "memory includes the interpreter and pandas, about 100 MB):",
+        "memory is the whole process's, imports included):",
         "",
-        load.to_markdown(floatfmt=",.1f"),
+        markdown(load),
         "",
         f"Training {args.epochs} epochs (`kpi-forecast train --data DIR`, under `torchrun "
         "--nproc-per-node 2` for 2 ranks, gloo on loopback). Windows per second count the "
         "global batch over the time in optimiser steps:",
         "",
-        train.to_markdown(floatfmt=",.2f"),
+        markdown(train),
         "",
     ])
     print(section)
