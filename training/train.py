@@ -211,7 +211,8 @@ def train(
         if val_loss < best_loss:
             best_loss, best_epoch = val_loss, epoch
             best_state = {k: v.detach().clone() for k, v in kept.state_dict().items()}
-        torch_rng = group.gather(torch.get_rng_state())
+        if saver is not None:
+            torch_rng = group.gather(torch.get_rng_state())  # a collective: every rank joins
         if saver is not None and group.main:
             saver.save({
                 "epoch": epoch, "seconds": time.monotonic() - started,
