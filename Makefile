@@ -39,6 +39,7 @@ bench: $(VENV)/.installed-train
 	$(BIN)/python -m benchmarks.serving
 	$(BIN)/python -m benchmarks.e2_ingest
 	$(BIN)/python -m benchmarks.scale_out
+	$(BIN)/python -m benchmarks.shared_history
 
 $(VENV)/.installed-bench: $(VENV)/.installed-train
 	$(BIN)/pip install --quiet -e ".[train,serve,bench]"

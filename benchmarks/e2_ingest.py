@@ -79,10 +79,14 @@ def in_process_rate(frames: list[Frame], cells: int) -> float:
         ingestor.add_route(1, cell + 1, Route(f"cell-{cell}", 3_600_000))
 
     async def run() -> float:
+        writer = asyncio.create_task(ingestor.run())
         started = time.perf_counter()
         for frame in frames:
             await ingestor.handle(frame)
-        return len(frames) / (time.perf_counter() - started)
+        await ingestor.flush()
+        rate = len(frames) / (time.perf_counter() - started)
+        writer.cancel()
+        return rate
 
     return asyncio.run(run())
 

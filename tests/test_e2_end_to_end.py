@@ -186,6 +186,7 @@ def test_lost_reports_leave_gaps_in_the_history(tmp_path: Path) -> None:
         store = MemoryHistory("1h", length=48)
         source = KpiSource(measurement=MEASUREMENT)
         ingestor = Ingestor(lambda: store, Metrics(0.1, 8), lambda: source)
+        writer = asyncio.create_task(ingestor.run())
         xapp = TcpTransport("127.0.0.1", 0)
         await xapp.start(ingestor.handle)
         cell = node.nodes()[0]["cells"][0]
@@ -195,7 +196,9 @@ def test_lost_reports_leave_gaps_in_the_history(tmp_path: Path) -> None:
         while node.sent["replays_done"] < 1:
             await asyncio.sleep(0.01)
         await asyncio.sleep(0.2)
-        held = ~np.isnan(store.window(cell["cellId"])[0])
+        await ingestor.flush()
+        writer.cancel()
+        held = ~np.isnan((await store.window(cell["cellId"]))[0])
         assert node.sent["gaps"] > 0
         assert held.sum() == node.sent["indications"] == 48 - node.sent["gaps"]
         await xapp.close()

@@ -15,7 +15,7 @@ from xapp.config import KpiSource
 from xapp.e2 import e2ap, kpm
 from xapp.e2.ingest import Ingestor, Route
 from xapp.e2.transport import RIC_INDICATION, RIC_SUB_RESP, Frame, TcpTransport
-from xapp.history import MemoryHistory
+from xapp.history import HistoryUnavailable, MemoryHistory
 from xapp.metrics import Metrics
 
 MEASUREMENT = "RRU.PrbUsedDl"
@@ -120,20 +120,78 @@ def rejected(metrics: Metrics, reason: str) -> float:
         "kpi_forecast_e2_indications_rejected_total", {"reason": reason}) or 0.0
 
 
+def ingest(ingestor: Ingestor, *frames: Frame, then=None) -> None:
+    """Hand frames to the ingestor, wait until its writer has taken them, then run ``then``
+    (a coroutine function) in the same event loop."""
+    async def go() -> None:
+        writer = asyncio.create_task(ingestor.run())
+        for frame in frames:
+            await ingestor.handle(frame)
+        await ingestor.flush()
+        if then is not None:
+            await then()
+        writer.cancel()
+
+    asyncio.run(go())
+
+
 def test_reports_are_scaled_gaps_stay_missing_and_bad_reports_are_dropped_whole() -> None:
     store = MemoryHistory("15min", length=8)
     ingestor, metrics = ingestor_with(store)
-    asyncio.run(ingestor.handle(indication(1, 1, START, [1.0, None, 3.0])))
-    np.testing.assert_array_equal(store.window("c")[0][-3:], [2.0, np.nan, 6.0])
-    asyncio.run(ingestor.handle(indication(1, 1, START + dt.timedelta(hours=1),
-                                           [4.0, float("inf")])))
-    assert store.window("c")[1] == pd.Timestamp(START) + pd.Timedelta("30min")  # unchanged
+
+    async def check() -> None:
+        values, last = await store.window("c")
+        np.testing.assert_array_equal(values[-3:], [2.0, np.nan, 6.0])
+        assert last == pd.Timestamp(START) + pd.Timedelta("30min")  # the bad one left no mark
+
+    ingest(ingestor, indication(1, 1, START, [1.0, None, 3.0]),
+           indication(1, 1, START + dt.timedelta(hours=1), [4.0, float("inf")]),
+           indication(1, 1, START, [1.0], measurement="DRB.UEThpDl"), then=check)
     assert rejected(metrics, "value") == 1.0
-    asyncio.run(ingestor.handle(indication(1, 1, START, [1.0], measurement="DRB.UEThpDl")))
     assert rejected(metrics, "measurement-missing") == 1.0
 
 
 def test_before_a_model_is_loaded_reports_are_counted_not_lost_silently() -> None:
     ingestor, metrics = ingestor_with(None)
-    asyncio.run(ingestor.handle(indication(1, 1, START, [1.0])))
+    ingest(ingestor, indication(1, 1, START, [1.0]))
     assert rejected(metrics, "not-ready") == 1.0
+
+
+class CountingStore(MemoryHistory):
+    """The in-memory store, counting the store calls and failing while ``down``."""
+
+    def __init__(self) -> None:
+        super().__init__("15min", length=96)
+        self.calls: list[int] = []
+        self.down = False
+
+    async def put_cells(self, items):
+        if self.down:
+            raise HistoryUnavailable("history store: writing failed: connection refused")
+        self.calls.append(len(items))
+        return await super().put_cells(items)
+
+
+def test_queued_indications_go_to_the_store_in_batches_and_an_outage_drops_only_its_own() -> None:
+    store = CountingStore()
+    ingestor, metrics = ingestor_with(store)
+    frames = [indication(1, 1, START + dt.timedelta(minutes=15 * k), [float(k)])
+              for k in range(40)]
+
+    async def outage_then_back() -> None:
+        store.down = True
+        for frame in frames[:5]:  # replays of reports already held
+            await ingestor.handle(frame)
+        await ingestor.flush()
+        store.down = False
+        await ingestor.handle(indication(1, 1, START + dt.timedelta(minutes=15 * 40), [40.0]))
+        await ingestor.flush()
+
+    ingest(ingestor, *frames, then=outage_then_back)
+    # Decoding never waits on the store: the 40 queued frames took a few calls, not 40.
+    assert sum(store.calls[:-1]) == 40 and len(store.calls) < 40
+    assert rejected(metrics, "history-store") == 5.0
+    total = metrics.registry.get_sample_value("kpi_forecast_e2_indications_total")
+    assert total == 41.0
+    values, _ = asyncio.run(store.window("c"))
+    np.testing.assert_array_equal(values[-41:], np.arange(41) * 2.0)  # scale 2

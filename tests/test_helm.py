@@ -406,6 +406,17 @@ def test_configmap_holds_a_descriptor_the_xapp_accepts(
     assert controls.execution_provider == expected_provider
 
 
+def test_the_shared_history_is_found_as_o_ran_sc_xapps_find_the_sdl(
+        rendered: Callable[[str], Docs]) -> None:
+    def env(values: str) -> dict[str, str]:
+        return {e["name"]: e.get("value") for e in xapp_container(rendered(values))["env"]}
+
+    assert "DBAAS_SERVICE_HOST" not in env("default")  # memory: no Redis needed
+    shared = env("all-features")
+    assert (shared["DBAAS_SERVICE_HOST"], shared["DBAAS_SERVICE_PORT"]) == (
+        "dbaas.ricplt-east", "6380")
+
+
 def test_descriptor_controls_follow_values(rendered: Callable[[str], Docs]) -> None:
     default = descriptor(rendered("default"))["controls"]
     assert default["latencyBudgetMs"] == 100
@@ -420,6 +431,10 @@ def test_descriptor_controls_follow_values(rendered: Callable[[str], Docs]) -> N
     assert controls["batching"] == {"maxBatchSize": 128, "maxQueueDelayMs": 1.5,
                                     "maxQueueSize": 2048}
     assert controls["historyLength"] == 2016
+    assert default["historyStore"] == {"backend": "memory", "namespace": "kpi-forecast",
+                                       "timeoutMs": 500, "maxCells": 100000}
+    assert controls["historyStore"] == {"backend": "redis", "namespace": "kpi-forecast-east",
+                                        "timeoutMs": 250, "maxCells": 1000000}
     assert controls["intraOpThreads"] == 4
     assert controls["registration"]["enabled"] is True
     assert controls["e2"]["enabled"] is True
@@ -744,3 +759,22 @@ def test_notes_tell_how_to_query_a_forecast(helm: Path) -> None:
     assert "port-forward service/service-ricxapp-kpi-forecast-http 8080:8080" in notes
     assert "http://127.0.0.1:8080/v1/forecast" in notes
     assert "/ric/v1/health/ready" in notes
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    ([], None),
+    (["--set", "replicaCount=3"], "WARNING: several replicas keep per-cell history"),
+    (["--set", "xapp.historyStore.backend=redis", "--set", "replicaCount=3"],
+     "History: shared by every replica in the RIC's Redis at "
+     "service-ricplt-dbaas-tcp.ricplt:6379"),
+])
+def test_notes_say_where_the_history_lives(helm: Path, args: list[str],
+                                           expected: str | None) -> None:
+    proc = run_helm(helm, "install", RELEASE, str(CHART), "--namespace", NAMESPACE,
+                    "--dry-run=client", *args)
+    assert proc.returncode == 0, proc.stderr
+    notes = " ".join(proc.stdout.split("NOTES:", 1)[1].split())
+    if expected is None:
+        assert "History:" not in notes and "WARNING" not in notes
+    else:
+        assert expected in notes

@@ -54,7 +54,7 @@ def test_health_config_and_openapi(model_dir: Path, tmp_path: Path) -> None:
             ports = {p["name"]: p["port"] for p in config[0]["config"]["messaging"]["ports"]}
             assert ports == {"http": 8080, "rmr-data": 4560, "rmr-route": 4561}
             paths = (await client.get("/openapi.json")).json()["paths"]
-            for path in ("/v1/forecast", "/v1/forecast/batch", "/v1/cells",
+            for path in ("/v1/forecast", "/v1/forecast/batch", "/v1/cells", "/v1/cells/forecast",
                          "/v1/cells/{cell_id}/forecast", "/v1/model/reload", "/ric/v1/metrics"):
                 assert path in paths
             assert (await client.get("/docs")).status_code == 200
@@ -279,6 +279,21 @@ def test_cells_held_by_the_xapp(model_dir: Path, tmp_path: Path) -> None:
             assert cells["cells"][0]["steps_held"] == CONTEXT - 1  # one null in series()
             last = pd.Timestamp(START) + (CONTEXT - 1) * pd.Timedelta("1h")
             assert cells["cells"][0]["last"] == last.tz_convert("UTC").isoformat()
+
+            # Many held cells in one call: the same answers as one by one.
+            seeded = await client.post("/v1/cells/history", json={"items": [
+                {"cell_id": "c8", **full, "values": series(seed=1)}]})
+            assert seeded.json() == {"items": [{"cell_id": "c8", "kept": CONTEXT - 1}]}
+            batch = await client.post("/v1/cells/forecast",
+                                      json={"cell_ids": ["c8", "c9"], "horizon": 3})
+            assert batch.status_code == 200, batch.text
+            for item in batch.json()["items"]:
+                one = (await client.get(f"/v1/cells/{item['cell_id']}/forecast?horizon=3")).json()
+                assert item["forecasts"] == one["forecasts"] and item["source"] == "model"
+            missing = await client.post("/v1/cells/forecast", json={"cell_ids": ["c8", "c7"]})
+            assert missing.status_code == 404 and "'c7'" in missing.json()["error"]
+            empty = await client.post("/v1/cells/forecast", json={"cell_ids": []})
+            assert empty.status_code == 422 and empty.json()["error"].startswith("cell_ids")
 
     run(go())
 

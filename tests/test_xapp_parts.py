@@ -1,4 +1,4 @@
-"""The xApp's parts on their own: history ring buffers, the fallback, the batcher."""
+"""The xApp's parts on their own: the fallback, the batcher (the history stores: test_history)."""
 
 from __future__ import annotations
 
@@ -10,62 +10,9 @@ import pytest
 
 from xapp.batcher import DynamicBatcher, QueueFull, fit_to_context
 from xapp.fallback import seasonal_naive
-from xapp.history import HistoryError, MemoryHistory
 from xapp.metrics import Metrics
 
 T0 = pd.Timestamp("2024-03-30 22:00", tz="UTC")
-HOUR = pd.Timedelta("1h")
-
-
-def test_history_slides_marks_gaps_and_is_idempotent_per_slot() -> None:
-    store = MemoryHistory("1h", length=4)
-    for k, value in enumerate([1.0, 2.0, 3.0]):
-        store.put("a", T0 + k * HOUR, value)
-    store.put("a", T0 + 5 * HOUR, 6.0)  # skips steps 3 and 4
-    values, last = store.window("a")
-    assert last == T0 + 5 * HOUR
-    np.testing.assert_array_equal(values, [3.0, np.nan, np.nan, 6.0])
-    assert store.put("a", T0 + 3 * HOUR + pd.Timedelta("20min"), 4.0)  # a late report
-    np.testing.assert_array_equal(store.window("a")[0], [3.0, 4.0, np.nan, 6.0])
-    assert not store.put("a", T0, 9.0)  # older than the window
-    store.put("a", T0 + 100 * HOUR, 1.0)  # far ahead: everything before is gone
-    np.testing.assert_array_equal(store.window("a")[0], [np.nan, np.nan, np.nan, 1.0])
-    assert store.window("b") is None
-
-
-@pytest.mark.parametrize(("aggregate", "expected"), [("mean", 3.0), ("sum", 6.0)])
-def test_reports_within_a_step_aggregate_and_repeats_count_once(aggregate: str,
-                                                                expected: float) -> None:
-    store = MemoryHistory("1h", length=3, aggregate=aggregate)
-    quarter = pd.Timedelta("15min")
-    assert store.put("a", T0, 2.0)
-    assert store.put("a", T0 + quarter, 4.0)
-    assert not store.put("a", T0 + quarter, 4.0)  # the same report again (a replay)
-    assert store.put("a", T0 + HOUR, 1.0)
-    assert not store.put("a", T0, 2.0)  # a late repeat of an older report
-    np.testing.assert_array_equal(store.window("a")[0], [np.nan, expected, 1.0])
-
-
-def test_history_refuses_what_is_not_a_kpi_and_bounds_cells() -> None:
-    store = MemoryHistory("1h", length=4, max_cells=1)
-    with pytest.raises(HistoryError, match="not a KPI"):
-        store.put("a", T0, -1.0)
-    with pytest.raises(HistoryError, match="time zone"):
-        store.put("a", pd.Timestamp("2024-01-01"), 1.0)
-    store.put("a", T0, 1.0)
-    with pytest.raises(HistoryError, match="already holding 1"):
-        store.put("b", T0, 1.0)
-    info = store.cells()[0]
-    assert (info.cell_id, info.steps_held, info.last) == ("a", 1, T0)
-    assert info.first == T0 - 3 * HOUR
-
-
-def test_history_across_a_dst_switch_in_local_time() -> None:
-    store = MemoryHistory("1h", length=6)
-    local = pd.date_range("2024-03-31 00:00", periods=5, freq="1h", tz="Europe/Paris")
-    for k, stamp in enumerate(local):  # 02:00 does not exist that night: no gap, no duplicate
-        store.put("a", stamp, float(k))
-    np.testing.assert_array_equal(store.window("a")[0], [np.nan, 0, 1, 2, 3, 4])
 
 
 def test_fallback_repeats_last_week_with_a_band_from_its_own_errors() -> None:

@@ -26,12 +26,17 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from model.artifact import ArtifactError
 from model.features import calendar_zone
+from model.runtime import OnnxForecaster
 from xapp import binary, registration
 from xapp.config import ConfigWatcher, Descriptor
+from xapp.history import History, HistoryError, HistoryUnavailable
 from xapp.schemas import (
     BatchRequest,
     BatchResponse,
     CellOut,
+    CellsForecastRequest,
+    CellsHistoryAccepted,
+    CellsHistoryRequest,
     CellsResponse,
     ErrorOut,
     ForecastRequest,
@@ -143,7 +148,7 @@ class Boundary:
                 await self.app(scope, receive_capped, send_counted)
             finally:
                 self.service.release(scope["state"]["arrival"],
-                                     single=not scope["path"].startswith("/v1/forecast/batch"))
+                                     single=scope["path"] not in BATCH_ROUTES)
         except _TooLarge:
             if started:
                 raise
@@ -156,6 +161,9 @@ class Boundary:
                 route=route, method=scope["method"],
                 status=str(status),
             ).inc()
+
+
+BATCH_ROUTES = ("/v1/forecast/batch", "/v1/cells/forecast")
 
 
 def _is_forecast(path: str) -> bool:
@@ -190,6 +198,11 @@ def _add_error_handlers(app: FastAPI, service: Service) -> None:
     @app.exception_handler(Shed)
     async def shed(request: Request, exc: Shed) -> JSONResponse:
         return shed_response(exc)
+
+    @app.exception_handler(HistoryUnavailable)
+    async def store_down(request: Request, exc: HistoryUnavailable) -> JSONResponse:
+        service.metrics.shed.labels(reason="history_store").inc()
+        return shed_response(Shed("history_store", str(exc), retry_after_s=1.0))
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -236,7 +249,11 @@ def _add_ric_routes(app: FastAPI, service: Service) -> None:
 
     @app.get("/ric/v1/metrics", tags=["ric"])
     async def metrics() -> Response:
-        service.metrics.cells_held.set(len(service.history) if service.history else 0)
+        try:
+            held = await service.history.count() if service.history else 0
+        except HistoryUnavailable:
+            held = float("nan")  # unknown, rather than a scrape that fails as a whole
+        service.metrics.cells_held.set(held)
         return Response(generate_latest(service.metrics.registry),
                         media_type=CONTENT_TYPE_LATEST)
 
@@ -309,7 +326,7 @@ def _add_forecast_routes(app: FastAPI, service: Service) -> None:
     @app.get("/v1/cells", response_model=CellsResponse, tags=["cells"])
     async def cells() -> CellsResponse:
         store = _store(service)
-        infos = store.cells()
+        infos = await store.cells()
         return CellsResponse(
             count=len(infos), freq=store.freq, history_length=store.length,
             cells=[CellOut(cell_id=i.cell_id, steps_held=i.steps_held,
@@ -321,8 +338,30 @@ def _add_forecast_routes(app: FastAPI, service: Service) -> None:
     async def add_history(cell_id: str, body: SeriesIn) -> HistoryAccepted:
         store = _store(service)
         model, _ = service.check_request(body.freq, None)
-        kept = store.put_series(cell_id, pd.Timestamp(body.start), body.values)
+        try:
+            kept = await store.put_series(cell_id, pd.Timestamp(body.start), body.values)
+        except HistoryError as exc:
+            raise ClientError(422, str(exc)) from None
         return HistoryAccepted(cell_id=cell_id, kept=kept)
+
+    @app.post("/v1/cells/history", response_model=CellsHistoryAccepted, responses=ERRORS,
+              tags=["cells"])
+    async def add_histories(body: CellsHistoryRequest) -> CellsHistoryAccepted:
+        """Many cells' history in one call: one round trip to a shared store."""
+        store = _store(service)
+        for item in body.items:
+            service.check_request(item.freq, None)
+        kept = await store.put_cells([
+            (item.cell_id, [(pd.Timestamp(item.start) + k * store.step, value)
+                            for k, value in enumerate(item.values) if value is not None])
+            for item in body.items])
+        refused = [(item.cell_id, k) for item, k in zip(body.items, kept, strict=True)
+                   if isinstance(k, HistoryError)]
+        if refused:
+            raise ClientError(422, f"{len(refused)} of {len(kept)} cells refused, the others "
+                              f"were stored; first: {refused[0][1]}")
+        return CellsHistoryAccepted(items=[HistoryAccepted(cell_id=item.cell_id, kept=k)
+                                           for item, k in zip(body.items, kept, strict=True)])
 
     @app.get("/v1/cells/{cell_id}/forecast", response_model=ForecastResponse, responses=ERRORS,
              tags=["cells"])
@@ -330,22 +369,29 @@ def _add_forecast_routes(app: FastAPI, service: Service) -> None:
                             ) -> Response:
         arrival = request.state.arrival
         store = _store(service)
-        held = store.window(cell_id)
-        if held is None:
-            raise ClientError(404, f"no history held for cell {cell_id!r}")
-        values, last = held
         model, _ = service.check_request(store.freq, horizon)
-        observed = int((~np.isnan(values)).sum())
-        needed = model.metadata.config.patch_len
-        if observed < needed:
-            raise ClientError(409, f"cell {cell_id!r}: {observed} sample(s) held, at least "
-                              f"{needed} needed (one patch of the model) before a forecast")
-        answer = await service.forecast(values[None], pd.DatetimeIndex([last]), horizon,
-                                        arrival, store.freq)
+        values, last = await _held(store, model, [cell_id])
+        answer = await service.forecast(values, last, horizon, arrival, store.freq)
         latency = service.observe("/v1/cells/{cell_id}/forecast", arrival)
         local = last.tz_convert(calendar_zone(model.metadata.calendar_tz))
-        return _json(_response(cell_id, answer, 0, local.to_pydatetime(),
+        return _json(_response(cell_id, answer, 0, local[0].to_pydatetime(),
                                model.step.to_pytimedelta(), latency))
+
+    @app.post("/v1/cells/forecast", response_model=BatchResponse, responses=ERRORS,
+              tags=["cells"])
+    async def cells_forecast(body: CellsForecastRequest, request: Request) -> Response:
+        """Forecasts for many held cells in one call: what a control loop over its cells asks."""
+        arrival = request.state.arrival
+        store = _store(service)
+        model, _ = service.check_request(store.freq, body.horizon)
+        values, last = await _held(store, model, body.cell_ids)
+        answer = await service.forecast(values, last, body.horizon, arrival, store.freq)
+        latency = service.observe("/v1/cells/forecast", arrival, len(body.cell_ids))
+        local = last.tz_convert(calendar_zone(model.metadata.calendar_tz)).to_pydatetime()
+        step = model.step.to_pytimedelta()
+        items = [_response(cell_id, answer, row, local[row], step, latency)
+                 for row, cell_id in enumerate(body.cell_ids)]
+        return _json(BatchResponse.model_construct(items=items, latency_ms=round(latency, 3)))
 
     @app.get("/v1/model", response_model=ModelOut, responses=ERRORS, tags=["model"])
     async def model_info() -> ModelOut:
@@ -364,10 +410,27 @@ def _add_forecast_routes(app: FastAPI, service: Service) -> None:
         return _model_out(service)
 
 
-def _store(service: Service):
+def _store(service: Service) -> History:
     if service.history is None:
         raise Shed("not_ready", "no model loaded yet: the history grid is not known")
     return service.history
+
+
+async def _held(store: History, model: OnnxForecaster, cell_ids: list[str]
+                ) -> tuple[np.ndarray, pd.DatetimeIndex]:
+    """The cells' windows [cells, length] and last steps, or the client's error: a cell not
+    held (404), or one with less than a patch of samples (409)."""
+    windows = await store.windows(cell_ids)
+    needed = model.metadata.config.patch_len
+    for cell_id, held in zip(cell_ids, windows, strict=True):
+        if held is None:
+            raise ClientError(404, f"no history held for cell {cell_id!r}")
+        observed = int((~np.isnan(held[0])).sum())
+        if observed < needed:
+            raise ClientError(409, f"cell {cell_id!r}: {observed} sample(s) held, at least "
+                              f"{needed} needed (one patch of the model) before a forecast")
+    return (np.stack([values for values, _ in windows]),
+            pd.DatetimeIndex([last for _, last in windows]))
 
 
 def _model_out(service: Service) -> ModelOut:

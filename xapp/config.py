@@ -109,6 +109,21 @@ class E2(BaseModel):
     kpis: dict[str, KpiSource] = Field(default_factory=lambda: dict(DEFAULT_KPIS))
 
 
+class HistoryStore(BaseModel):
+    """Where per-cell history lives: this replica's memory, or the RIC's shared Redis."""
+
+    model_config = _MODEL_CONFIG
+
+    backend: Literal["memory", "redis"] = "memory"
+    # The braces and comma delimit SDL keys ({namespace},key): not allowed inside a namespace.
+    namespace: str = Field("kpi-forecast", min_length=1, max_length=100, pattern=r"^[^{},]+$")
+    host: str | None = Field(None, min_length=1)  # None: $DBAAS_SERVICE_HOST
+    port: int | None = Field(None, ge=1, le=65535)  # None: $DBAAS_SERVICE_PORT, else 6379
+    db: int = Field(0, ge=0, le=15)
+    timeout_ms: float = Field(500.0, gt=0, le=60_000)
+    max_cells: int = Field(100_000, ge=1, le=10_000_000)
+
+
 class Controls(BaseModel):
     """The xApp's own settings: the descriptor's "controls" object."""
 
@@ -120,6 +135,7 @@ class Controls(BaseModel):
     quantiles: list[Quantile] | None = Field(None, min_length=1)
     batching: Batching = Batching()
     history_length: int = Field(672, ge=1, le=1_000_000)
+    history_store: HistoryStore = HistoryStore()
     execution_provider: Literal["auto", "cuda", "cpu"] = "auto"
     intra_op_threads: int = Field(0, ge=0, le=256)
     max_request_bytes: int = Field(4 * 2**20, ge=1024, le=2**30)

@@ -1,17 +1,22 @@
-"""Per-cell KPI history on the model's grid, held in fixed-size ring buffers.
+"""Per-cell KPI history on the model's grid: the contract every store keeps, and the in-memory
+store, which holds each cell in a fixed-size ring buffer.
 
-E2 ingestion (and `POST /v1/cells/{id}/history`) writes reports; the cell forecast route reads
+E2 ingestion (and `POST /v1/cells/{id}/history`) writes reports; the cell forecast routes read
 each cell's latest window. Several reports within one grid step are aggregated as the KPI
 requires (a mean for utilisation, throughput or UE counts, a sum for volumes); a late report
 lands in its own step; a report seen before (same cell, same time) changes nothing, so a
-replay or a second replica ingesting the same report is harmless. Memory is bounded by
-``length`` steps per cell and ``max_cells``.
+replay or a second replica ingesting the same report is harmless. A cell holds ``length``
+steps ending at its newest report, and a store at most ``max_cells`` cells.
+
+The in-memory store is the single-node default; ``xapp.sdl.RedisHistory`` keeps the same
+contract in the RIC's shared Redis, so that replicas are stateless. The methods are coroutines
+because the shared store does network I/O on the event loop.
 """
 
 from __future__ import annotations
 
-import collections
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -19,11 +24,19 @@ import numpy as np
 import pandas as pd
 
 Aggregate = Literal["mean", "sum"]
-SEEN_PER_STEP = 64  # report times remembered per step for de-duplication (1-min reports/h)
+Reports = Sequence[tuple[pd.Timestamp, float]]  # (report time, value) of one cell
+# Each step is cut in this many parts: reports in different parts of a step are aggregated, a
+# second report in the same part is a repeat and counts once (1-minute reports into hourly
+# steps each have their own part). Both stores keep this rule, so they read the same.
+SUBSLOTS = 64
 
 
 class HistoryError(ValueError):
     """A write the store refuses; the message says why."""
+
+
+class HistoryUnavailable(RuntimeError):
+    """The store cannot be reached (a shared store's server is down or slow)."""
 
 
 @dataclass(frozen=True)
@@ -34,49 +47,53 @@ class CellInfo:
     last: pd.Timestamp  # last grid step the buffer covers (the newest sample)
 
 
+def locate(report_ns: int, step: int) -> tuple[int, int]:
+    """A report's grid slot (UTC ns // step) and its part of that step, 0 to SUBSLOTS - 1."""
+    slot, offset = divmod(report_ns, step)
+    return slot, offset * SUBSLOTS // step
+
+
+def aggregated(sums: np.ndarray, seen: np.ndarray, aggregate: Aggregate) -> np.ndarray:
+    """Per step: the mean or sum of its reports, NaN where none; ``seen`` are the bit masks."""
+    counts = np.bitwise_count(seen)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = sums / counts if aggregate == "mean" else sums.copy()
+    out[counts == 0] = np.nan
+    return out.astype(np.float32)
+
+
 class _Ring:
-    """One cell: ``length`` steps ending at grid step ``end`` (UTC nanoseconds)."""
+    """One cell: ``length`` steps ending at slot ``end``; per step the sum of its reports and
+    a bit mask of the parts of the step they came in."""
 
     def __init__(self, length: int, end: int) -> None:
         self.sums = np.zeros(length, np.float64)
-        self.counts = np.zeros(length, np.int32)
+        self.seen = np.zeros(length, np.uint64)
         self.end = end
-        # Report times already counted, oldest first; bounded, so memory stays flat.
-        self.seen: collections.OrderedDict[int, None] = collections.OrderedDict()
-        self.max_seen = SEEN_PER_STEP * length
 
-    def write(self, report_ns: int, value: float, step: int) -> bool:
-        slot_ns = report_ns // step * step
+    def write(self, slot: int, part: int, value: float) -> bool:
         length = len(self.sums)
-        ahead = (slot_ns - self.end) // step
+        ahead = slot - self.end
         if ahead > 0:
             # Newer than anything held: slide the window, the skipped steps become gaps.
             keep = max(length - ahead, 0)
             if keep:
                 self.sums[:keep] = self.sums[length - keep :]
-                self.counts[:keep] = self.counts[length - keep :]
+                self.seen[:keep] = self.seen[length - keep :]
             self.sums[keep:] = 0.0
-            self.counts[keep:] = 0
-            self.end = slot_ns
-        position = length - 1 - (self.end - slot_ns) // step
-        if position < 0 or report_ns in self.seen:
+            self.seen[keep:] = 0
+            self.end = slot
+        position = length - 1 - (self.end - slot)
+        bit = np.uint64(1 << part)
+        if position < 0 or self.seen[position] & bit:
             return False  # older than the window, or counted already
-        self.seen[report_ns] = None
-        if len(self.seen) > self.max_seen:
-            self.seen.popitem(last=False)
+        self.seen[position] |= bit
         self.sums[position] += value
-        self.counts[position] += 1
         return True
 
-    def values(self, aggregate: Aggregate) -> np.ndarray:
-        with np.errstate(invalid="ignore", divide="ignore"):
-            out = self.sums / self.counts if aggregate == "mean" else self.sums.copy()
-        out[self.counts == 0] = np.nan
-        return out.astype(np.float32)
 
-
-class MemoryHistory:
-    """The single-node store. Thread-safe: ingestion and the REST routes run concurrently."""
+class History:
+    """What every store does, on one grid: ``freq`` steps, ``length`` steps per cell."""
 
     def __init__(self, freq: str, length: int, max_cells: int = 100_000,
                  aggregate: Aggregate = "mean") -> None:
@@ -85,51 +102,114 @@ class MemoryHistory:
         self.length = length
         self.max_cells = max_cells
         self.aggregate = aggregate
-        self._cells: dict[str, _Ring] = {}
-        self._lock = threading.Lock()
 
-    def __len__(self) -> int:
-        return len(self._cells)
-
-    def put(self, cell_id: str, timestamp: pd.Timestamp, value: float) -> bool:
+    async def put(self, cell_id: str, timestamp: pd.Timestamp, value: float) -> bool:
         """Store one report; False when it is older than the window or a repeat."""
+        return bool(await self.put_many(cell_id, [(timestamp, value)]))
+
+    async def put_series(self, cell_id: str, start: pd.Timestamp,
+                         values: list[float | None]) -> int:
+        """Store consecutive samples from ``start``; returns how many were kept."""
+        return await self.put_many(cell_id, [
+            (start + offset * self.step, value)
+            for offset, value in enumerate(values) if value is not None
+        ])
+
+    async def put_many(self, cell_id: str, reports: Reports) -> int:
+        """Store a cell's reports in order, all checked before any is written; returns how
+        many were kept (the others were older than the window or repeats)."""
+        [kept] = await self.put_cells([(cell_id, reports)])
+        if isinstance(kept, HistoryError):
+            raise kept
+        return kept
+
+    async def put_cells(self, items: Sequence[tuple[str, Reports]]) -> list[int | HistoryError]:
+        """Many cells' reports at once (one round trip to a shared store). Each cell gets its
+        kept count, or the HistoryError that refused its reports; the others are written."""
+        checked: list[tuple[str, list[tuple[int, float]] | HistoryError]] = []
+        for cell_id, reports in items:
+            try:
+                checked.append((cell_id, [self._checked(cell_id, t, v) for t, v in reports]))
+            except HistoryError as exc:
+                checked.append((cell_id, exc))
+        written = iter(await self._write_cells(
+            [(cell_id, held) for cell_id, held in checked if not isinstance(held, HistoryError)]))
+        return [held if isinstance(held, HistoryError) else next(written)
+                for _, held in checked]
+
+    def _checked(self, cell_id: str, timestamp: pd.Timestamp, value: float) -> tuple[int, float]:
+        """(report time in UTC nanoseconds, value), or HistoryError."""
         if timestamp.tzinfo is None:
             raise HistoryError(f"cell {cell_id}: timestamp {timestamp} has no time zone")
         if not np.isfinite(value) or value < 0:
             raise HistoryError(f"cell {cell_id}: value {value} at {timestamp} is not a KPI")
+        return timestamp.tz_convert("UTC").value, float(value)
+
+    def _span(self, end: int) -> tuple[pd.Timestamp, pd.Timestamp]:
+        """The first and last step of a window ending at slot ``end``."""
+        last = pd.Timestamp(end * self.step.value, tz="UTC")
+        return last - (self.length - 1) * self.step, last
+
+    async def _write_cells(self, items: list[tuple[str, list[tuple[int, float]]]]
+                           ) -> list[int | HistoryError]:
+        """Checked reports (UTC ns, value) per cell -> kept count or refusal, per cell."""
+        raise NotImplementedError
+
+    async def window(self, cell_id: str) -> tuple[np.ndarray, pd.Timestamp] | None:
+        """The cell's window (oldest first, NaN = missing) and its last step; None if unknown."""
+        return (await self.windows([cell_id]))[0]
+
+    async def windows(self, cell_ids: Sequence[str]
+                      ) -> list[tuple[np.ndarray, pd.Timestamp] | None]:
+        raise NotImplementedError
+
+    async def cells(self) -> list[CellInfo]:
+        raise NotImplementedError
+
+    async def count(self) -> int:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        """Release connections; the history itself stays where it is."""
+
+
+class MemoryHistory(History):
+    """The single-node store. Thread-safe: ingestion and the REST routes run concurrently."""
+
+    def __init__(self, freq: str, length: int, max_cells: int = 100_000,
+                 aggregate: Aggregate = "mean") -> None:
+        super().__init__(freq, length, max_cells, aggregate)
+        self._cells: dict[str, _Ring] = {}
+        self._lock = threading.Lock()
+
+    async def _write_cells(self, items: list[tuple[str, list[tuple[int, float]]]]
+                           ) -> list[int | HistoryError]:
+        with self._lock:
+            return [self._write(cell_id, reports) for cell_id, reports in items]
+
+    def _write(self, cell_id: str, reports: list[tuple[int, float]]) -> int | HistoryError:
         step = self.step.value
-        report = timestamp.tz_convert("UTC").value
-        with self._lock:
-            ring = self._cells.get(cell_id)
-            if ring is None:
-                if len(self._cells) >= self.max_cells:
-                    raise HistoryError(f"cell {cell_id}: already holding {self.max_cells} cells")
-                ring = self._cells[cell_id] = _Ring(self.length, report // step * step)
-            return ring.write(report, float(value), step)
+        ring = self._cells.get(cell_id)
+        if ring is None and reports:
+            if len(self._cells) >= self.max_cells:
+                return HistoryError(f"cell {cell_id}: already holding {self.max_cells} cells")
+            ring = self._cells[cell_id] = _Ring(self.length, reports[0][0] // step)
+        return sum(ring.write(*locate(report, step), value) for report, value in reports)
 
-    def put_series(self, cell_id: str, start: pd.Timestamp, values: list[float | None]) -> int:
-        """Store consecutive samples from ``start``; returns how many were kept."""
-        kept = 0
-        for offset, value in enumerate(values):
-            if value is not None:
-                kept += self.put(cell_id, start + offset * self.step, value)
-        return kept
-
-    def window(self, cell_id: str) -> tuple[np.ndarray, pd.Timestamp] | None:
-        """The cell's buffer (oldest first, NaN = missing) and its last step; None if unknown."""
+    async def windows(self, cell_ids: Sequence[str]
+                      ) -> list[tuple[np.ndarray, pd.Timestamp] | None]:
         with self._lock:
-            ring = self._cells.get(cell_id)
-            if ring is None:
-                return None
-            return ring.values(self.aggregate), pd.Timestamp(ring.end, tz="UTC")
+            rings = [self._cells.get(cell_id) for cell_id in cell_ids]
+            return [None if ring is None else
+                    (aggregated(ring.sums, ring.seen, self.aggregate),
+                     pd.Timestamp(ring.end * self.step.value, tz="UTC"))
+                    for ring in rings]
 
-    def cells(self) -> list[CellInfo]:
+    async def cells(self) -> list[CellInfo]:
         with self._lock:
-            held = [(cell_id, ring.end, int((ring.counts > 0).sum()))
+            held = [(cell_id, ring.end, int(np.count_nonzero(ring.seen)))
                     for cell_id, ring in self._cells.items()]
-        span = (self.length - 1) * self.step
-        return [
-            CellInfo(cell_id, steps, pd.Timestamp(end, tz="UTC") - span,
-                     pd.Timestamp(end, tz="UTC"))
-            for cell_id, end, steps in held
-        ]
+        return [CellInfo(cell_id, steps, *self._span(end)) for cell_id, end, steps in held]
+
+    async def count(self) -> int:
+        return len(self._cells)

@@ -13,9 +13,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 PREFIX = "kpi_forecast"
 BUDGET_FRACTIONS = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1.25, 1.5, 2.0, 5.0)
 
-FORECAST_ROUTES = ("/v1/forecast", "/v1/forecast/batch", "/v1/cells/{cell_id}/forecast")
+FORECAST_ROUTES = (
+    "/v1/forecast", "/v1/forecast/batch", "/v1/cells/{cell_id}/forecast", "/v1/cells/forecast",
+)
 FALLBACK_REASONS = ("queue_delay", "timeout", "model_error")
-SHED_REASONS = ("queue_full", "deadline", "not_ready", "overload")
+SHED_REASONS = ("queue_full", "deadline", "not_ready", "overload", "history_store")
 
 
 class Metrics:

@@ -44,6 +44,22 @@ class BatchRequest(BaseModel):
     items: list[ForecastRequest] = Field(min_length=1, max_length=MAX_BATCH_ITEMS)
 
 
+class CellsForecastRequest(BaseModel):
+    """Forecasts for cells whose history the xApp holds (from E2 or POSTed history)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"cell_ids": ["c1", "c2"], "horizon": 24}]},
+    )
+
+    cell_ids: list[Annotated[str, Field(min_length=1, max_length=256)]] = Field(
+        min_length=1, max_length=MAX_BATCH_ITEMS)
+    horizon: int | None = Field(
+        default=None, ge=1, description="steps to forecast; default from config, at most the "
+        "model's horizon",
+    )
+
+
 class ForecastResponse(BaseModel):
     cell_id: str
     forecasts: list[dict[str, float | str]] = Field(
@@ -77,6 +93,22 @@ class CellsResponse(BaseModel):
 class HistoryAccepted(BaseModel):
     cell_id: str
     kept: int = Field(description="samples stored (older than the window held are dropped)")
+
+
+class CellHistoryIn(SeriesIn):
+    cell_id: str = Field(min_length=1, max_length=256)
+
+
+class CellsHistoryRequest(BaseModel):
+    """Many cells' history at once, e.g. to seed the xApp from a PM export at roll-out."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    items: list[CellHistoryIn] = Field(min_length=1, max_length=MAX_BATCH_ITEMS)
+
+
+class CellsHistoryAccepted(BaseModel):
+    items: list[HistoryAccepted]
 
 
 class ReloadRequest(BaseModel):

@@ -4,12 +4,14 @@ the batcher, and what to answer when the model cannot answer within the latency 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
 from model.artifact import ArtifactError
 from model.runtime import OnnxForecaster, RuntimeOptions
@@ -19,9 +21,10 @@ from xapp.e2.ingest import Ingestor
 from xapp.e2.subscription import Subscriber
 from xapp.e2.transport import Frame, TcpTransport
 from xapp.fallback import seasonal_naive
-from xapp.history import MemoryHistory
+from xapp.history import Aggregate, History, HistoryError, HistoryUnavailable, MemoryHistory
 from xapp.metrics import Metrics
 from xapp.overload import ConcurrencyLimit, LoopLag
+from xapp.sdl import RedisHistory
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +70,7 @@ class Service:
                                controls.batching.max_batch_size)
         self.model: OnnxForecaster | None = None
         self.load_seconds = 0.0
-        self.history: MemoryHistory | None = None
+        self.history: History | None = None
         self.batcher = DynamicBatcher(
             lambda: self.model, self.metrics, controls.batching.max_batch_size,
             controls.batching.max_queue_delay_ms / 1000.0, controls.batching.max_queue_size,
@@ -101,12 +104,6 @@ class Service:
                                  intra_op_threads=controls.intra_op_threads)
         forecaster = OnnxForecaster(model_dir, options)  # verifies, then warms up
         check_controls(controls, forecaster)
-        if self.history is not None and len(self.history) and (
-                forecaster.metadata.freq != self.history.freq):
-            raise ArtifactError(
-                f"{model_dir}: model frequency {forecaster.metadata.freq} differs from the "
-                f"{self.history.freq} history held for {len(self.history)} cells"
-            )
         return forecaster, time.monotonic() - started
 
     async def reload(self, model_dir: str | None = None) -> OnnxForecaster:
@@ -115,12 +112,9 @@ class Service:
         model_dir = model_dir or self.controls.model_dir
         async with self._reload_lock:
             forecaster, seconds = await asyncio.to_thread(self._load, model_dir)
+            await self._history_for(model_dir, forecaster)
             self.model, self.load_seconds = forecaster, seconds  # one assignment: atomic
         meta = forecaster.metadata
-        if self.history is None or not len(self.history):
-            source = self.kpi_source()
-            self.history = MemoryHistory(meta.freq, self.controls.history_length,
-                                         aggregate=source.aggregate if source else "mean")
         self.metrics.model.info({
             "version": meta.model_version, "provider": forecaster.provider,
             "attention": str(meta.onnx.get("attention")), "target": meta.target,
@@ -130,6 +124,25 @@ class Service:
         log.info("serving %s from %s on %s (loaded in %.2f s)", meta.model_version, model_dir,
                  forecaster.provider, seconds)
         return forecaster
+
+    async def _history_for(self, model_dir: str, model: OnnxForecaster) -> None:
+        """Keep the history if it is on the model's grid, else open one that is; refuse the
+        model (ArtifactError) when history is held on another grid."""
+        freq = model.metadata.freq
+        if self.history is not None and self.history.freq == freq:
+            return
+        if self.history is not None and (held := await self.history.count()):
+            raise ArtifactError(f"{model_dir}: model frequency {freq} differs from the "
+                                f"{self.history.freq} history held for {held} cells")
+        source = self.controls.e2.kpis.get(model.metadata.target)
+        try:
+            store = await open_history(self.controls, freq,
+                                       source.aggregate if source else "mean")
+        except HistoryError as exc:
+            raise ArtifactError(f"{model_dir}: {exc}") from None
+        old, self.history = self.history, store
+        if old is not None:
+            await old.close()
 
     def kpi_source(self) -> KpiSource | None:
         """The E2 measurement behind the served model's KPI (None: not mapped, or no model)."""
@@ -142,6 +155,9 @@ class Service:
         if self.model is not None:
             check_controls(new.controls, self.model)
         old = self.controls
+        if new.controls.history_store != old.history_store:
+            raise ValueError("controls.historyStore changes take effect at the next start: "
+                             "restart the xApp (the chart's rollOnConfigChange does it)")
         self.descriptor = new
         batching = new.controls.batching
         self.batcher.configure(batching.max_batch_size, batching.max_queue_delay_ms / 1000.0,
@@ -155,8 +171,20 @@ class Service:
     async def _reload_logged(self) -> None:
         try:
             await self.reload()
-        except (ArtifactError, ValueError, OSError) as exc:
+        except (ArtifactError, ValueError, OSError, HistoryUnavailable) as exc:
             log.error("model reload rejected, the previous model keeps serving: %s", exc)
+
+    async def _first_load(self) -> None:
+        """The start-up load; while the shared history cannot be reached it is retried, and
+        the xApp stays unready, as O-RAN SC xApps wait for their SDL."""
+        try:
+            async for attempt in AsyncRetrying(
+                    retry=retry_if_exception_type(HistoryUnavailable),
+                    wait=wait_exponential(min=0.2, max=10), before_sleep=_log_store_wait):
+                with attempt:
+                    await self.reload()
+        except (ArtifactError, ValueError, OSError) as exc:
+            log.error("model load rejected, the xApp stays unready: %s", exc)
 
     # --- forecasts -------------------------------------------------------------------------
 
@@ -277,9 +305,10 @@ class Service:
                                          self.http_port, self.ingestor)
             tasks.append(asyncio.create_task(self._subscribe_when_ready(), name="e2-subscribe"))
         return tasks + [
+            asyncio.create_task(self.ingestor.run(), name="e2-writer"),
             asyncio.create_task(self.batcher.run(), name="batcher"),
             asyncio.create_task(self.loop_lag.run(), name="loop-lag"),
-            asyncio.create_task(self._reload_logged(), name="initial-model-load"),
+            asyncio.create_task(self._first_load(), name="initial-model-load"),
         ]
 
     async def _on_frame(self, frame: Frame) -> None:
@@ -300,11 +329,28 @@ class Service:
             await self.subscriber.unsubscribe()
         if self.e2_transport is not None:
             await self.e2_transport.close()
+        with contextlib.suppress(TimeoutError):  # what was received is written, if it can be
+            await asyncio.wait_for(self.ingestor.flush(), drain_s)
         await self.batcher.drain(drain_s)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self.batcher.close()
+        if self.history is not None:
+            await self.history.close()
+
+
+async def open_history(controls: Controls, freq: str, aggregate: Aggregate) -> History:
+    """The store the controls pick, on the model's grid."""
+    settings = controls.history_store
+    if settings.backend == "memory":
+        return MemoryHistory(freq, controls.history_length, settings.max_cells, aggregate)
+    return await RedisHistory.open(settings, freq, controls.history_length, aggregate)
+
+
+def _log_store_wait(state: RetryCallState) -> None:
+    log.warning("waiting for the history store (attempt %d): %s", state.attempt_number,
+                state.outcome.exception())
 
 
 def check_controls(controls: Controls, model: OnnxForecaster) -> None:

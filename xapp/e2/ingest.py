@@ -2,9 +2,11 @@
 
 Each subscription action the xApp holds reports one cell's measurements; the subscription
 layer records that as a route, (RIC request instance id, action id) -> cell and measurement.
-An indication is decoded (E2AP, then the KPM header and message), its values are put on the
-model's grid (one value per granularity period from the collection start time), and written
-to the history, where several reports within one step are aggregated and repeats count once.
+An indication is decoded (E2AP, then the KPM header and message) and its values are put on the
+model's grid (one value per granularity period from the collection start time). The writes
+queue up and one writer task takes them to the history in batches, so that a shared store
+costs one round trip per batch rather than per indication, and decoding never waits on it;
+the history aggregates several reports within one step and counts repeats once.
 
 Anything wrong with a frame is counted by reason and dropped; it is logged at most once a
 minute per reason, so a misbehaving node cannot flood the log or stop ingestion.
@@ -12,6 +14,7 @@ minute per reason, so a misbehaving node cannot flood the log or stop ingestion.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
@@ -23,7 +26,7 @@ import pandas as pd
 from xapp.config import KpiSource
 from xapp.e2 import e2ap, kpm
 from xapp.e2.transport import MESSAGE_TYPES, RIC_INDICATION, Frame
-from xapp.history import HistoryError, MemoryHistory
+from xapp.history import History, HistoryError, HistoryUnavailable
 from xapp.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -37,26 +40,73 @@ class Route:
     granularity_ms: int  # what the action definition asked for, when a report omits it
 
 
+@dataclass(frozen=True)
+class _Write:
+    cell_id: str
+    reports: list[tuple[pd.Timestamp, float]]
+
+
 class Ingestor:
-    def __init__(self, history: Callable[[], MemoryHistory | None], metrics: Metrics,
-                 source: Callable[[], KpiSource | None]) -> None:
+    def __init__(self, history: Callable[[], History | None], metrics: Metrics,
+                 source: Callable[[], KpiSource | None], max_batch: int = 512,
+                 max_pending: int = 10_000) -> None:
         self._history = history
         self._metrics = metrics
         self._source = source  # the measurement behind the served model's KPI
         self.routes: dict[tuple[int, int], Route] = {}
         self._last_logged: dict[str, float] = {}
+        self._max_batch = max_batch
+        # Bounded: when the store falls behind, handle() waits, and so does the E2 link.
+        self._pending: asyncio.Queue[_Write] = asyncio.Queue(max_pending)
 
     def add_route(self, instance_id: int, action_id: int, route: Route) -> None:
         self.routes[(instance_id, action_id)] = route
 
     async def handle(self, frame: Frame) -> None:
-        """The transport's frame handler: ingest or count as rejected, never raise."""
+        """The transport's frame handler: queue the indication's values for the writer, or
+        count the frame as rejected; never raise."""
         try:
-            self._ingest(frame)
+            write = self._decode(frame)
         except _Rejected as rejected:
             self._reject(rejected.reason, str(rejected))
+            return
+        await self._pending.put(write)
 
-    def _ingest(self, frame: Frame) -> None:
+    async def run(self) -> None:
+        """The writer: everything queued so far (up to max_batch) goes in one store call."""
+        while True:
+            batch = [await self._pending.get()]
+            while len(batch) < self._max_batch and not self._pending.empty():
+                batch.append(self._pending.get_nowait())
+            try:
+                await self._write(batch)
+            finally:
+                for _ in batch:
+                    self._pending.task_done()
+
+    async def flush(self) -> None:
+        """Return once every indication queued so far is written (or counted as rejected)."""
+        await self._pending.join()
+
+    async def _write(self, batch: list[_Write]) -> None:
+        store = self._history()
+        if store is None:
+            for _ in batch:
+                self._reject("not-ready", "no history store yet")
+            return
+        try:
+            results = await store.put_cells([(w.cell_id, w.reports) for w in batch])
+        except HistoryUnavailable as exc:
+            for _ in batch:
+                self._reject("history-store", str(exc))
+            return
+        for result in results:
+            if isinstance(result, HistoryError):
+                self._reject("history", str(result))
+            else:
+                self._metrics.e2_indications.inc()
+
+    def _decode(self, frame: Frame) -> _Write:
         if frame.msg_type != RIC_INDICATION:
             kind = MESSAGE_TYPES.get(frame.msg_type, str(frame.msg_type))
             raise _Rejected("msg-type", f"a {kind} frame on the indication path")
@@ -70,8 +120,8 @@ class Ingestor:
         if route is None:
             raise _Rejected("unknown-subscription", f"no subscription with instance "
                             f"{pdu.instance_id}, action {pdu.action_id}")
-        source, store = self._source(), self._history()
-        if source is None or store is None:
+        source = self._source()
+        if source is None:
             raise _Rejected("not-ready", "no model (or no measurement for its KPI) yet")
         try:
             start = kpm.decode_indication_header(pdu.header)
@@ -88,14 +138,9 @@ class Ingestor:
         bad = [v for v in values if v is not None and (not math.isfinite(v) or v < 0)]
         if bad:  # checked before writing anything: a report is taken whole or not at all
             raise _Rejected("value", f"{source.measurement} = {bad[0]}")
-        try:
-            for period, value in enumerate(values):
-                if value is not None:  # noValue / incomplete period: the step stays missing
-                    store.put(route.cell_id, stamp + period * granularity,
-                              value * source.scale)
-        except HistoryError as exc:
-            raise _Rejected("history", str(exc)) from None
-        self._metrics.e2_indications.inc()
+        # noValue / incomplete period: the step stays missing
+        return _Write(route.cell_id, [(stamp + period * granularity, value * source.scale)
+                                      for period, value in enumerate(values) if value is not None])
 
     def _reject(self, reason: str, detail: str) -> None:
         self._metrics.e2_rejected.labels(reason=reason).inc()

@@ -142,6 +142,7 @@ chart's tests check for every values file they render.
       "quantiles" (get $x "quantiles" | default nil)
       "batching" $x.batching
       "historyLength" $x.historyLength
+      "historyStore" $x.historyStore
       "executionProvider" (include "kpi-forecast.executionProvider" .)
       "intraOpThreads" $x.intraOpThreads
       "maxRequestBytes" $x.maxRequestBytes

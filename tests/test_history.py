@@ -1,0 +1,224 @@
+"""Per-cell history: one contract, kept by the in-memory store and by the shared Redis store
+(a real redis-server on loopback), so that replicas on Redis behave as one process would."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.redis_server import REDIS_SERVER, redis_server
+from xapp.config import HistoryStore
+from xapp.history import CellInfo, History, HistoryError, HistoryUnavailable, MemoryHistory
+from xapp.sdl import RedisHistory, address
+
+T0 = pd.Timestamp("2024-03-30 22:00", tz="UTC")
+HOUR = pd.Timedelta("1h")
+
+Opener = Callable[..., "contextlib.AbstractAsyncContextManager[History]"]
+
+
+@pytest.fixture(scope="module")
+def redis_port(tmp_path_factory: pytest.TempPathFactory):
+    if REDIS_SERVER is None:
+        pytest.skip("redis-server is not installed (apt-get install redis-server; CI installs it)")
+    with redis_server(tmp_path_factory.mktemp("redis")) as port:
+        yield port
+
+
+_namespaces = iter(range(10**6))
+
+
+def settings(port: int, **extra: object) -> HistoryStore:
+    return HistoryStore(backend="redis", host="127.0.0.1", port=port, **extra)
+
+
+@pytest.fixture(params=["memory", "redis"])
+def opener(request: pytest.FixtureRequest) -> Opener:
+    """Opens a store of the parametrised kind; each Redis store gets a namespace of its own."""
+    if request.param == "memory":
+        @contextlib.asynccontextmanager
+        async def memory(freq: str, length: int, max_cells: int = 100_000,
+                         aggregate: str = "mean") -> AsyncIterator[History]:
+            yield MemoryHistory(freq, length, max_cells, aggregate)
+        return memory
+    port = request.getfixturevalue("redis_port")
+    namespace = f"test-{request.node.name}-{next(_namespaces)}"
+
+    @contextlib.asynccontextmanager
+    async def shared(freq: str, length: int, max_cells: int = 100_000,
+                     aggregate: str = "mean") -> AsyncIterator[History]:
+        store = await RedisHistory.open(settings(port, namespace=namespace,
+                                                 max_cells=max_cells), freq, length, aggregate)
+        try:
+            yield store
+        finally:
+            await store.close()
+    return shared
+
+
+def test_history_slides_marks_gaps_and_is_idempotent_per_slot(opener: Opener) -> None:
+    async def go() -> None:
+        async with opener("1h", 4) as store:
+            for k, value in enumerate([1.0, 2.0, 3.0]):
+                await store.put("a", T0 + k * HOUR, value)
+            await store.put("a", T0 + 5 * HOUR, 6.0)  # skips steps 3 and 4
+            values, last = await store.window("a")
+            assert last == T0 + 5 * HOUR
+            np.testing.assert_array_equal(values, [3.0, np.nan, np.nan, 6.0])
+            assert await store.put("a", T0 + 3 * HOUR + pd.Timedelta("20min"), 4.0)  # late
+            np.testing.assert_array_equal((await store.window("a"))[0], [3.0, 4.0, np.nan, 6.0])
+            assert not await store.put("a", T0, 9.0)  # older than the window
+            await store.put("a", T0 + 100 * HOUR, 1.0)  # far ahead: everything before is gone
+            np.testing.assert_array_equal((await store.window("a"))[0],
+                                          [np.nan, np.nan, np.nan, 1.0])
+            assert await store.window("b") is None
+
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize(("aggregate", "expected"), [("mean", 3.0), ("sum", 6.0)])
+def test_reports_within_a_step_aggregate_and_repeats_count_once(
+        opener: Opener, aggregate: str, expected: float) -> None:
+    async def go() -> None:
+        async with opener("1h", 3, aggregate=aggregate) as store:
+            quarter = pd.Timedelta("15min")
+            assert await store.put("a", T0, 2.0)
+            assert await store.put("a", T0 + quarter, 4.0)
+            assert not await store.put("a", T0 + quarter, 4.0)  # the same report (a replay)
+            assert await store.put("a", T0 + HOUR, 1.0)
+            assert not await store.put("a", T0, 2.0)  # a late repeat of an older report
+            np.testing.assert_array_equal((await store.window("a"))[0],
+                                          [np.nan, expected, 1.0])
+
+    asyncio.run(go())
+
+
+def test_history_refuses_what_is_not_a_kpi_and_bounds_cells(opener: Opener) -> None:
+    async def go() -> None:
+        async with opener("1h", 4, max_cells=1) as store:
+            with pytest.raises(HistoryError, match="not a KPI"):
+                await store.put("a", T0, -1.0)
+            with pytest.raises(HistoryError, match="time zone"):
+                await store.put("a", pd.Timestamp("2024-01-01"), 1.0)
+            # A batch with one bad report is refused whole.
+            with pytest.raises(HistoryError, match="not a KPI"):
+                await store.put_many("a", [(T0, 1.0), (T0 + HOUR, float("nan"))])
+            assert await store.count() == 0
+            await store.put("a", T0, 1.0)
+            with pytest.raises(HistoryError, match="already holding 1"):
+                await store.put("b", T0, 1.0)
+            [info] = await store.cells()
+            assert (info.cell_id, info.steps_held, info.last) == ("a", 1, T0)
+            assert info.first == T0 - 3 * HOUR
+            assert await store.count() == 1
+
+    asyncio.run(go())
+
+
+def test_history_across_a_dst_switch_in_local_time(opener: Opener) -> None:
+    async def go() -> None:
+        async with opener("1h", 6) as store:
+            local = pd.date_range("2024-03-31 00:00", periods=5, freq="1h", tz="Europe/Paris")
+            # 02:00 does not exist that night: no gap, no duplicate.
+            assert await store.put_many("a", [(t, float(k)) for k, t in enumerate(local)]) == 5
+            np.testing.assert_array_equal((await store.window("a"))[0], [np.nan, 0, 1, 2, 3, 4])
+
+    asyncio.run(go())
+
+
+def test_random_streams_with_replays_read_the_same_from_both_stores(redis_port: int) -> None:
+    """Many cells, reports out of order, repeated and late, several per step: the Redis store
+    reads exactly as the in-memory one."""
+    rng = np.random.default_rng(3)
+    quarter = pd.Timedelta("15min")
+    writes = []
+    for cell in range(20):
+        for k in range(300):
+            # Quarter-hour reports, and some at any second: two of those within the same
+            # 64th of a step count once in both stores.
+            stamp = (T0 + int(rng.integers(0, 60 * 4)) * quarter if k % 2 else
+                     T0 + int(rng.integers(0, 60 * 3600)) * pd.Timedelta("1s"))
+            writes.append((f"c{cell}", stamp, float(np.round(rng.uniform(0, 100), 3))))
+    writes += [writes[i] for i in rng.integers(0, len(writes), 200)]  # replays
+
+    async def go() -> None:
+        for aggregate in ("mean", "sum"):
+            memory = MemoryHistory("1h", 24, aggregate=aggregate)
+            shared = await RedisHistory.open(settings(redis_port, namespace=f"random-{aggregate}"),
+                                             "1h", 24, aggregate)
+            kept = [(await memory.put(*w), await shared.put(*w)) for w in writes]
+            assert all(a == b for a, b in kept) and sum(a for a, _ in kept) > 0
+            cells = [f"c{cell}" for cell in range(20)]
+            for (a, last_a), (b, last_b) in zip(await memory.windows(cells),
+                                                await shared.windows(cells), strict=True):
+                assert last_a == last_b
+                np.testing.assert_allclose(a, b, rtol=1e-6)
+            assert by_id(await memory.cells()) == by_id(await shared.cells())
+            await shared.close()
+
+    asyncio.run(go())
+
+
+def by_id(infos: list[CellInfo]) -> list[CellInfo]:
+    return sorted(infos, key=lambda info: info.cell_id)
+
+
+def test_redis_keys_follow_sdl_namespacing_and_a_second_grid_is_refused(redis_port: int) -> None:
+    import redis
+
+    async def go() -> None:
+        store = await RedisHistory.open(settings(redis_port, namespace="sdl-keys"), "1h", 4)
+        await store.put("cell-7", T0, 5.0)
+        await store.close()
+        # Another grid while cells are held: refused, naming both steps.
+        with pytest.raises(HistoryError, match="holds 1 cells on a 0 days 01:00:00 grid"):
+            await RedisHistory.open(settings(redis_port, namespace="sdl-keys"), "15min", 4)
+
+    asyncio.run(go())
+    keys = sorted(k.decode() for k in redis.Redis(port=redis_port).keys("{sdl-keys},*"))
+    assert keys == ["{sdl-keys},cell:cell-7", "{sdl-keys},cells", "{sdl-keys},grid"]
+
+
+def test_redis_address_comes_from_the_dbaas_variables_and_an_absent_server_is_unavailable(
+        tmp_path: Path) -> None:
+    unset = HistoryStore(backend="redis")
+    assert address(unset, {"DBAAS_SERVICE_HOST": "dbaas", "DBAAS_SERVICE_PORT": "6380"}) == (
+        "dbaas", 6380)
+    assert address(unset, {"DBAAS_SERVICE_HOST": "dbaas"}) == ("dbaas", 6379)
+    assert address(settings(7000), {"DBAAS_SERVICE_HOST": "dbaas"}) == ("127.0.0.1", 7000)
+    with pytest.raises(HistoryError, match="DBAAS_SERVICE_HOST"):
+        address(unset, {})
+    with pytest.raises(HistoryError, match="not a port"):
+        address(unset, {"DBAAS_SERVICE_HOST": "dbaas", "DBAAS_SERVICE_PORT": "x"})
+
+    import socket
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(HistoryUnavailable, match="opening the history failed"):
+        asyncio.run(RedisHistory.open(settings(port, timeout_ms=200), "1h", 4))
+
+
+def test_replicas_with_other_history_lengths_read_the_same_ring(redis_port: int) -> None:
+    async def go() -> list[np.ndarray]:
+        ring = settings(redis_port, namespace="lengths")
+        writer = await RedisHistory.open(ring, "1h", 4)
+        await writer.put_series("a", T0, [1.0, 2.0, 3.0, 4.0, 5.0])  # the first leaves
+        windows = []
+        for length in (6, 4, 2):
+            reader = await RedisHistory.open(ring, "1h", length)
+            windows.append((await reader.window("a"))[0])
+            await reader.close()
+        await writer.close()
+        return windows
+
+    longer, same, shorter = asyncio.run(go())
+    np.testing.assert_array_equal(longer, [np.nan, np.nan, 2.0, 3.0, 4.0, 5.0])
+    np.testing.assert_array_equal(same, [2.0, 3.0, 4.0, 5.0])
+    np.testing.assert_array_equal(shorter, [4.0, 5.0])

@@ -1,0 +1,251 @@
+"""Per-cell history in the RIC's Shared Data Layer: Redis, with SDL-style namespaced keys.
+
+O-RAN SC xApps keep their state in the platform's Redis (the DBAAS service, found through
+``DBAAS_SERVICE_HOST`` and ``DBAAS_SERVICE_PORT``), under keys ``{namespace},key`` as the SDL
+libraries write them; the braces are a Redis Cluster hash tag, so one namespace lives in one
+slot and the scripts below may touch all of its keys. With the history here, replicas hold no
+state: any of them serves any cell, and a restarted one serves at once.
+
+Each cell is one key, ``{ns},cell:<id>``: a ring of ``length`` steps as a binary string, a
+16-byte header (newest slot as a double, ring length as an int32) and 16 bytes per step (the
+sum of its reports as a double, then the 64-bit mask of the parts of the step they came in,
+as two int32). Reading a cell is one GET and a numpy view, however long its history; the
+ring is the in-memory store's, so the two read the same. ``{ns},cells`` is the set of cells and
+``{ns},grid`` the grid step, so that a replica serving a model on another grid is refused
+instead of misreading the history. A write is one Lua script, atomic in Redis: two replicas
+ingesting the same indication, or a replay after a restart, change nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import struct
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from xapp.config import HistoryStore
+from xapp.history import (
+    Aggregate,
+    CellInfo,
+    History,
+    HistoryError,
+    HistoryUnavailable,
+    aggregated,
+    locate,
+)
+
+DEFAULT_PORT = 6379
+
+HEADER = struct.Struct("<di4x")  # newest slot, ring length, padding to 16 bytes
+RECORD = np.dtype([("sum", "<f8"), ("low", "<u4"), ("high", "<u4")])  # 16 bytes per step
+
+# KEYS: the cell's ring, the set of cells. ARGV: cell id, ring length for a new cell, max
+# cells, then per report its slot, part of the step (0-63) and value. Returns the reports
+# kept, or -1 when the cell would be one too many. Reports are taken in order, as the
+# in-memory ring takes them: one older than the window so far is dropped, a newer one moves
+# the window on and the steps it skips become gaps.
+_WRITE = """
+local ring, cells = KEYS[1], KEYS[2]
+local HEADER, RECORD = 16, 16
+local length, newest
+if redis.call('EXISTS', ring) == 0 then
+  if redis.call('SISMEMBER', cells, ARGV[1]) == 0 then
+    if redis.call('SCARD', cells) >= tonumber(ARGV[3]) then return -1 end
+    redis.call('SADD', cells, ARGV[1])
+  end
+  length, newest = tonumber(ARGV[2]), tonumber(ARGV[4])
+  redis.call('SET', ring, struct.pack('<di4i4', newest, length, 0)
+             .. string.rep('\0', RECORD * length))
+else
+  newest, length = struct.unpack('<di4', redis.call('GETRANGE', ring, 0, 11))
+end
+local empty = string.rep('\0', RECORD)
+local kept = 0
+for i = 4, #ARGV, 3 do
+  local slot, part, value = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+  if slot > newest then
+    if slot - newest >= length then
+      redis.call('SETRANGE', ring, HEADER, string.rep('\0', RECORD * length))
+    else
+      for gap = newest + 1, slot do
+        redis.call('SETRANGE', ring, HEADER + (gap % length) * RECORD, empty)
+      end
+    end
+    newest = slot
+    redis.call('SETRANGE', ring, 0, struct.pack('<d', newest))
+  end
+  if slot > newest - length then
+    local at = HEADER + (slot % length) * RECORD
+    local sum, low, high = struct.unpack('<di4i4', redis.call('GETRANGE', ring, at, at + 15))
+    local flag = bit.lshift(1, part % 32)
+    if bit.band(part < 32 and low or high, flag) == 0 then
+      if part < 32 then low = bit.bor(low, flag) else high = bit.bor(high, flag) end
+      redis.call('SETRANGE', ring, at, struct.pack('<di4i4', sum + value, low, high))
+      kept = kept + 1
+    end
+  end
+end
+return kept
+"""
+
+
+def address(settings: HistoryStore, environ: Mapping[str, str] = os.environ) -> tuple[str, int]:
+    """Where Redis is: the controls' host and port, else the RIC's DBAAS service variables."""
+    host = settings.host or environ.get("DBAAS_SERVICE_HOST")
+    if not host:
+        raise HistoryError("historyStore.backend is redis but neither historyStore.host nor "
+                           "DBAAS_SERVICE_HOST says where Redis is")
+    port = settings.port or environ.get("DBAAS_SERVICE_PORT") or DEFAULT_PORT
+    try:
+        return host, int(port)
+    except ValueError:
+        raise HistoryError(f"DBAAS_SERVICE_PORT {port!r} is not a port number") from None
+
+
+@dataclass
+class _Window:
+    newest: int  # slot
+    sums: np.ndarray  # [length] float64
+    seen: np.ndarray  # [length] uint64 masks
+
+
+class RedisHistory(History):
+    """The shared store: the same contract as ``MemoryHistory``, held in Redis."""
+
+    def __init__(self, client: aioredis.Redis, namespace: str, freq: str, length: int,
+                 max_cells: int = 100_000, aggregate: Aggregate = "mean") -> None:
+        super().__init__(freq, length, max_cells, aggregate)
+        self._redis = client
+        self._prefix = f"{{{namespace}}},"
+        self._script = client.register_script(_WRITE)
+
+    @classmethod
+    async def open(cls, settings: HistoryStore, freq: str, length: int,
+                   aggregate: Aggregate = "mean",
+                   environ: Mapping[str, str] = os.environ) -> RedisHistory:
+        """Connect and claim the namespace's grid; HistoryError when it holds cells on another
+        grid, HistoryUnavailable when Redis does not answer."""
+        host, port = address(settings, environ)
+        timeout = settings.timeout_ms / 1000.0
+        client = aioredis.Redis(
+            host=host, port=port, db=settings.db, socket_timeout=timeout,
+            socket_connect_timeout=timeout, health_check_interval=30,
+            # A dropped connection is retried; a Redis that stays away is the caller's 503.
+            retry=Retry(ExponentialBackoff(cap=timeout, base=0.01), retries=2),
+            retry_on_error=[RedisConnectionError, RedisTimeoutError],
+        )
+        store = cls(client, settings.namespace, freq, length, settings.max_cells, aggregate)
+        try:
+            await store._claim_grid()
+        except BaseException:
+            await client.aclose()
+            raise
+        return store
+
+    def _key(self, name: str) -> str:
+        return self._prefix + name
+
+    def _cell_key(self, cell_id: str) -> str:
+        return self._key(f"cell:{cell_id}")
+
+    async def _claim_grid(self) -> None:
+        step = str(self.step.value)
+        async with self._errors("opening the history"):
+            grid = self._key("grid")
+            held = await self._redis.hget(grid, "step_ns")
+            if held is not None and held.decode() != step:
+                cells = await self._redis.scard(self._key("cells"))
+                if cells:
+                    other = pd.Timedelta(int(held))
+                    raise HistoryError(
+                        f"the shared history {self._prefix[:-1]} holds {cells} cells on a "
+                        f"{other} grid, not {self.step}: serve a model with that step, or use "
+                        "another historyStore.namespace")
+            await self._redis.hset(grid, "step_ns", step)
+
+    async def _write_cells(self, items: list[tuple[str, list[tuple[int, float]]]]
+                           ) -> list[int | HistoryError]:
+        step = self.step.value
+        writes = [(cell_id, reports) for cell_id, reports in items if reports]
+        async with (self._errors(f"writing {len(writes)} cell(s)"),
+                    self._redis.pipeline(transaction=False) as pipe):
+            for cell_id, reports in writes:
+                args: list[object] = [cell_id, self.length, self.max_cells]
+                for report, value in reports:
+                    args += [*locate(report, step), repr(value)]
+                await self._script(keys=[self._cell_key(cell_id), self._key("cells")],
+                                   args=args, client=pipe)
+            results = iter(await pipe.execute() if writes else [])
+        kept: list[int | HistoryError] = []
+        for cell_id, reports in items:
+            count = next(results) if reports else 0
+            kept.append(HistoryError(f"cell {cell_id}: already holding {self.max_cells} cells")
+                        if count < 0 else int(count))
+        return kept
+
+    async def windows(self, cell_ids: Sequence[str]
+                      ) -> list[tuple[np.ndarray, pd.Timestamp] | None]:
+        rings = await self._rings(cell_ids)
+        return [None if ring is None else (
+            aggregated(ring.sums, ring.seen, self.aggregate),
+            pd.Timestamp(ring.newest * self.step.value, tz="UTC")) for ring in rings]
+
+    async def _rings(self, cell_ids: Sequence[str]) -> list[_Window | None]:
+        async with (self._errors(f"reading {len(cell_ids)} cell(s)"),
+                    self._redis.pipeline(transaction=False) as pipe):
+            for cell_id in cell_ids:
+                pipe.get(self._cell_key(cell_id))
+            blobs = await pipe.execute()
+        return [None if blob is None else self._unpack(blob) for blob in blobs]
+
+    def _unpack(self, blob: bytes) -> _Window:
+        """A ring as this replica's window: ``length`` steps, oldest first."""
+        newest, held = HEADER.unpack_from(blob)
+        newest = int(newest)
+        records = np.frombuffer(blob, RECORD, count=held, offset=HEADER.size)
+        slots = np.arange(newest - self.length + 1, newest + 1)
+        inside = slots > newest - held  # a ring shorter than this window: the rest is missing
+        position = slots[inside] % held
+        sums = np.zeros(self.length)
+        seen = np.zeros(self.length, np.uint64)
+        sums[inside] = records["sum"][position]
+        seen[inside] = (records["high"][position].astype(np.uint64) << np.uint64(32)
+                        | records["low"][position])
+        return _Window(newest, sums, seen)
+
+    async def cells(self) -> list[CellInfo]:
+        async with self._errors("listing the cells"):
+            ids = sorted(m.decode() for m in await self._redis.smembers(self._key("cells")))
+        infos = []
+        for first in range(0, len(ids), 1000):  # a bounded pipeline, however many cells
+            chunk = ids[first:first + 1000]
+            for cell_id, ring in zip(chunk, await self._rings(chunk), strict=True):
+                if ring is not None:
+                    infos.append(CellInfo(cell_id, int(np.count_nonzero(ring.seen)),
+                                          *self._span(ring.newest)))
+        return infos
+
+    async def count(self) -> int:
+        async with self._errors("counting the cells"):
+            return int(await self._redis.scard(self._key("cells")))
+
+    async def close(self) -> None:
+        await self._redis.aclose()
+
+    @contextlib.asynccontextmanager
+    async def _errors(self, doing: str) -> AsyncIterator[None]:
+        """Redis's errors become HistoryUnavailable, naming what was being done."""
+        try:
+            yield
+        except RedisError as exc:
+            raise HistoryUnavailable(f"history store: {doing} failed: {exc}") from exc
