@@ -103,10 +103,12 @@ def test_two_replicas_share_history_fed_to_one_and_a_restart_serves_at_once(
             assert wait_ready(url_a, replica_a) and wait_ready(url_b, replica_b), \
                 logs.read_text()[-3000:]
 
-            def replayed() -> dict | None:
+            def replayed(replays: int, before: int = 0) -> dict | None:
+                """The node's counts once it has replayed ``replays`` times and replica A has
+                taken every frame of the replays since it started (``before`` were earlier)."""
                 sent = httpx.get(f"http://127.0.0.1:{node_port}/stats").json()
-                taken = sent.get("indications", 0) + sent.get("duplicates", 0)
-                done = sent.get("replays_done") == 2
+                taken = sent.get("indications", 0) + sent.get("duplicates", 0) - before
+                done = sent.get("replays_done") == replays
                 return sent if done and counter(url_a, "kpi_forecast_e2_indications_total") \
                     == taken else None
 
@@ -116,8 +118,9 @@ def test_two_replicas_share_history_fed_to_one_and_a_restart_serves_at_once(
                 stats = httpx.get(f"http://127.0.0.1:{node_port}/stats").json()
                 return f"node {stats}, replica A {rejected}, log {logs.read_text()[-2000:]}"
 
-            sent = eventually(replayed, what=state)
+            sent = eventually(lambda: replayed(2), what=state)
             assert sent["duplicates"] > 0 and sent["late"] > 0
+            assert sent["indications"] == len(cells) * len(panel.index)  # one per step
 
             # Both replicas hold the same history and give the same forecasts, although only
             # replica A ingested anything.
@@ -148,10 +151,9 @@ def test_two_replicas_share_history_fed_to_one_and_a_restart_serves_at_once(
             stop(replica_a)
             replica_a = serve(config_a, port_a, logs)
             assert wait_ready(url_a, replica_a)
-            eventually(lambda: httpx.get(f"http://127.0.0.1:{node_port}/stats").json()
-                       .get("replays_done") == 4, what=state)
-            eventually(lambda: counter(url_a, "kpi_forecast_e2_indications_total") > 0)
-            time.sleep(0.5)  # frames in flight
+            first = sent["indications"] + sent["duplicates"]
+            again = eventually(lambda: replayed(4, before=first), what=state)
+            assert again["indications"] == 2 * sent["indications"]
             assert answers(url_b, cells) == before
             assert httpx.get(f"{url_a}/v1/cells").json() == held
         finally:

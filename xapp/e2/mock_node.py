@@ -159,6 +159,7 @@ class MockE2Node:
             await asyncio.sleep(self._pause(per_report) if caught_up else 0.0)
         for frame in held:
             await self._send(subscription.host, subscription.port, frame)
+            self.sent["indications"] += 1
         self.sent["replays_done"] += 1
 
     def _indication(self, stream: Stream, steps: range) -> Frame:
