@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from model.config import ModelConfig
-from model.network import Forecaster, instance_stats, pinball_loss
+from model.network import ByteDropout, Forecaster, instance_stats, pinball_loss
 
 
 def make(context: int = 96, horizon: int = 12, **kwargs: object) -> Forecaster:
@@ -119,3 +119,21 @@ def test_window_calendar_matches_the_grid_whatever_the_index_unit() -> None:
         windows = window_calendar(index[[47, 71]], 24, pd.Timedelta("1h"), "Europe/Paris")
         np.testing.assert_array_equal(windows[0], calendar_features(index[24:48], "Europe/Paris"))
         np.testing.assert_array_equal(windows[1], calendar_features(index[48:72], "Europe/Paris"))
+
+
+def test_byte_dropout_drops_at_its_rate_everywhere_and_keeps_the_mean() -> None:
+    torch.manual_seed(0)
+    layer = ByteDropout(0.1)
+    x = torch.ones(1_000_003)  # not a multiple of eight: the last draw is only partly used
+    out = layer(x)
+    rate = 26 / 256  # 0.1 rounded to 1/256
+    dropped = (out == 0).float()
+    assert abs(dropped.mean().item() - rate) < 0.002
+    # Every byte of a 64-bit draw is uniform (the top one too).
+    per_byte = dropped[: 1_000_000].view(-1, 8).mean(dim=0)
+    assert torch.all((per_byte - rate).abs() < 0.005), per_byte
+    assert out.mean().item() == pytest.approx(1.0, abs=0.005)
+    assert out.unique().tolist() == pytest.approx([0.0, 1 / (1 - rate)])
+    layer.eval()
+    assert layer(x) is x
+    assert ByteDropout(0.0).train()(x) is x

@@ -34,7 +34,7 @@ class TrainConfig:
     batch_size: int = 256
     learning_rate: float = 1e-3
     weight_decay: float = 1e-4
-    patience: int = 6
+    patience: int = 3  # the EMA and the best epoch kept make a longer wait buy nothing on Milan
     ema_decay: float = 0.995  # 0 disables the weight average
     validation_fraction: float = 0.15
     seed: int = 0
