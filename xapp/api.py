@@ -349,8 +349,8 @@ def _add_forecast_routes(app: FastAPI, service: Service) -> None:
     async def add_histories(body: CellsHistoryRequest) -> CellsHistoryAccepted:
         """Many cells' history in one call: one round trip to a shared store."""
         store = _store(service)
-        for item in body.items:
-            service.check_request(item.freq, None)
+        for freq in {item.freq for item in body.items}:
+            service.check_request(freq, None)
         kept = await store.put_cells([
             (item.cell_id, [(pd.Timestamp(item.start) + k * store.step, value)
                             for k, value in enumerate(item.values) if value is not None])
