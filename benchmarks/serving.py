@@ -240,7 +240,7 @@ def write_results(results: dict, args: argparse.Namespace) -> None:
         f"`kpi-forecast serve` (uvicorn with uvloop and httptools, one process) with the "
         f"default-size model (context {CONTEXT} h, horizon 24 h, 3 members), a "
         f"{BUDGET_MS:g} ms latency budget, ONNX Runtime intra-op threads "
-        f"{args.threads or 'one per core'}, "
+        f"{args.threads or 'automatic (one per call, large batches split across the cores)'}, "
         "dynamic batching (max batch 64, max queue delay 2 ms); the load generator `hey` runs "
         "on the same two cores. Latencies are `hey`'s, client-side, of the 200 answers.",
         "",

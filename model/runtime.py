@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import logging
+import math
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
@@ -18,6 +21,9 @@ from model.features import N_CALENDAR, window_calendar
 log = logging.getLogger(__name__)
 
 MAX_BATCH = 4096  # keeps peak memory flat when forecasting tens of thousands of cells
+# Below this many rows a call runs on one core: splitting a few rows costs more in hand-offs
+# than it saves, and a serving process needs its other core for the event loop.
+SPLIT_ROWS = 256
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
 OUTPUT_NAME = "quantiles"
@@ -40,7 +46,10 @@ class RuntimeOptions:
     """How the ONNX Runtime session is built; the xApp fills it from its config controls."""
 
     provider: Provider = "auto"  # auto = CUDA when this onnxruntime build has it, else CPU
-    intra_op_threads: int = 0  # 0 = one per physical core
+    # 0 = automatic: each model call on one thread (no ONNX Runtime thread pool, whose
+    # threads spin between calls and take the CPU the event loop needs), and a large batch
+    # split across the CPUs available; N = N threads inside every call, ONNX Runtime's own.
+    intra_op_threads: int = 0
     inter_op_threads: int = 1  # the graph is a chain: parallel branches gain nothing
     graph_optimization: Literal["disable", "basic", "extended", "all"] = "all"
     io_binding: Literal["auto", "on", "off"] = "auto"  # auto = on with CUDA
@@ -58,6 +67,19 @@ class RuntimeOptions:
             raise ValueError(f"io_binding must be auto, on or off, not {self.io_binding!r}")
         if self.intra_op_threads < 0 or self.inter_op_threads < 0:
             raise ValueError("thread counts must be >= 0")
+
+
+def available_cpus(cgroup: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
+    """CPUs this process may use: its affinity, capped by a cgroup v2 CPU limit (a pod's
+    ``resources.limits.cpu``), which the affinity does not show."""
+    cpus = len(os.sched_getaffinity(0))
+    try:
+        quota, period = cgroup.read_text().split()
+    except (OSError, ValueError):
+        return cpus
+    if quota == "max":
+        return cpus
+    return max(1, min(cpus, math.ceil(int(quota) / int(period))))
 
 
 def execution_providers(choice: Provider) -> list[str]:
@@ -91,7 +113,7 @@ class OnnxForecaster:
                 f"{path}: sha256 does not match metadata.json (truncated or replaced file?)"
             )
         session_options = ort.SessionOptions()
-        session_options.intra_op_num_threads = self.options.intra_op_threads
+        session_options.intra_op_num_threads = self.options.intra_op_threads or 1
         session_options.inter_op_num_threads = self.options.inter_op_threads
         session_options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         session_options.graph_optimization_level = OPTIMISATION_LEVELS[
@@ -111,6 +133,10 @@ class OnnxForecaster:
             self.options.io_binding == "auto" and self.provider == CUDA
         )
         self._check_signature(path)
+        # ONNX Runtime sessions take concurrent run() calls; a GPU gains nothing from them.
+        self.workers = (available_cpus()
+                        if self.options.intra_op_threads == 0 and self.provider == CPU else 1)
+        self._pool = ThreadPoolExecutor(self.workers, "onnx") if self.workers > 1 else None
         self.step = pd.Timedelta(pd.tseries.frequencies.to_offset(self.metadata.freq))
         self.warmup_ms = self._warm_up() if self.options.warmup else 0.0
 
@@ -141,6 +167,7 @@ class OnnxForecaster:
             "available_providers": ort.get_available_providers(),
             "onnxruntime": ort.__version__,
             "io_binding": self.io_binding,
+            "parallel_calls": self.workers,  # how many parts a large batch is split into
             "warmup_ms": round(self.warmup_ms, 3),
             "attention": self.metadata.onnx.get("attention"),
             "options": asdict(self.options),
@@ -150,6 +177,17 @@ class OnnxForecaster:
         """The raw graph: values [B, context] and calendar [B, context, 4] -> [B, H, Q]."""
         out = np.empty((len(values), self.metadata.horizon, len(self.metadata.quantiles)),
                        np.float32)
+        if self._pool is None or len(values) < SPLIT_ROWS:
+            self._run_chunks(values, calendar, out)
+            return out
+        bounds = np.linspace(0, len(values), self.workers + 1).astype(int)
+        parts = [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        for done in [self._pool.submit(self._run_chunks, values[part], calendar[part], out[part])
+                     for part in parts]:
+            done.result()
+        return out
+
+    def _run_chunks(self, values: np.ndarray, calendar: np.ndarray, out: np.ndarray) -> None:
         for start in range(0, len(values), MAX_BATCH):
             chunk = slice(start, start + MAX_BATCH)
             feeds = {
@@ -160,7 +198,6 @@ class OnnxForecaster:
                 self._run_bound(feeds, out[chunk])
             else:
                 out[chunk] = self.session.run([OUTPUT_NAME], feeds)[0]
-        return out
 
     def _run_bound(self, feeds: dict[str, np.ndarray], out: np.ndarray) -> None:
         # The result is written straight into the caller's array: on CUDA, one device-to-host

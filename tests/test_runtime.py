@@ -17,6 +17,7 @@ from model.runtime import (
     InputError,
     OnnxForecaster,
     RuntimeOptions,
+    available_cpus,
     execution_providers,
 )
 from tests.exported_model import exported
@@ -50,6 +51,33 @@ def test_cpu_session_reports_what_is_active(model_dir: Path) -> None:
     assert described["attention"] == "onnx-attention"
     assert described["io_binding"] is False  # auto: only with CUDA
     assert forecaster.warmup_ms > 0
+
+
+def test_a_large_batch_is_split_across_the_cores_with_the_same_result(
+        model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    values, last = inputs(700)
+    single = OnnxForecaster(model_dir, RuntimeOptions(provider="cpu", intra_op_threads=1))
+    assert single.describe()["parallel_calls"] == 1
+    monkeypatch.setattr("model.runtime.available_cpus", lambda: 3)
+    split = OnnxForecaster(model_dir, RuntimeOptions(provider="cpu"))  # automatic threads
+    assert split.describe()["parallel_calls"] == 3
+    np.testing.assert_allclose(split.forecast(values, last), single.forecast(values, last),
+                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(split.forecast(values[:5], last[:5]),  # too few to split
+                               single.forecast(values[:5], last[:5]), rtol=1e-5, atol=1e-5)
+
+
+def test_available_cpus_follow_a_cgroup_limit(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(16)))
+    limit = tmp_path / "cpu.max"
+    assert available_cpus(limit) == 16  # no cgroup file
+    limit.write_text("max 100000\n")
+    assert available_cpus(limit) == 16
+    limit.write_text("250000 100000\n")  # limits.cpu: 2500m
+    assert available_cpus(limit) == 3
+    limit.write_text("50000 100000\n")
+    assert available_cpus(limit) == 1
 
 
 def test_auto_prefers_cuda_only_when_present() -> None:

@@ -320,14 +320,24 @@ def test_metrics_exposition(model_dir: Path, tmp_path: Path) -> None:
     run(go())
 
 
+def slow_down(client: httpx.AsyncClient, seconds: float) -> None:
+    """Make every model call of the running app take at least ``seconds``."""
+    model = client.app.state.service.model
+    healthy = model.forecast
+
+    def slow(*args, **kwargs):
+        time.sleep(seconds)
+        return healthy(*args, **kwargs)
+
+    model.forecast = slow
+
+
 def test_a_late_model_gives_a_flagged_seasonal_naive_fallback(model_dir: Path,
                                                                tmp_path: Path) -> None:
     async def go() -> None:
-        # The batcher waits 200 ms for a batch to fill: longer than the 50 ms budget.
-        desc = descriptor(tmp_path, model_dir, latencyBudgetMs=50,
-                          batching={"maxBatchSize": 64, "maxQueueDelayMs": 200,
-                                    "maxQueueSize": 1024})
+        desc = descriptor(tmp_path, model_dir, latencyBudgetMs=50)
         async with running(desc) as client:
+            slow_down(client, 0.2)  # a model call longer than the 50 ms budget
             values = series(8 * 24)
             answer = (await client.post("/v1/forecast", json=body(values=values))).json()
             assert answer["source"] == "fallback" and answer["reason"] == "timeout"
@@ -349,14 +359,7 @@ def test_a_queue_too_long_for_the_budget_falls_back_without_waiting(
                           batching={"maxBatchSize": 1, "maxQueueDelayMs": 0,
                                     "maxQueueSize": 1024})
         async with running(desc) as client:
-            model = client.app.state.service.model
-            healthy = model.forecast
-
-            def slow(*args, **kwargs):  # 25 ms a call: two queued ahead already miss 60 ms
-                time.sleep(0.025)
-                return healthy(*args, **kwargs)
-
-            model.forecast = slow
+            slow_down(client, 0.025)  # 25 ms a call: two queued ahead already miss 60 ms
             assert (await client.post("/v1/forecast", json=body())).json()["source"] == "model"
             answers = await asyncio.gather(
                 *[client.post("/v1/forecast", json=body(cell_id=f"c{i}")) for i in range(4)])
@@ -390,11 +393,11 @@ def test_a_failing_model_falls_back_and_keeps_serving(model_dir: Path, tmp_path:
 def test_once_answers_run_late_the_excess_is_shed_with_503(model_dir: Path,
                                                             tmp_path: Path) -> None:
     async def go() -> None:
-        # Batches wait 100 ms to fill against a 20 ms budget: every answer is late.
         desc = descriptor(tmp_path, model_dir, latencyBudgetMs=20,
-                          batching={"maxBatchSize": 64, "maxQueueDelayMs": 100,
+                          batching={"maxBatchSize": 64, "maxQueueDelayMs": 2,
                                     "maxQueueSize": 64})
         async with running(desc) as client:
+            slow_down(client, 0.1)  # model calls of 100 ms against a 20 ms budget: all late
             reasons = [  # the in-flight limit closes from 64 towards its floor
                 (await client.post("/v1/forecast", json=body(cell_id=f"w{i}"))).json()["reason"]
                 for i in range(40)
@@ -422,12 +425,16 @@ def test_a_full_queue_sheds_with_503(model_dir: Path, tmp_path: Path) -> None:
                           batching={"maxBatchSize": 8, "maxQueueDelayMs": 300,
                                     "maxQueueSize": 4})
         async with running(desc) as client:
+            slow_down(client, 0.3)
             items = [body(cell_id=f"c{i}") for i in range(5)]
-            waiting = asyncio.create_task(client.post("/v1/forecast", json=body()))
-            await asyncio.sleep(0.05)  # the single request now waits for its batch to fill
+            running_call = asyncio.create_task(client.post("/v1/forecast", json=body()))
+            await asyncio.sleep(0.05)  # that one is in the model now; the next one queues
+            waiting = asyncio.create_task(client.post("/v1/forecast", json=body(cell_id="w")))
+            await asyncio.sleep(0.05)
             response = await client.post("/v1/forecast/batch", json={"items": items})
             assert response.status_code == 503 and response.json()["reason"] == "queue_full"
             assert response.headers["retry-after"] == "3"
+            assert (await running_call).status_code == 200
             assert (await waiting).status_code == 200
 
     run(go())

@@ -73,6 +73,31 @@ def test_the_batcher_merges_a_burst_and_answers_each_its_own() -> None:
     asyncio.run(go())
 
 
+def test_a_lone_request_does_not_wait_out_the_queue_delay() -> None:
+    async def go() -> None:
+        model = CountingModel()
+        batcher = DynamicBatcher(lambda: model, Metrics(0.1, 8), max_batch_size=8,
+                                 max_queue_delay_s=5.0, max_queue_size=100)
+        task = asyncio.create_task(batcher.run())
+        one = np.ones((1, 4), np.float32)
+        await asyncio.wait_for(batcher.submit(one, pd.DatetimeIndex([T0])), 1.0)
+
+        async def trickle() -> list:  # one request per pass of the event loop
+            futures = []
+            for _ in range(6):
+                futures.append(batcher.submit(one, pd.DatetimeIndex([T0])))
+                await asyncio.sleep(0)
+            return await asyncio.gather(*futures)
+
+        await asyncio.wait_for(trickle(), 1.0)
+        assert model.batches[0] == 1  # alone: it left at once, not after 5 s
+        assert sum(model.batches[1:]) == 6 and len(model.batches) <= 3  # they joined up
+        task.cancel()
+        batcher.close()
+
+    asyncio.run(go())
+
+
 def test_the_batcher_bounds_its_queue_and_skips_abandoned_requests() -> None:
     async def go() -> None:
         model = CountingModel()
@@ -95,15 +120,24 @@ def test_the_batcher_bounds_its_queue_and_skips_abandoned_requests() -> None:
 def test_the_concurrency_limit_shrinks_on_late_answers_and_grows_back() -> None:
     from xapp.overload import MIN_LIMIT, ConcurrencyLimit
 
-    limit = ConcurrencyLimit(initial=4, maximum=10)
-    assert all(limit.try_acquire() for _ in range(4)) and not limit.try_acquire()
-    for _ in range(4):
-        limit.release(seconds=0.5, budget_s=0.1)  # all late
-    assert limit.limit == pytest.approx(4 * 0.9**4) and limit.in_flight == 0
-    for _ in range(50):
-        limit.release(seconds=0.5, budget_s=0.1) if limit.try_acquire() else None
+    limit = ConcurrencyLimit(initial=8, maximum=10)
+    assert all(limit.try_acquire() for _ in range(8)) and not limit.try_acquire()
+    for _ in range(8):  # late together, for one cause: one cut
+        limit.release(arrival=0.0, seconds=0.5, budget_s=0.1)
+    assert limit.limit == pytest.approx(8 * 0.9) and limit.in_flight == 0
+    assert limit.try_acquire()
+    limit.release(arrival=0.0, seconds=0.5, budget_s=0.1)  # in flight at the cut: no cut
+    assert limit.try_acquire()
+    limit.release(arrival=0.1, seconds=0.055, budget_s=0.1)  # neither early nor late
+    assert limit.limit == pytest.approx(8 * 0.9)
+    now = 1.0
+    for _ in range(50):  # late one after another: a cut each
+        assert limit.try_acquire()
+        limit.release(arrival=now, seconds=0.5, budget_s=0.1)
+        now += 0.5
     assert limit.limit == MIN_LIMIT
     for _ in range(200):
         assert limit.try_acquire()
-        limit.release(seconds=0.01, budget_s=0.1)  # all on time
+        limit.release(arrival=now, seconds=0.01, budget_s=0.1)  # all on time
+        now += 0.01
     assert 10 >= limit.limit > 8

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -76,16 +77,21 @@ def test_serve_without_torch_reloads_config_and_stops_cleanly(tmp_path: Path) ->
 
         # SIGTERM while a request is in flight: it completes, then the process exits 0.
         raw["controls"]["latencyBudgetMs"] = 5000
-        raw["controls"]["batching"] = {"maxBatchSize": 64, "maxQueueDelayMs": 800,
-                                       "maxQueueSize": 1024}
         config.write_text(json.dumps(raw))
         time.sleep(2.5)
+        payload = json.dumps(request).encode()
+
+        def slow_upload() -> Iterator[bytes]:
+            yield payload[:20]
+            time.sleep(0.6)  # the signal comes while the body is on its way
+            yield payload[20:]
+
         answers: list[httpx.Response] = []
-        inflight = threading.Thread(
-            target=lambda: answers.append(httpx.post(f"{url}/v1/forecast", json=request,
-                                                     timeout=10)))
+        inflight = threading.Thread(target=lambda: answers.append(httpx.post(
+            f"{url}/v1/forecast", content=slow_upload(), timeout=10,
+            headers={"content-type": "application/json"})))
         inflight.start()
-        time.sleep(0.3)  # the request now waits in the batcher for its batch to fill
+        time.sleep(0.3)
         process.send_signal(signal.SIGTERM)
         inflight.join(10)
         assert process.wait(timeout=30) == 0

@@ -337,7 +337,8 @@ def add_runtime_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--provider", choices=["auto", "cuda", "cpu"], default="auto",
                         help="ONNX Runtime execution provider (auto: CUDA when available)")
     parser.add_argument("--threads", type=non_negative_int, default=0,
-                        help="ONNX Runtime intra-op threads (default 0: one per core)")
+                        help="ONNX Runtime intra-op threads per call (default 0: one, and a large "
+                        "batch split across the CPUs)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import functools
 import logging
 import math
 import time
@@ -262,18 +263,24 @@ def _add_ric_routes(app: FastAPI, service: Service) -> None:
 
 
 def _series(body: SeriesIn, step: pd.Timedelta) -> tuple[np.ndarray, pd.Timestamp]:
-    values = np.array([np.nan if v is None else v for v in body.values], np.float32)
+    values = np.array(body.values, np.float32)  # None becomes NaN
     last = pd.Timestamp(body.start) + (len(values) - 1) * step
     return values, last
 
 
 def _points(answer: Answer, row: int, last: dt.datetime, step: dt.timedelta) -> list[dict]:
     rows = np.round(answer.quantiles[row].astype(np.float64), 4).tolist()
+    stamps = _timestamps(last, step, len(rows))
     return [
-        {"timestamp": (last + (k + 1) * step).isoformat(),
-         **dict(zip(answer.names, values, strict=True))}
-        for k, values in enumerate(rows)
+        {"timestamp": stamp, **dict(zip(answer.names, values, strict=True))}
+        for stamp, values in zip(stamps, rows, strict=True)
     ]
+
+
+@functools.lru_cache(maxsize=256)
+def _timestamps(last: dt.datetime, step: dt.timedelta, horizon: int) -> tuple[str, ...]:
+    """The forecast steps' ISO timestamps: the same few windows are asked for all hour long."""
+    return tuple((last + (k + 1) * step).isoformat() for k in range(horizon))
 
 
 def _response(cell_id: str, answer: Answer, row: int, last: dt.datetime, step: dt.timedelta,

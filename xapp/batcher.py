@@ -1,5 +1,6 @@
-"""Dynamic batching of forecast requests, Triton-style: a batch starts when it is full or when
-its first request has waited ``max_queue_delay``, whichever comes first.
+"""Dynamic batching of forecast requests, Triton-style: a batch starts when it is full, when
+its first request has waited ``max_queue_delay``, or as soon as no more requests are on their
+way, whichever comes first. While a batch runs, newcomers queue and leave together as the next.
 
 Concurrent single-cell requests arrive in bursts; one model call for a burst costs little more
 than one for a single cell, so batching is what keeps the tail latency inside the budget. The
@@ -25,6 +26,8 @@ from model.runtime import OnnxForecaster
 from xapp.metrics import Metrics
 
 log = logging.getLogger(__name__)
+
+LOOP_PASSES = 2
 
 
 class QueueFull(Exception):
@@ -115,14 +118,17 @@ class DynamicBatcher:
                     await self._run_batch(loop, jobs)
 
     async def _fill(self, start_by: float) -> None:
-        while self.depth < self.max_batch_size:
-            remaining = start_by - time.monotonic()
-            if remaining <= 0:
-                return
-            self._arrived.clear()
-            try:
-                await asyncio.wait_for(self._arrived.wait(), remaining)
-            except TimeoutError:
+        """Hold the batch open while requests keep joining it, until it is full or its first
+        request has waited ``max_queue_delay``. A pass of the event loop that brings no new
+        request ends the wait: requests not yet read from their sockets would come too late
+        to join, and meanwhile the model would sit idle while callers wait."""
+        while self.depth < self.max_batch_size and time.monotonic() < start_by:
+            depth = self.depth
+            # One pass reads what has reached the sockets, the next runs those requests'
+            # handlers up to their submit().
+            for _ in range(LOOP_PASSES):
+                await asyncio.sleep(0)
+            if self.depth == depth:
                 return
 
     def _take(self) -> list[_Job]:
