@@ -223,7 +223,7 @@ def markdown(table: pd.DataFrame) -> str:
             "batch_64_per_s"),
         row(f"forecasts per second, `GET /v1/cells/{{id}}/forecast`, {IN_FLIGHT} in flight",
             "single_per_s"),
-        row("one cell's forecast alone, p50 (with the 2 ms batching wait)", "single_p50_ms",
+        row("one cell's forecast alone, p50", "single_p50_ms",
             " ms", 2),
         row("one cell's forecast alone, p99", "single_p99_ms", " ms", 2),
         "",
