@@ -185,6 +185,22 @@ def test_redis_keys_follow_sdl_namespacing_and_a_second_grid_is_refused(redis_po
     assert keys == ["{sdl-keys},cell:cell-7", "{sdl-keys},cells", "{sdl-keys},grid"]
 
 
+def test_redis_refuses_a_second_kpi_while_cells_of_the_first_are_held(redis_port: int) -> None:
+    async def go() -> None:
+        namespace = settings(redis_port, namespace="sdl-kpi")
+        store = await RedisHistory.open(namespace, "1h", 4, kpi="traffic")
+        await store.put("cell-7", T0, 5.0)
+        await store.close()
+        with pytest.raises(HistoryError, match="holds 1 cells of traffic, not prb_util"):
+            await RedisHistory.open(namespace, "1h", 4, kpi="prb_util")
+        # The same KPI (a restart, another replica) shares the cells.
+        again = await RedisHistory.open(namespace, "1h", 4, kpi="traffic")
+        assert await again.count() == 1
+        await again.close()
+
+    asyncio.run(go())
+
+
 def test_redis_address_comes_from_the_dbaas_variables_and_an_absent_server_is_unavailable(
         tmp_path: Path) -> None:
     unset = HistoryStore(backend="redis")

@@ -461,6 +461,30 @@ def test_not_ready_is_503_and_a_bad_reload_keeps_the_old_model(model_dir: Path,
     run(go())
 
 
+def test_a_model_of_another_kpi_is_refused_while_history_of_this_one_is_held(
+        model_dir: Path, tmp_path: Path) -> None:
+    other = make_model(tmp_path / "prb", version="prb")
+    meta = json.loads((other / "metadata.json").read_text())
+    (other / "metadata.json").write_text(json.dumps({**meta, "target": "prb_util"}))
+
+    async def go() -> None:
+        async with running(descriptor(tmp_path, model_dir)) as client:
+            history = {"start": START, "freq": "1h", "values": [3.0] * 5}
+            assert (await client.post("/v1/cells/c9/history", json=history)).status_code == 200
+            response = await client.post("/v1/model/reload", json={"model_dir": str(other)})
+            assert response.status_code == 422
+            error = response.json()["error"]
+            assert "model KPI prb_util differs from the kpi history held for 1 cells" in error
+            assert (await client.get("/v1/model")).json()["model_version"] == "test"
+
+        # With no history held the other KPI's model loads, and its history starts empty.
+        async with running(descriptor(tmp_path / "fresh", model_dir)) as client:
+            response = await client.post("/v1/model/reload", json={"model_dir": str(other)})
+            assert response.status_code == 200 and response.json()["model_version"] == "prb"
+
+    run(go())
+
+
 def test_reload_under_load_never_fails_a_request(model_dir: Path, tmp_path: Path) -> None:
     newer = make_model(tmp_path / "newer", version="newer")
 

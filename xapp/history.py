@@ -93,15 +93,17 @@ class _Ring:
 
 
 class History:
-    """What every store does, on one grid: ``freq`` steps, ``length`` steps per cell."""
+    """What every store does, on one grid: ``freq`` steps, ``length`` steps per cell, of one
+    ``kpi`` (the served model's target; None where the caller names none)."""
 
     def __init__(self, freq: str, length: int, max_cells: int = 100_000,
-                 aggregate: Aggregate = "mean") -> None:
+                 aggregate: Aggregate = "mean", kpi: str | None = None) -> None:
         self.step = pd.Timedelta(pd.tseries.frequencies.to_offset(freq))
         self.freq = freq
         self.length = length
         self.max_cells = max_cells
         self.aggregate = aggregate
+        self.kpi = kpi
 
     async def put(self, cell_id: str, timestamp: pd.Timestamp, value: float) -> bool:
         """Store one report; False when it is older than the window or a repeat."""
@@ -177,8 +179,8 @@ class MemoryHistory(History):
     """The single-node store. Thread-safe: ingestion and the REST routes run concurrently."""
 
     def __init__(self, freq: str, length: int, max_cells: int = 100_000,
-                 aggregate: Aggregate = "mean") -> None:
-        super().__init__(freq, length, max_cells, aggregate)
+                 aggregate: Aggregate = "mean", kpi: str | None = None) -> None:
+        super().__init__(freq, length, max_cells, aggregate, kpi)
         self._cells: dict[str, _Ring] = {}
         self._lock = threading.Lock()
 

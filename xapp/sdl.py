@@ -123,18 +123,19 @@ class RedisHistory(History):
     """The shared store: the same contract as ``MemoryHistory``, held in Redis."""
 
     def __init__(self, client: aioredis.Redis, namespace: str, freq: str, length: int,
-                 max_cells: int = 100_000, aggregate: Aggregate = "mean") -> None:
-        super().__init__(freq, length, max_cells, aggregate)
+                 max_cells: int = 100_000, aggregate: Aggregate = "mean",
+                 kpi: str | None = None) -> None:
+        super().__init__(freq, length, max_cells, aggregate, kpi)
         self._redis = client
         self._prefix = f"{{{namespace}}},"
         self._script = client.register_script(_WRITE)
 
     @classmethod
     async def open(cls, settings: HistoryStore, freq: str, length: int,
-                   aggregate: Aggregate = "mean",
+                   aggregate: Aggregate = "mean", kpi: str | None = None,
                    environ: Mapping[str, str] = os.environ) -> RedisHistory:
-        """Connect and claim the namespace's grid; HistoryError when it holds cells on another
-        grid, HistoryUnavailable when Redis does not answer."""
+        """Connect and claim the namespace's grid and KPI; HistoryError when it holds cells
+        on another grid or of another KPI, HistoryUnavailable when Redis does not answer."""
         host, port = address(settings, environ)
         timeout = settings.timeout_ms / 1000.0
         client = aioredis.Redis(
@@ -144,7 +145,7 @@ class RedisHistory(History):
             retry=Retry(ExponentialBackoff(cap=timeout, base=0.01), retries=2),
             retry_on_error=[RedisConnectionError, RedisTimeoutError],
         )
-        store = cls(client, settings.namespace, freq, length, settings.max_cells, aggregate)
+        store = cls(client, settings.namespace, freq, length, settings.max_cells, aggregate, kpi)
         try:
             await store._claim_grid()
         except BaseException:
@@ -162,16 +163,24 @@ class RedisHistory(History):
         step = str(self.step.value)
         async with self._errors("opening the history"):
             grid = self._key("grid")
-            held = await self._redis.hget(grid, "step_ns")
-            if held is not None and held.decode() != step:
-                cells = await self._redis.scard(self._key("cells"))
-                if cells:
-                    other = pd.Timedelta(int(held))
-                    raise HistoryError(
-                        f"the shared history {self._prefix[:-1]} holds {cells} cells on a "
-                        f"{other} grid, not {self.step}: serve a model with that step, or use "
-                        "another historyStore.namespace")
-            await self._redis.hset(grid, "step_ns", step)
+            held_step, held_kpi = await self._redis.hmget(grid, ["step_ns", "kpi"])
+            other_step = held_step is not None and held_step.decode() != step
+            other_kpi = (held_kpi is not None and self.kpi is not None
+                         and held_kpi.decode() != self.kpi)
+            cells = await self._redis.scard(self._key("cells")) if other_step or other_kpi else 0
+            if cells and other_step:
+                other = pd.Timedelta(int(held_step))
+                raise HistoryError(
+                    f"the shared history {self._prefix[:-1]} holds {cells} cells on a "
+                    f"{other} grid, not {self.step}: serve a model with that step, or use "
+                    "another historyStore.namespace")
+            if cells and other_kpi:
+                raise HistoryError(
+                    f"the shared history {self._prefix[:-1]} holds {cells} cells of "
+                    f"{held_kpi.decode()}, not {self.kpi}: serve a model of that KPI, or use "
+                    "another historyStore.namespace")
+            claim = {"step_ns": step} | ({"kpi": self.kpi} if self.kpi is not None else {})
+            await self._redis.hset(grid, mapping=claim)
 
     async def _write_cells(self, items: list[tuple[str, list[tuple[int, float]]]]
                            ) -> list[int | HistoryError]:

@@ -137,18 +137,24 @@ class Service:
         return forecaster
 
     async def _history_for(self, model_dir: str, model: OnnxForecaster) -> None:
-        """Keep the history if it is on the model's grid, else open one that is; refuse the
-        model (ArtifactError) when history is held on another grid."""
-        freq = model.metadata.freq
-        if self.history is not None and self.history.freq == freq:
+        """Keep the history if it is on the model's grid and of its KPI, else open one that
+        is; refuse the model (ArtifactError) when history is held on another grid or of
+        another KPI: forecasting one KPI from another's values would be silently wrong."""
+        freq, kpi = model.metadata.freq, model.metadata.target
+        held_freq, held_kpi = (self.history.freq, self.history.kpi) if self.history else (
+            None, None)
+        if held_freq == freq and held_kpi == kpi:
             return
         if self.history is not None and (held := await self.history.count()):
-            raise ArtifactError(f"{model_dir}: model frequency {freq} differs from the "
-                                f"{self.history.freq} history held for {held} cells")
-        source = self.controls.e2.kpis.get(model.metadata.target)
+            if held_freq != freq:
+                raise ArtifactError(f"{model_dir}: model frequency {freq} differs from the "
+                                    f"{held_freq} history held for {held} cells")
+            raise ArtifactError(f"{model_dir}: model KPI {kpi} differs from the {held_kpi} "
+                                f"history held for {held} cells")
+        source = self.controls.e2.kpis.get(kpi)
         try:
             store = await open_history(self.controls, freq,
-                                       source.aggregate if source else "mean")
+                                       source.aggregate if source else "mean", kpi)
         except HistoryError as exc:
             raise ArtifactError(f"{model_dir}: {exc}") from None
         old, self.history = self.history, store
@@ -349,12 +355,13 @@ class Service:
             await self.history.close()
 
 
-async def open_history(controls: Controls, freq: str, aggregate: Aggregate) -> History:
-    """The store the controls pick, on the model's grid."""
+async def open_history(controls: Controls, freq: str, aggregate: Aggregate,
+                       kpi: str) -> History:
+    """The store the controls pick, on the model's grid, for the model's KPI."""
     settings = controls.history_store
     if settings.backend == "memory":
-        return MemoryHistory(freq, controls.history_length, settings.max_cells, aggregate)
-    return await RedisHistory.open(settings, freq, controls.history_length, aggregate)
+        return MemoryHistory(freq, controls.history_length, settings.max_cells, aggregate, kpi)
+    return await RedisHistory.open(settings, freq, controls.history_length, aggregate, kpi)
 
 
 def _log_store_wait(state: RetryCallState) -> None:
