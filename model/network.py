@@ -11,7 +11,6 @@ model needs nothing but the calendar features from the caller.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -158,10 +157,10 @@ class Forecaster(nn.Module):
                 block.attn.attention = kind
         self.cfg.attention = kind
 
-    def _tokens(
+    def _normalised(
         self, values: torch.Tensor, calendar: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Patch tokens, the normalised context, and each window's mean and scale [B, 1, 1]."""
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Member outputs [K, B, H, Q] in units of each window's scale, with its mean/scale."""
         filled, mean, scale, mask = instance_stats(values)
         normed = (filled - mean) / scale * mask
         batch, n_patches, patch = values.shape[0], self.cfg.n_patches, self.cfg.patch_len
@@ -173,24 +172,19 @@ class Forecaster(nn.Module):
             ],
             dim=-1,
         )
-        return tokens, normed, mean.unsqueeze(-1), scale.unsqueeze(-1)
+        outputs = torch.stack([member(tokens, normed) for member in self.members])
+        return outputs, mean.unsqueeze(-1), scale.unsqueeze(-1)
 
     def forward(self, values: torch.Tensor, calendar: torch.Tensor,
-                shares: Sequence[int] | None = None) -> torch.Tensor | list[torch.Tensor]:
+                members: bool = False) -> torch.Tensor:
         """values [B, context] (NaN = missing), calendar [B, context, 4] -> [B, horizon, Q].
 
-        With ``shares`` (one size per member, summing to B) the batch is cut into consecutive
-        parts and member k forecasts part k alone: a list of [shares[k], horizon, Q]. That is
-        what training fits (a forward call, so DistributedDataParallel sees it): each member
-        learns from windows of its own, so the members differ by more than their
-        initialisation and their average gains more.
+        With ``members`` it returns each member's own forecast [K, B, H, Q] instead: what
+        training fits, member by member (a forward call, so DistributedDataParallel sees it).
         """
-        tokens, normed, mean, scale = self._tokens(values, calendar)
-        if shares is not None:
-            parts = zip(self.members, tokens.split(list(shares)), normed.split(list(shares)),
-                        mean.split(list(shares)), scale.split(list(shares)), strict=True)
-            return [F.relu(member(t, n) * s + m) for member, t, n, m, s in parts]
-        outputs = torch.stack([member(tokens, normed) for member in self.members])
+        outputs, mean, scale = self._normalised(values, calendar)
+        if members:
+            return F.relu(outputs * scale + mean)
         # Averaging ordered quantiles keeps them ordered; so does a widening calibration.
         combined = outputs.mean(dim=0) + self.calibration
         # KPIs are non-negative; relu keeps the quantile order.

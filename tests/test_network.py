@@ -92,28 +92,13 @@ def test_ensemble_forecast_is_the_mean_of_its_members() -> None:
     network = make(ensemble=3)
     values, calendar = inputs(8)
     with torch.no_grad():
-        # The same eight windows as every member's share: each member's own forecast of them.
-        parts = network(values.repeat(3, 1), calendar.repeat(3, 1, 1), shares=[8, 8, 8])
+        members = network(values, calendar, members=True)
         combined = network(values, calendar)
-    members = torch.stack(parts)
     assert members.shape == (3, 8, 12, 3)
     assert not torch.allclose(members[0], members[1])  # independently initialised
     # Members are averaged before the final clipping at zero: equal where nothing is clipped.
     unclipped = (members > 0).all(dim=0)
     torch.testing.assert_close(combined[unclipped], members.mean(dim=0)[unclipped])
-
-
-def test_each_member_forecasts_only_its_own_share() -> None:
-    network = make(ensemble=3)
-    values, calendar = inputs(8)
-    with torch.no_grad():
-        every = network(values.repeat(3, 1), calendar.repeat(3, 1, 1), shares=[8, 8, 8])
-        # An empty share happens under data parallelism, when a rank holds none of a
-        # member's windows.
-        first, second, third = network(values, calendar, shares=[5, 0, 3])
-    torch.testing.assert_close(first, every[0][:5])
-    assert second.shape == (0, 12, 3)
-    torch.testing.assert_close(third, every[2][5:])
 
 
 def test_patch_length_follows_the_context() -> None:

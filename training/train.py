@@ -31,7 +31,7 @@ class TrainConfig:
     max_minutes: float = 5.0
     max_epochs: int = 60
     steps_per_epoch: int = 100
-    batch_size: int = 256  # windows per ensemble member per step
+    batch_size: int = 256
     learning_rate: float = 1e-3
     weight_decay: float = 1e-4
     patience: int = 3  # the EMA and the best epoch kept make a longer wait buy nothing on Milan
@@ -52,7 +52,7 @@ class TrainResult:
     validation_windows: int
     validation_start: int  # first step whose values only validation windows forecast
     curve: list[tuple[float, float]] = field(default_factory=list)  # (train, validation)
-    samples_per_second: float = 0.0  # windows per member per second of optimiser steps, all ranks
+    samples_per_second: float = 0.0  # training windows per second of optimiser steps, all ranks
 
 
 def validation_steps(n_steps: int, horizon: int, fraction: float) -> int:
@@ -60,30 +60,23 @@ def validation_steps(n_steps: int, horizon: int, fraction: float) -> int:
 
 
 def _terms(
-    model: torch.nn.Module, batch: tuple[np.ndarray, ...], quantiles: torch.Tensor
+    model: torch.nn.Module, batch: tuple[np.ndarray, ...], quantiles: torch.Tensor,
+    members: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Summed pinball loss of the ensemble's forecast of ``batch`` and its number of terms."""
-    values, calendar, target = to_tensors(batch, quantiles.device)
-    _, _, scale, _ = instance_stats(values)
-    with mixed_precision(quantiles.device):
-        forecast = model(values, calendar).float()
-    return pinball_terms(forecast, target, quantiles, scale)
+    """Summed pinball loss of ``batch`` and its number of terms.
 
-
-def _member_terms(
-    model: torch.nn.Module, batch: tuple[np.ndarray, ...], shares: list[int],
-    quantiles: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Summed pinball loss [K] of each member on its own share of ``batch``, and the number
-    of terms [K] of each: in training every member fits its own windows."""
-    values, calendar, target = to_tensors(batch, quantiles.device)
+    In training each ensemble member fits on its own (``members``), so the members stay
+    diverse and their average gains; their sums are averaged.
+    """
+    device = quantiles.device
+    values, calendar, target = to_tensors(batch, device)
     _, _, scale, _ = instance_stats(values)
-    with mixed_precision(quantiles.device):
-        forecasts = model(values, calendar, shares=shares)
-    terms = [pinball_terms(forecast.float(), part_target, quantiles, part_scale)
-             for forecast, part_target, part_scale
-             in zip(forecasts, target.split(shares), scale.split(shares), strict=True)]
-    return torch.stack([total for total, _ in terms]), torch.stack([count for _, count in terms])
+    with mixed_precision(device):
+        forecast = model(values, calendar, members=members).float()
+    if not members:
+        return pinball_terms(forecast, target, quantiles, scale)
+    terms = [pinball_terms(member, target, quantiles, scale) for member in forecast]
+    return torch.stack([total for total, _ in terms]).mean(), terms[0][1]
 
 
 def split_windows(
@@ -193,25 +186,15 @@ def train(
         losses = []
         for _ in range(steps_per_epoch):
             tick = time.monotonic()
-            # Each member draws its own windows: members fitted on one shared draw came out
-            # nearly alike, and their average gained little over any one of them.
-            draws = rng.integers(0, len(train_pairs), (model_cfg.ensemble, cfg.batch_size))
-            parts = [train_pairs.take(draw) for draw in draws]
+            picked = train_pairs.take(rng.integers(0, len(train_pairs), cfg.batch_size))
             weight = 1.0
-            if not any(len(part) for part in parts):  # none of it is ours: join in anyway
-                parts, weight = [train_pairs.local[:1]] * model_cfg.ensemble, 0.0
-            shares = [len(part) for part in parts]
-            totals, counts = _member_terms(model, windows.batch(np.concatenate(parts)), shares,
-                                           quantiles)
-            pooled = group.sum([*(weight * totals.detach().cpu().numpy()),
-                                *(weight * counts.cpu().numpy())])
-            pooled_totals = pooled[: model_cfg.ensemble]
-            pooled_counts = np.maximum(pooled[model_cfg.ensemble :], 1.0)
-            # Each rank's share of every member's global mean, averaged over the members;
-            # DDP averages over ranks, hence the world.
-            factors = weight * group.world / (model_cfg.ensemble * pooled_counts)
-            loss = (totals * torch.as_tensor(factors, dtype=totals.dtype,
-                                             device=totals.device)).sum()
+            if len(picked) == 0:  # no part of this batch is ours: join the reduction anyway
+                picked, weight = train_pairs.local[:1], 0.0
+            total, count = _terms(model, windows.batch(picked), quantiles, members=True)
+            pooled_total, pooled_count = group.sum(
+                [weight * total.item(), weight * count.item()])
+            # Each rank's share of the global mean; DDP averages over ranks, hence the world.
+            loss = total * (weight * group.world / max(pooled_count, 1.0))
             optimiser.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(network.parameters(), 1.0)
@@ -219,7 +202,7 @@ def train(
             if averaged is not None:
                 averaged.update_parameters(network)
             step_seconds += time.monotonic() - tick
-            losses.append(float(np.mean(pooled_totals / pooled_counts)))
+            losses.append(pooled_total / max(pooled_count, 1.0))
             bar.update(1)
             bar.set_postfix(loss=f"{losses[-1]:.4f}", val=f"{best_loss:.4f}", epoch=epoch)
         val_loss = evaluate_loss(kept, windows, val_pairs, quantiles, cfg.batch_size * 8, group)
@@ -285,7 +268,8 @@ def evaluate_loss(
     total, count = 0.0, 0.0
     for start in range(0, len(pairs.local), batch_size):
         chunk = pairs.local[start : start + batch_size]
-        chunk_total, chunk_count = _terms(network, windows.batch(chunk), quantiles)
+        chunk_total, chunk_count = _terms(network, windows.batch(chunk), quantiles,
+                                          members=False)
         total += chunk_total.item()
         count += chunk_count.item()
     pooled_total, pooled_count = (group or Group()).sum([total, count])
