@@ -80,8 +80,19 @@ def make_task(dataset: str, protocol: str, seed: int) -> Task:
                 proto.context_days * day, horizon, spec.budget_s, seed)
 
 
+def our_code() -> str:
+    """sha256 of our model's and training's sources: after a change there, ours is another
+    model and its kept results are stale."""
+    digest = hashlib.sha256()
+    for path in sorted([*(ROOT / "model").glob("*.py"), *(ROOT / "training").glob("*.py")]):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
 def task_key(task: Task, model: str) -> str:
-    """What a cached result depends on: data, folds, model, seed, budget and library versions."""
+    """What a cached result depends on: data, folds, model (our own code, for ours), seed,
+    budget and library versions."""
     versions = {}
     for name in LIBRARIES:
         try:
@@ -95,6 +106,8 @@ def task_key(task: Task, model: str) -> str:
     }
     if model in STEP_SECONDS:  # a deep peer's step budget
         parts["step_seconds"] = STEP_SECONDS[model]
+    if model == OURS:
+        parts["code"] = our_code()
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -205,6 +218,8 @@ def score(task: Task, outcomes: dict[str, Outcome]) -> tuple[pd.DataFrame, pd.Da
 def verdict(table: pd.DataFrame) -> list[str]:
     """Issue 7's targets, checked on one protocol's table."""
     others = table.drop(index=OURS)
+    if others.empty:
+        return ["- no peer result is kept for this protocol: run without `--models`"]
     deep = [m for m in DEEP if m in table.index]
     lines = []
     for metric in ("mae", "mase"):
@@ -290,6 +305,9 @@ def main(argv: list[str] | None = None) -> int:
             task = make_task(dataset, protocol, args.seed)
             print(f"{dataset} / {protocol}", flush=True)
             outcomes = {m: ensure_result(task, m, args.cache, args.fresh) for m in args.models}
+            # The models not asked for this time join the table with their kept results.
+            outcomes |= {m: kept for m in MODELS if m not in outcomes
+                         and (kept := load_result(args.cache, task, m)) is not None}
             table, folds = score(task, outcomes)
             sections.append((task, table))
             per_fold.append(folds)

@@ -115,6 +115,9 @@ def test_verdict_names_the_best_peer_and_the_ratios() -> None:
     assert lines[1].startswith("- lowest MASE: yes")
     assert "yes (ours 10 s, nhits 20 s)" in lines[2]
     assert lines[3].endswith("yes (20x)")
+    # Our result alone (no peer kept yet): said so, not a crash.
+    [alone] = peers.verdict(table.loc[["kpi-forecast"]])
+    assert "no peer result" in alone
 
 
 def test_kept_results_are_reused_only_for_the_same_task(tmp_path, monkeypatch) -> None:
@@ -141,6 +144,15 @@ def test_kept_results_are_reused_only_for_the_same_task(tmp_path, monkeypatch) -
     monkeypatch.setattr(peers.subprocess, "run", lambda *a, **k: pytest.fail("recomputed"))
     assert peers.ensure_result(t, "mstl", tmp_path, fresh=False).train_s == kept.train_s
     assert calls == ["mstl"]
+
+
+def test_our_kept_result_is_stale_once_our_code_changes(monkeypatch) -> None:
+    t = task()
+    ours, peer = peers.task_key(t, "kpi-forecast"), peers.task_key(t, "mstl")
+    assert peers.task_key(t, "kpi-forecast") == ours  # the same sources, the same key
+    monkeypatch.setattr(peers, "our_code", lambda: "edited")
+    assert peers.task_key(t, "kpi-forecast") != ours
+    assert peers.task_key(t, "mstl") == peer  # a peer's key does not follow our code
 
 
 @pytest.mark.slow
