@@ -141,16 +141,15 @@ class Service:
         is; refuse the model (ArtifactError) when history is held on another grid or of
         another KPI: forecasting one KPI from another's values would be silently wrong."""
         freq, kpi = model.metadata.freq, model.metadata.target
-        held_freq, held_kpi = (self.history.freq, self.history.kpi) if self.history else (
-            None, None)
-        if held_freq == freq and held_kpi == kpi:
+        held = self.history
+        if held is not None and held.freq == freq and held.kpi == kpi:
             return
-        if self.history is not None and (held := await self.history.count()):
-            if held_freq != freq:
+        if held is not None and (cells := await held.count()):
+            if held.freq != freq:
                 raise ArtifactError(f"{model_dir}: model frequency {freq} differs from the "
-                                    f"{held_freq} history held for {held} cells")
-            raise ArtifactError(f"{model_dir}: model KPI {kpi} differs from the {held_kpi} "
-                                f"history held for {held} cells")
+                                    f"{held.freq} history held for {cells} cells")
+            raise ArtifactError(f"{model_dir}: model KPI {kpi} differs from the {held.kpi} "
+                                f"history held for {cells} cells")
         source = self.controls.e2.kpis.get(kpi)
         try:
             store = await open_history(self.controls, freq,
