@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 
 import numpy as np
 import pandas as pd
@@ -56,63 +58,63 @@ class CountingModel:
         return np.nansum(history, axis=1)[:, None, None].repeat(2, axis=1)
 
 
-def test_the_batcher_merges_a_burst_and_answers_each_its_own() -> None:
-    async def go() -> None:
-        model = CountingModel()
-        batcher = DynamicBatcher(lambda: model, Metrics(0.1, 8), max_batch_size=8,
-                                 max_queue_delay_s=0.02, max_queue_size=100)
-        task = asyncio.create_task(batcher.run())
-        futures = [batcher.submit(np.full((1, 4), float(i), np.float32),
-                                  pd.DatetimeIndex([T0])) for i in range(10)]
-        results = await asyncio.gather(*futures)
-        assert [float(r.quantiles[0, 0, 0]) for r in results] == [4.0 * i for i in range(10)]
-        assert model.batches == [8, 2]
+@contextlib.asynccontextmanager
+async def batching(queue_delay_s: float, queue_size: int = 100
+                   ) -> AsyncIterator[tuple[DynamicBatcher, CountingModel]]:
+    """A running batcher (batches of up to 8) over a CountingModel, stopped on exit."""
+    model = CountingModel()
+    batcher = DynamicBatcher(lambda: model, Metrics(0.1, 8), max_batch_size=8,
+                             max_queue_delay_s=queue_delay_s, max_queue_size=queue_size)
+    task = asyncio.create_task(batcher.run())
+    try:
+        yield batcher, model
+    finally:
         task.cancel()
         batcher.close()
+
+
+def test_the_batcher_merges_a_burst_and_answers_each_its_own() -> None:
+    async def go() -> None:
+        async with batching(0.02) as (batcher, model):
+            futures = [batcher.submit(np.full((1, 4), float(i), np.float32),
+                                      pd.DatetimeIndex([T0])) for i in range(10)]
+            results = await asyncio.gather(*futures)
+            assert [float(r.quantiles[0, 0, 0]) for r in results] == [4.0 * i for i in range(10)]
+            assert model.batches == [8, 2]
 
     asyncio.run(go())
 
 
 def test_a_lone_request_does_not_wait_out_the_queue_delay() -> None:
     async def go() -> None:
-        model = CountingModel()
-        batcher = DynamicBatcher(lambda: model, Metrics(0.1, 8), max_batch_size=8,
-                                 max_queue_delay_s=5.0, max_queue_size=100)
-        task = asyncio.create_task(batcher.run())
-        one = np.ones((1, 4), np.float32)
-        await asyncio.wait_for(batcher.submit(one, pd.DatetimeIndex([T0])), 1.0)
+        async with batching(5.0) as (batcher, model):
+            one = np.ones((1, 4), np.float32)
+            await asyncio.wait_for(batcher.submit(one, pd.DatetimeIndex([T0])), 1.0)
 
-        async def trickle() -> list:  # one request per pass of the event loop
-            futures = []
-            for _ in range(6):
-                futures.append(batcher.submit(one, pd.DatetimeIndex([T0])))
-                await asyncio.sleep(0)
-            return await asyncio.gather(*futures)
+            async def trickle() -> list:  # one request per pass of the event loop
+                futures = []
+                for _ in range(6):
+                    futures.append(batcher.submit(one, pd.DatetimeIndex([T0])))
+                    await asyncio.sleep(0)
+                return await asyncio.gather(*futures)
 
-        await asyncio.wait_for(trickle(), 1.0)
-        assert model.batches[0] == 1  # alone: it left at once, not after 5 s
-        assert sum(model.batches[1:]) == 6 and len(model.batches) <= 3  # they joined up
-        task.cancel()
-        batcher.close()
+            await asyncio.wait_for(trickle(), 1.0)
+            assert model.batches[0] == 1  # alone: it left at once, not after 5 s
+            assert sum(model.batches[1:]) == 6 and len(model.batches) <= 3  # they joined up
 
     asyncio.run(go())
 
 
 def test_the_batcher_bounds_its_queue_and_skips_abandoned_requests() -> None:
     async def go() -> None:
-        model = CountingModel()
-        batcher = DynamicBatcher(lambda: model, Metrics(0.1, 8), max_batch_size=8,
-                                 max_queue_delay_s=0.05, max_queue_size=3)
-        task = asyncio.create_task(batcher.run())
-        one = np.ones((1, 4), np.float32)
-        kept = [batcher.submit(one, pd.DatetimeIndex([T0])) for _ in range(3)]
-        with pytest.raises(QueueFull):
-            batcher.submit(one, pd.DatetimeIndex([T0]))
-        kept[0].cancel()  # its caller answered from the fallback
-        await asyncio.gather(*kept[1:])
-        assert model.batches == [2]
-        task.cancel()
-        batcher.close()
+        async with batching(0.05, queue_size=3) as (batcher, model):
+            one = np.ones((1, 4), np.float32)
+            kept = [batcher.submit(one, pd.DatetimeIndex([T0])) for _ in range(3)]
+            with pytest.raises(QueueFull):
+                batcher.submit(one, pd.DatetimeIndex([T0]))
+            kept[0].cancel()  # its caller answered from the fallback
+            await asyncio.gather(*kept[1:])
+            assert model.batches == [2]
 
     asyncio.run(go())
 
