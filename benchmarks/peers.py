@@ -112,7 +112,7 @@ def task_key(task: Task, model: str) -> str:
 
 
 def result_paths(cache: Path, task: Task, model: str) -> tuple[Path, Path]:
-    stem = cache / task.dataset / task.protocol / model
+    stem = cache / task.dataset / task.protocol / f"seed-{task.seed}" / model
     return stem.with_suffix(".npz"), stem.with_suffix(".json")
 
 
@@ -156,7 +156,7 @@ def ensure_result(task: Task, model: str, cache: Path, fresh: bool) -> Outcome:
     if not fresh and (kept := load_result(cache, task, model)) is not None:
         print(f"  {model}: kept result", flush=True)
         return kept
-    log = cache / task.dataset / task.protocol / f"{model}.log"
+    log = result_paths(cache, task, model)[0].with_suffix(".log")
     log.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with log.open("w") as out:
@@ -222,6 +222,9 @@ def verdict(table: pd.DataFrame) -> list[str]:
         return ["- no peer result is kept for this protocol: run without `--models`"]
     deep = [m for m in DEEP if m in table.index]
     lines = []
+    if missing := [m for m in MODELS if m not in table.index]:
+        lines.append(f"- missing, so compared only with the models shown: {', '.join(missing)} "
+                     f"(no kept result for this task: `--models {' '.join(missing)}` runs them)")
     for metric in ("mae", "mase"):
         best = others[metric].idxmin()
         ratio = table.loc[OURS, metric] / others.loc[best, metric]

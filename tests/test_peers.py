@@ -110,7 +110,10 @@ def test_verdict_names_the_best_peer_and_the_ratios() -> None:
         "mae": [1.0, 1.2, 0.9], "mase": [0.5, 0.6, 0.7], "train_s": [10.0, 20.0, 1.0],
         "predict_ms_one": [0.5, 10.0, 100.0],
     }, index=["kpi-forecast", "nhits", "mstl"])
-    lines = peers.verdict(table)
+    missing, *lines = peers.verdict(table)
+    # Models without a kept result are named, not silently left out of the comparison.
+    assert "patchtst" in missing and "nhits" not in missing and "mstl" not in missing
+    assert not peers.verdict(table.reindex(peers.MODELS).fillna(1.0))[0].startswith("- missing")
     assert lines[0].startswith("- lowest MAE: no") and "mstl" in lines[0]
     assert lines[1].startswith("- lowest MASE: yes")
     assert "yes (ours 10 s, nhits 20 s)" in lines[2]
@@ -135,15 +138,19 @@ def test_kept_results_are_reused_only_for_the_same_task(tmp_path, monkeypatch) -
     kept = peers.load_result(tmp_path, t, "mstl")
     assert kept is not None and kept.forecasts.shape == (3, 3, 24, 3)
     assert kept.details["peak_mb"] > 0
-    info = json.loads((tmp_path / "toy/day_ahead/mstl.json").read_text())
+    info = json.loads((tmp_path / "toy/day_ahead/seed-0/mstl.json").read_text())
     assert info["key"] == peers.task_key(t, "mstl")
     # Another seed, other data or another model is another task: nothing kept for it.
     assert peers.load_result(tmp_path, dataclasses.replace(t, seed=1), "mstl") is None
+    # ... and a run with another seed keeps its result beside this one, not over it.
+    peers.run_one("toy", "day_ahead", "mstl", seed=1, cache=tmp_path)
+    assert peers.load_result(tmp_path, dataclasses.replace(t, seed=1), "mstl") is not None
+    assert peers.load_result(tmp_path, t, "mstl") is not None
     assert peers.load_result(tmp_path, t, "nhits") is None
     # A rerun takes the kept result without starting a process.
     monkeypatch.setattr(peers.subprocess, "run", lambda *a, **k: pytest.fail("recomputed"))
     assert peers.ensure_result(t, "mstl", tmp_path, fresh=False).train_s == kept.train_s
-    assert calls == ["mstl"]
+    assert calls == ["mstl", "mstl"]
 
 
 def test_our_kept_result_is_stale_once_our_code_changes(monkeypatch) -> None:
