@@ -15,6 +15,7 @@ from model.artifact import load_metadata
 from model.runtime import OnnxForecaster
 from training.cli import main
 from training.fit import load_network
+from training.train import auto_batch_size
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,12 +52,31 @@ def test_train_writes_a_complete_model_directory(model_dir: Path) -> None:
     assert {"mae", "rmse", "mase", "coverage", "pinball"} <= set(meta["validation"])
     assert meta["libraries"]["torch"].startswith("2.13.0")
     assert meta["onnx"]["attention"] == "onnx-attention"
+    # 6 cells hold too few windows for 100 steps of 256: the batch shrank to suit them.
+    training = meta["training"]
+    assert training["batch_size"] == auto_batch_size(training["train_windows"], 100) < 256
     report = (model_dir / "report.md").read_text()
     for plot in ("forecast_samples", "error_by_step", "error_vs_baselines", "learning_curve"):
         assert f"plots/{plot}.png" in report
         assert (model_dir / "plots" / f"{plot}.png").stat().st_size > 1000
     state = torch.load(model_dir / "weights.pt", weights_only=True)
     assert all(isinstance(v, torch.Tensor) for v in state.values())
+
+
+def test_the_batch_halves_until_a_pass_over_the_windows_takes_100_steps() -> None:
+    assert auto_batch_size(174_000, 100) == 256  # Milan's 281 cells
+    assert auto_batch_size(25_600, 100) == 256
+    assert auto_batch_size(25_599, 100) == 128
+    assert auto_batch_size(11_867, 100) == 64  # the sample's 24 cells
+    assert auto_batch_size(600, 100) == 32  # a single series: the floor
+
+
+def test_a_given_batch_size_is_kept(data_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "model"
+    args = train_args(data_file, out)
+    args[args.index("--max-epochs") + 1] = "1"
+    assert main([*args, "--batch-size", "256"]) == 0
+    assert load_metadata(out).training["batch_size"] == 256
 
 
 def test_onnx_matches_torch_on_the_trained_model(model_dir: Path) -> None:

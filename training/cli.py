@@ -362,8 +362,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--max-minutes", type=float, default=5.0, help="time budget (default 5)")
     train.add_argument("--max-epochs", type=int, default=60)
     train.add_argument("--seed", type=int, default=0)
-    train.add_argument("--batch-size", type=positive_int, default=256,
-                       help="windows per step, across all ranks under torchrun (default 256)")
+    train.add_argument("--batch-size", type=positive_int, default=0,
+                       help="windows per step, across all ranks under torchrun (default: 256, "
+                            "halved down to 32 while a pass over the data is under 100 steps)")
     train.add_argument("--dropout", type=float, default=0.1, help="default 0.1")
     train.add_argument("--quantiles", type=parse_quantiles, default=[0.1, 0.5, 0.9])
     train.add_argument("--attention", choices=["fused", "math"], default="fused")

@@ -89,6 +89,7 @@ def fit(
             "max_minutes": train_cfg.max_minutes,
             "ranks": group.world,
             "samples_per_second": round(result.samples_per_second, 1),
+            "batch_size": result.batch_size,
         },
         libraries=library_versions(),
     )

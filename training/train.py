@@ -24,6 +24,8 @@ from training.windows import Windows
 log = logging.getLogger(__name__)
 
 MAX_VALIDATION_WINDOWS = 8192
+EVALUATION_BATCH = 2048
+MAX_AUTO_BATCH, MIN_AUTO_BATCH = 256, 32
 
 
 @dataclass
@@ -31,7 +33,7 @@ class TrainConfig:
     max_minutes: float = 5.0
     max_epochs: int = 60
     steps_per_epoch: int = 100
-    batch_size: int = 256
+    batch_size: int = 0  # windows per optimiser step; 0 = auto_batch_size
     learning_rate: float = 1e-3
     weight_decay: float = 1e-4
     patience: int = 3  # the EMA and the best epoch kept make a longer wait buy nothing on Milan
@@ -53,6 +55,22 @@ class TrainResult:
     validation_start: int  # first step whose values only validation windows forecast
     curve: list[tuple[float, float]] = field(default_factory=list)  # (train, validation)
     samples_per_second: float = 0.0  # training windows per second of optimiser steps, all ranks
+    batch_size: int = 0  # windows per optimiser step, all ranks
+
+
+def auto_batch_size(train_windows: int, steps_per_epoch: int) -> int:
+    """Windows per optimiser step when none is given: 256, halved (down to 32) while a pass
+    over the training windows would take fewer than ``steps_per_epoch`` steps.
+
+    A small training set (a few dozen cells, a single series) otherwise gets only a few hundred
+    optimiser steps from a time budget or the epoch cap: on the sample's 24 cells under a
+    1-minute budget, batches of 64 gave a day-ahead MAE 8 % lower than batches of 256. A large
+    one (Milan's 281 cells) keeps 256, where smaller batches stopped early and scored worse.
+    """
+    batch = MAX_AUTO_BATCH
+    while batch > MIN_AUTO_BATCH and batch * steps_per_epoch > train_windows:
+        batch //= 2
+    return batch
 
 
 def validation_steps(n_steps: int, horizon: int, fraction: float) -> int:
@@ -118,9 +136,10 @@ def train(
     rng = np.random.default_rng(cfg.seed)
     windows = Windows.from_panel(panel, model_cfg.context, model_cfg.horizon)
     val_start, train_pairs, val_pairs = split_windows(windows, cfg, rng, group)
+    batch_size = cfg.batch_size or auto_batch_size(len(train_pairs), cfg.steps_per_epoch)
     if group.main:
-        log.info("training windows %d, validation windows %d, ranks %d",
-                 len(train_pairs), len(val_pairs), group.world)
+        log.info("training windows %d, validation windows %d, ranks %d, batch %d",
+                 len(train_pairs), len(val_pairs), group.world, batch_size)
 
     network = Forecaster(model_cfg).to(device)
     # DDP sums the gradients of the ranks (with the weighting in the step below) and starts
@@ -140,12 +159,14 @@ def train(
         else None
     )
     kept = averaged.module if averaged is not None else network
+    # The fused kernel updates every parameter in one call: about 6 % more windows per second
+    # on two cores than the per-tensor loop, and the same update.
     optimiser = torch.optim.AdamW(
-        network.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay
+        network.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay, fused=True
     )
     scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimiser, factor=0.5, patience=2)
     quantiles = torch.tensor(model_cfg.quantiles, device=device)
-    steps_per_epoch = min(cfg.steps_per_epoch, math.ceil(len(train_pairs) / cfg.batch_size))
+    steps_per_epoch = min(cfg.steps_per_epoch, math.ceil(len(train_pairs) / batch_size))
     best_loss, best_state, best_epoch = math.inf, None, 0
     curve: list[tuple[float, float]] = []
     first_epoch, spent, step_seconds = 1, 0.0, 0.0
@@ -186,7 +207,7 @@ def train(
         losses = []
         for _ in range(steps_per_epoch):
             tick = time.monotonic()
-            picked = train_pairs.take(rng.integers(0, len(train_pairs), cfg.batch_size))
+            picked = train_pairs.take(rng.integers(0, len(train_pairs), batch_size))
             weight = 1.0
             if len(picked) == 0:  # no part of this batch is ours: join the reduction anyway
                 picked, weight = train_pairs.local[:1], 0.0
@@ -205,7 +226,7 @@ def train(
             losses.append(pooled_total / max(pooled_count, 1.0))
             bar.update(1)
             bar.set_postfix(loss=f"{losses[-1]:.4f}", val=f"{best_loss:.4f}", epoch=epoch)
-        val_loss = evaluate_loss(kept, windows, val_pairs, quantiles, cfg.batch_size * 8, group)
+        val_loss = evaluate_loss(kept, windows, val_pairs, quantiles, EVALUATION_BATCH, group)
         curve.append((float(np.mean(losses)), val_loss))
         scheduler.step(val_loss)
         if val_loss < best_loss:
@@ -250,7 +271,8 @@ def train(
         )
     return TrainResult(
         network.cpu(), best_loss, epoch, seconds, stopped_by, len(train_pairs), len(val_pairs),
-        val_start, curve, epoch * steps_per_epoch * cfg.batch_size / max(step_seconds, 1e-9),
+        val_start, curve, epoch * steps_per_epoch * batch_size / max(step_seconds, 1e-9),
+        batch_size,
     )
 
 
