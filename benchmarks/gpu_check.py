@@ -191,11 +191,10 @@ def training_run(device: str = "cuda", steps_per_epoch: int = 50) -> pd.DataFram
     config = TrainConfig(max_epochs=3, steps_per_epoch=steps_per_epoch, device=device,
                          max_minutes=3)
     result = train(panel, ModelConfig(context=7 * 24, horizon=24), config, progress=False)
-    steps = result.epochs * config.steps_per_epoch
     return pd.DataFrame([{
         "device": "cuda (bf16 autocast)" if device == "cuda" else device,
         "epochs": result.epochs, "seconds": result.seconds,
-        "windows/s": steps * config.batch_size / result.seconds,
+        "windows/s": result.samples_per_second,
         "best validation loss": result.best_validation_loss,
         "finite": bool(np.isfinite(result.best_validation_loss)),
     }])
