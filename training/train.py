@@ -160,7 +160,7 @@ def train(
     )
     kept = averaged.module if averaged is not None else network
     # The fused kernel updates every parameter in one call: about 6 % more windows per second
-    # on two cores than the per-tensor loop, and the same update.
+    # on two cores than the per-tensor loop, and the same update up to float rounding.
     optimiser = torch.optim.AdamW(
         network.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay, fused=True
     )
