@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from model.config import ModelConfig
+from model.recalibration import week_of_windows
 from model.runtime import OnnxForecaster
 from training.backtest import MODEL_NAME, BacktestResult, backtest
 from training.panel import Panel
@@ -29,6 +30,7 @@ class HeldOut:
     result: BacktestResult
     training: dict
     validation: dict  # the model's own scores on its validation span (metadata.json)
+    unrecalibrated: pd.Series  # our overall scores with the model's own calibration only
 
 
 def held_out(
@@ -42,12 +44,17 @@ def held_out(
     with tempfile.TemporaryDirectory() as tmp:
         meta, _ = fit(panel.slice_steps(train_steps), Path(tmp), model_cfg, train_cfg, source,
                       progress=False)
-        result = backtest(OnnxForecaster(tmp), panel, folds=folds, step=step)
+        forecaster = OnnxForecaster(tmp)
+        # As `kpi-forecast backtest` does by default.
+        windows = week_of_windows(forecaster.metadata.horizon, forecaster.step)
+        result = backtest(forecaster, panel, folds=folds, step=step, recalibrate_windows=windows)
+        unrecalibrated = backtest(forecaster, panel, folds=folds, step=step).overall
     table = result.overall.copy()
     table["mse"] = table["rmse"] ** 2
     table["mae_vs_snaive_week"] = table["mae"] / table.loc["seasonal_naive_week", "mae"]
     table["train_s"] = [meta.training["seconds"] if m == MODEL_NAME else 0.0 for m in table.index]
-    return HeldOut(table, result, meta.training, meta.validation)
+    return HeldOut(table, result, meta.training, meta.validation,
+                   unrecalibrated.loc[MODEL_NAME])
 
 
 def machine() -> str:

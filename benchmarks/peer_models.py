@@ -141,8 +141,10 @@ def fold_stamps(task: Task, origin: int) -> pd.DatetimeIndex:
 
 
 def run_ours(task: Task) -> Outcome:
-    """kpi-forecast: ``fit`` (train, calibrate, export, report), then ONNX Runtime per fold."""
+    """kpi-forecast: ``fit`` (train, calibrate, export, report), then ONNX Runtime per fold,
+    the quantiles recalibrated on the week before each origin."""
     from model.config import ModelConfig
+    from model.recalibration import recalibration, week_of_windows
     from model.runtime import OnnxForecaster
     from training.fit import fit
     from training.train import TrainConfig
@@ -157,10 +159,19 @@ def run_ours(task: Task) -> Outcome:
         train_s = time.perf_counter() - started
         forecaster = OnnxForecaster(tmp)
 
+    # As `kpi-forecast backtest` does by default: the quantiles recalibrated on the week before
+    # each origin, once for all cells; a call then only applies the offsets.
+    windows = week_of_windows(task.horizon, forecaster.step)
+    recalibrated = {
+        origin: recalibration(forecaster, panel.values[:, :origin],
+                              pd.DatetimeIndex([panel.index[origin - 1]] * panel.n_cells), windows)
+        for origin in task.origins
+    }
+
     def at(origin: int, cells: slice = slice(None)) -> np.ndarray:
         history = panel.values[cells, origin - task.context : origin]
         last = pd.DatetimeIndex([panel.index[origin - 1]] * len(history))
-        return forecaster.forecast(history, last)
+        return recalibrated[origin].apply(forecaster.forecast(history, last))
 
     forecasts = np.stack([at(origin) for origin in task.origins])
     last_origin = task.origins[-1]

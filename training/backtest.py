@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from model.recalibration import Recalibration, recalibration
 from model.runtime import OnnxForecaster
 from training.baselines import baseline_forecasts
 from training.metrics import error_by_step, evaluate, mase_scale
@@ -25,6 +26,7 @@ class BacktestResult:
     actual: np.ndarray  # [folds, cells, horizon]
     quantiles: np.ndarray  # [folds, cells, horizon, Q] from the model
     points: dict[str, np.ndarray]  # model name -> [folds, cells, horizon]
+    recalibrations: list[Recalibration]  # of each fold's quantiles
 
 
 def fold_origins(n_steps: int, horizon: int, folds: int, step: int) -> list[int]:
@@ -45,12 +47,15 @@ def backtest(
     folds: int,
     step: int | None = None,
     first_origin: int | None = None,
+    recalibrate_windows: int = 0,
 ) -> BacktestResult:
     """Forecast from ``folds`` origins ``step`` steps apart (default: one horizon apart).
 
     With ``first_origin`` the folds start there and run forward to the end of the data.
     Each fold sees only the history before its origin: the model through its context window,
-    the baselines and the MASE scale through the whole history.
+    the baselines and the MASE scale through the whole history. With ``recalibrate_windows``
+    the model's quantiles are recalibrated on that many windows before each origin
+    (``model.recalibration``).
     """
     meta = forecaster.metadata
     horizon = meta.horizon
@@ -61,12 +66,13 @@ def backtest(
     steps_per_day = panel.steps_per("1D")
     levels = np.asarray(meta.quantiles)
     median = int(np.argmin(np.abs(levels - 0.5)))
-    actual, quantiles, scales = [], [], []
+    actual, quantiles, scales, recalibrations = [], [], [], []
     points: dict[str, list[np.ndarray]] = {}
     for origin in origins:
         history = panel.values[:, :origin]
         last = pd.DatetimeIndex([panel.index[origin - 1]] * panel.n_cells)
-        forecast = forecaster.forecast(history[:, -meta.context :], last)
+        recalibrations.append(recalibration(forecaster, history, last, recalibrate_windows))
+        forecast = recalibrations[-1].apply(forecaster.forecast(history[:, -meta.context :], last))
         quantiles.append(forecast)
         actual.append(panel.values[:, origin : origin + horizon])
         scales.append(mase_scale(history, 7 * steps_per_day))
@@ -117,6 +123,7 @@ def backtest(
         actual=actual_arr,
         quantiles=quantile_arr,
         points=point_arrs,
+        recalibrations=recalibrations,
     )
 
 

@@ -128,12 +128,14 @@ def cmd_backtest(args: argparse.Namespace) -> None:
     meta = forecaster.metadata
     panel = load_panel(args.data, meta.target, freq=args.freq or meta.freq, tz=meta.calendar_tz)
     step = parse_steps(args.step, panel.step, "--step") if args.step else None
-    result = backtest(forecaster, panel, folds=args.folds, step=step)
+    result = backtest(forecaster, panel, folds=args.folds, step=step,
+                      recalibrate_windows=recalibrate_windows(args, forecaster))
     out = Path(args.out or Path(args.model) / "backtest")
     out.mkdir(parents=True, exist_ok=True)
     result.overall.to_csv(out / "overall.csv", index_label="model")
     result.per_cell.to_csv(out / "per_cell.csv", index=False)
     print(f"{len(result.origins)} folds, origins {result.origins[0]} .. {result.origins[-1]}")
+    print(f"last fold's quantiles {result.recalibrations[-1].describe(meta.quantile_names())}")
     print(result.overall.to_string(float_format=lambda v: f"{v:.3f}"))
     print(f"csv: {out / 'overall.csv'}, {out / 'per_cell.csv'}")
 
@@ -145,10 +147,23 @@ def cmd_predict(args: argparse.Namespace) -> None:
     forecaster = load_forecaster(args)
     meta = forecaster.metadata
     panel = load_panel(args.data, meta.target, freq=args.freq or meta.freq, tz=meta.calendar_tz)
-    frame = predict_frame(forecaster, panel)
+    frame, recalibrated = predict_frame(forecaster, panel, recalibrate_windows(args, forecaster))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     frame.to_csv(args.out, index=False)
     print(f"{len(frame)} forecasts for {panel.n_cells} cells: {args.out}")
+    print(f"quantiles {recalibrated.describe(meta.quantile_names())}")
+
+
+def recalibrate_windows(args: argparse.Namespace, forecaster: OnnxForecaster) -> int:
+    from model.recalibration import week_of_windows
+
+    if args.recalibrate == "auto":
+        return week_of_windows(forecaster.metadata.horizon, forecaster.step)
+    return args.recalibrate
+
+
+def windows_or_auto(text: str) -> int | str:
+    return text if text == "auto" else non_negative_int(text)
 
 
 def positive_int(text: str) -> int:
@@ -341,6 +356,13 @@ def add_runtime_options(parser: argparse.ArgumentParser) -> None:
                         "batch split across the CPUs)")
 
 
+def add_recalibration_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--recalibrate", type=windows_or_auto, default="auto", metavar="N",
+                        help="recalibrate the quantiles on the last N horizons of each history "
+                        "before forecasting (default auto: the horizons that cover a week; 0: "
+                        "keep the model's own calibration)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kpi-forecast", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -385,6 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("--freq")
     bt.add_argument("--out", help="folder for the CSVs (default MODEL/backtest)")
     add_runtime_options(bt)
+    add_recalibration_option(bt)
     bt.set_defaults(run=cmd_backtest)
 
     predict = commands.add_parser("predict", help="forecast after each cell's last sample")
@@ -393,6 +416,7 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--out", required=True, help="CSV to write")
     predict.add_argument("--freq")
     add_runtime_options(predict)
+    add_recalibration_option(predict)
     predict.set_defaults(run=cmd_predict)
 
     xapp = commands.add_parser("serve", help="run the xApp: forecasts over RIC-style REST")

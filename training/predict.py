@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 
 from model.features import calendar_zone, window_timestamps
+from model.recalibration import Recalibration, recalibration
 from model.runtime import OnnxForecaster
 from training.panel import DataError, Panel
 
@@ -28,13 +29,17 @@ def last_windows(panel: Panel, context: int) -> tuple[np.ndarray, np.ndarray]:
     return padded[np.arange(panel.n_cells)[:, None], steps + context], last
 
 
-def predict_frame(forecaster: OnnxForecaster, panel: Panel) -> pd.DataFrame:
-    """Columns cell_id, timestamp (ISO 8601 in the calendar zone), one per quantile."""
+def predict_frame(forecaster: OnnxForecaster, panel: Panel,
+                  recalibrate_windows: int = 0) -> tuple[pd.DataFrame, Recalibration]:
+    """Columns cell_id, timestamp (ISO 8601 in the calendar zone), one per quantile; the
+    quantiles recalibrated on up to ``recalibrate_windows`` horizons before each cell's last
+    sample (``model.recalibration``)."""
     check_compatible(forecaster, panel)
     meta = forecaster.metadata
-    windows, last = last_windows(panel, meta.context)
+    windows, last = last_windows(panel, meta.context + recalibrate_windows * meta.horizon)
     last_stamps = panel.index[last]
-    forecast = forecaster.forecast(windows, last_stamps)
+    recalibrated = recalibration(forecaster, windows, last_stamps, recalibrate_windows)
+    forecast = recalibrated.apply(forecaster.forecast(windows[:, -meta.context :], last_stamps))
     stamps = window_timestamps(last_stamps + meta.horizon * forecaster.step, meta.horizon,
                                forecaster.step)
     local = stamps.tz_convert(calendar_zone(meta.calendar_tz))
@@ -47,4 +52,4 @@ def predict_frame(forecaster: OnnxForecaster, panel: Panel) -> pd.DataFrame:
     flat = forecast.reshape(-1, len(meta.quantiles))
     for column, name in enumerate(meta.quantile_names()):
         frame[name] = np.round(flat[:, column], 6)
-    return frame
+    return frame, recalibrated

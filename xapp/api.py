@@ -447,7 +447,7 @@ def _model_out(service: Service) -> ModelOut:
         model_version=meta.model_version, model_dir=str(model.model_dir), target=meta.target,
         freq=meta.freq, context=meta.context, horizon=meta.horizon, quantiles=meta.quantiles,
         calendar_tz=meta.calendar_tz, load_seconds=round(service.load_seconds, 3),
-        runtime=model.describe(),
+        runtime=model.describe(), recalibration=service.recalibrator.describe(model),
     )
 
 

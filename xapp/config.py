@@ -124,6 +124,15 @@ class HistoryStore(BaseModel):
     max_cells: int = Field(100_000, ge=1, le=10_000_000)
 
 
+class RecalibrationControls(BaseModel):
+    """Background recalibration of the quantiles on the recent history of the cells held."""
+
+    model_config = _MODEL_CONFIG
+
+    every_seconds: float = Field(3600.0, ge=0, le=7 * 86400)  # 0: the model's calibration only
+    max_cells: int = Field(256, ge=1, le=100_000)  # the most recently reported cells
+
+
 class Controls(BaseModel):
     """The xApp's own settings: the descriptor's "controls" object."""
 
@@ -136,6 +145,7 @@ class Controls(BaseModel):
     batching: Batching = Batching()
     history_length: int = Field(672, ge=1, le=1_000_000)
     history_store: HistoryStore = HistoryStore()
+    recalibration: RecalibrationControls = RecalibrationControls()
     execution_provider: Literal["auto", "cuda", "cpu"] = "auto"
     intra_op_threads: int = Field(0, ge=0, le=256)
     max_request_bytes: int = Field(4 * 2**20, ge=1024, le=2**30)

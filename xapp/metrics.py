@@ -89,6 +89,24 @@ class Metrics:
             f"{PREFIX}_model_load_seconds", "Time to load, verify and warm up the model.",
             registry=r,
         )
+        self.recalibration_offset = Gauge(
+            f"{PREFIX}_recalibration_offset",
+            "Offset of each quantile, in units of the forecast's outer band, from the recent "
+            "history of the cells held (0: none).", ["quantile"], registry=r,
+        )
+        self.recalibration_windows = Gauge(
+            f"{PREFIX}_recalibration_windows",
+            "Recent horizons the offsets come from (0: the model's own calibration).",
+            registry=r,
+        )
+        self.recalibration_seconds = Gauge(
+            f"{PREFIX}_recalibration_duration_seconds", "Time the last recalibration took.",
+            registry=r,
+        )
+        self.recalibration_time = Gauge(
+            f"{PREFIX}_recalibration_last_timestamp_seconds",
+            "Unix time of the last recalibration.", registry=r,
+        )
         self.model_ready = Gauge(
             f"{PREFIX}_model_ready", "1 when a verified, warmed-up model is serving.", registry=r,
         )

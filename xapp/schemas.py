@@ -117,6 +117,16 @@ class ReloadRequest(BaseModel):
     model_dir: str | None = Field(default=None, description="default: the configured one")
 
 
+class RecalibrationOut(BaseModel):
+    """The offsets applied to the served model's quantiles (``model.recalibration``)."""
+
+    offsets: dict[str, float]  # pNN -> offset in units of the forecast's outer band
+    windows: int  # recent horizons they come from; 0: the model's own calibration
+    residuals: int
+    cells: int  # cells read for them
+    refreshed_at: str | None  # ISO 8601, UTC
+
+
 class ModelOut(BaseModel):
     model_version: str
     model_dir: str
@@ -128,6 +138,7 @@ class ModelOut(BaseModel):
     calendar_tz: str
     load_seconds: float
     runtime: dict
+    recalibration: RecalibrationOut
 
 
 class ErrorOut(BaseModel):

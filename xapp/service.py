@@ -25,6 +25,7 @@ from xapp.fallback import seasonal_naive
 from xapp.history import Aggregate, History, HistoryError, HistoryUnavailable, MemoryHistory
 from xapp.metrics import Metrics
 from xapp.overload import ConcurrencyLimit, LoopLag
+from xapp.recalibrator import Recalibrator
 from xapp.sdl import RedisHistory
 
 log = logging.getLogger(__name__)
@@ -89,6 +90,8 @@ class Service:
         self._reload_lock = asyncio.Lock()
         self.loop_lag = LoopLag()
         self.ingestor = Ingestor(lambda: self.history, self.metrics, self.kpi_source)
+        self.recalibrator = Recalibrator(lambda: self.model, lambda: self.history,
+                                         lambda: self.controls.recalibration, self.metrics)
         self.e2_transport: TcpTransport | None = None
         # Start open, at the queue's bound: the limit only closes once answers run late.
         self.admission = ConcurrencyLimit(initial=controls.batching.max_queue_size,
@@ -279,7 +282,8 @@ class Service:
         except ModelUnavailable:
             return self._fallback(model, history, horizon, "model_error")
         columns, names = self.selected(result.model)
-        return Answer(result.quantiles[:, :horizon, columns], names,
+        quantiles = self.recalibrator.for_model(result.model).apply(result.quantiles)
+        return Answer(quantiles[:, :horizon, columns], names,
                       result.model.metadata.model_version, "model", None)
 
     def _fallback(self, model: OnnxForecaster, history: np.ndarray, horizon: int,
@@ -322,6 +326,7 @@ class Service:
             asyncio.create_task(self.ingestor.run(), name="e2-writer"),
             asyncio.create_task(self.batcher.run(), name="batcher"),
             asyncio.create_task(self.loop_lag.run(), name="loop-lag"),
+            asyncio.create_task(self.recalibrator.run(), name="recalibration"),
             asyncio.create_task(self._first_load(), name="initial-model-load"),
         ]
 

@@ -143,6 +143,7 @@ chart's tests check for every values file they render.
       "batching" $x.batching
       "historyLength" $x.historyLength
       "historyStore" $x.historyStore
+      "recalibration" $x.recalibration
       "executionProvider" (include "kpi-forecast.executionProvider" .)
       "intraOpThreads" $x.intraOpThreads
       "maxRequestBytes" $x.maxRequestBytes

@@ -1,0 +1,111 @@
+"""Quantiles recalibrated on the recent windows of a history (model.recalibration)."""
+
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from model.recalibration import MIN_RESIDUALS, Recalibration, recalibration, week_of_windows
+from model.runtime import OnnxForecaster
+from tests.exported_model import exported
+
+CONTEXT, HORIZON = 72, 12
+LEVELS = np.array([0.1, 0.5, 0.9])
+
+
+@pytest.fixture(scope="module")
+def forecaster(tmp_path_factory: pytest.TempPathFactory) -> OnnxForecaster:
+    return exported(tmp_path_factory.mktemp("recalibration") / "model", CONTEXT, HORIZON)[1]
+
+
+def series(cells: int, steps: int, seed: int = 0) -> tuple[np.ndarray, pd.DatetimeIndex]:
+    """Daily-seasonal load with noise, and the timestamp of each row's last step."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(steps)
+    level = rng.uniform(20, 200, (cells, 1))
+    values = level * (1.5 + np.sin(2 * np.pi * t / 24)) * rng.lognormal(0, 0.3, (cells, steps))
+    last = pd.DatetimeIndex([pd.Timestamp("2024-03-30 23:00", tz="UTC")] * cells)
+    return values.astype(np.float32), last
+
+
+def window_forecasts(forecaster: OnnxForecaster, history: np.ndarray, last: pd.DatetimeIndex,
+                     windows: int) -> tuple[np.ndarray, np.ndarray]:
+    """The forecasts of the ``windows`` horizons ending the history, and their actuals."""
+    n = history.shape[1]
+    forecasts, actuals = [], []
+    for i in range(1, windows + 1):
+        end = n - i * HORIZON
+        forecasts.append(forecaster.forecast(history[:, end - CONTEXT : end],
+                                             last - i * HORIZON * forecaster.step))
+        actuals.append(history[:, end : end + HORIZON])
+    return np.concatenate(forecasts), np.concatenate(actuals)
+
+
+def test_each_level_holds_again_on_the_windows_it_came_from(forecaster: OnnxForecaster) -> None:
+    history, last = series(cells=20, steps=CONTEXT + 6 * HORIZON)
+    fitted = recalibration(forecaster, history, last, windows=6)
+    assert fitted.windows == 6 and fitted.residuals == 20 * 6 * HORIZON
+    forecast, actual = window_forecasts(forecaster, history, last, 6)
+    below_before = (actual[..., None] <= forecast).mean(axis=(0, 1))
+    below_after = (actual[..., None] <= fitted.apply(forecast)).mean(axis=(0, 1))
+    # An untrained network's outer levels are far off; moved, they hold to within the
+    # quantile's interpolation (a few points of 1440).
+    assert np.abs(below_before - LEVELS)[[0, 2]].max() > 0.1
+    assert np.abs(below_after - LEVELS)[[0, 2]].max() < 0.01
+    np.testing.assert_array_equal(fitted.apply(forecast)[..., 1], forecast[..., 1])
+
+
+def test_the_median_stays_and_the_quantiles_never_cross(forecaster: OnnxForecaster) -> None:
+    history, last = series(cells=4, steps=CONTEXT)
+    forecast = forecaster.forecast(history, last)
+    # Outer levels pulled past the median stop at it.
+    crossing = Recalibration(np.array([2.0, 0.0, -2.0], np.float32), median=1, windows=1,
+                             residuals=500)
+    moved = crossing.apply(forecast)
+    np.testing.assert_array_equal(moved, np.repeat(forecast[..., 1:2], 3, axis=-1))
+    widened = Recalibration(np.array([-0.5, 0.0, 0.5], np.float32), 1, 1, 500).apply(forecast)
+    width = forecast[..., 2] - forecast[..., 0]
+    np.testing.assert_allclose(widened[..., 2], forecast[..., 2] + 0.5 * width, rtol=1e-5)
+    np.testing.assert_array_equal(widened[..., 1], forecast[..., 1])
+    assert (np.diff(widened, axis=-1) >= 0).all() and (widened >= 0).all()
+
+
+def test_a_history_too_short_for_one_window_changes_nothing(forecaster: OnnxForecaster) -> None:
+    history, last = series(cells=20, steps=CONTEXT + HORIZON - 1)
+    fitted = recalibration(forecaster, history, last, windows=7)
+    assert fitted.windows == 0
+    forecast = forecaster.forecast(history[:, -CONTEXT:], last)
+    assert fitted.apply(forecast) is forecast
+    assert "not recalibrated" in fitted.describe(["p10", "p50", "p90"])
+
+
+def test_only_the_windows_the_history_holds_are_used(forecaster: OnnxForecaster) -> None:
+    history, last = series(cells=20, steps=CONTEXT + 3 * HORIZON + 5)
+    assert recalibration(forecaster, history, last, windows=7).windows == 3
+
+
+def test_missing_actuals_and_mostly_missing_contexts_are_not_scored(
+    forecaster: OnnxForecaster,
+) -> None:
+    history, last = series(cells=20, steps=CONTEXT + 2 * HORIZON)
+    history[0, -HORIZON:] = np.nan  # cell 0: the last window's actuals are missing
+    # Cell 1: 40 of the older window's 72 context steps are missing, 28 of the newer one's.
+    history[1, :40] = np.nan
+    fitted = recalibration(forecaster, history, last, windows=2)
+    assert fitted.residuals == 20 * 2 * HORIZON - HORIZON - HORIZON
+
+
+def test_too_few_residuals_leave_the_model_calibration(forecaster: OnnxForecaster) -> None:
+    cells = MIN_RESIDUALS // HORIZON  # one window of these is just under the minimum
+    history, last = series(cells=cells, steps=CONTEXT + HORIZON)
+    assert cells * HORIZON < MIN_RESIDUALS
+    assert recalibration(forecaster, history, last, windows=1).windows == 0
+    history, last = series(cells=cells + 1, steps=CONTEXT + HORIZON)
+    assert recalibration(forecaster, history, last, windows=1).windows == 1
+
+
+@pytest.mark.parametrize(("horizon", "freq", "windows"), [
+    (24, "1h", 7), (168, "1h", 1), (96, "15min", 7), (48, "1h", 4), (336, "1h", 1),
+])
+def test_a_week_of_windows(horizon: int, freq: str, windows: int) -> None:
+    assert week_of_windows(horizon, pd.Timedelta(freq)) == windows

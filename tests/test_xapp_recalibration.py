@@ -1,0 +1,129 @@
+"""The xApp recalibrates its quantiles on the recent history it holds (xapp.recalibrator)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pandas as pd
+import pytest
+
+from model.recalibration import recalibration
+from tests.xapp_helpers import CONTEXT, HORIZON, descriptor, make_model, running
+from xapp.recalibrator import Recalibrator
+
+START = "2024-03-04T00:00:00+01:00"
+HOUR = pd.Timedelta("1h")
+CELLS, STEPS = 12, CONTEXT + 8 * HORIZON  # a week of windows and one more horizon
+
+
+def load(cell: int) -> list[float]:
+    rng = np.random.default_rng(cell)
+    t = np.arange(STEPS)
+    shape = 1.5 + np.sin(2 * np.pi * t / 24)
+    return [round(float(v), 3) for v in (20 + 10 * cell) * shape * rng.lognormal(0, 0.3, STEPS)]
+
+
+async def seed(client: httpx.AsyncClient) -> None:
+    items = [{"cell_id": f"c{i}", "start": START, "freq": "1h", "values": load(i)}
+             for i in range(CELLS)]
+    assert (await client.post("/v1/cells/history", json={"items": items})).status_code == 200
+
+
+@pytest.fixture
+def refreshed_by_the_test(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No background refreshes: the test calls ``refresh`` itself, so nothing races it."""
+    async def idle(self: Recalibrator) -> None:
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(Recalibrator, "run", idle)
+
+
+async def quantiles(client: httpx.AsyncClient, cell: str) -> np.ndarray:
+    response = await client.get(f"/v1/cells/{cell}/forecast")
+    assert response.status_code == 200 and response.json()["source"] == "model"
+    return np.array([[step[q] for q in ("p10", "p50", "p90")]
+                     for step in response.json()["forecasts"]])
+
+
+@pytest.mark.usefixtures("refreshed_by_the_test")
+def test_forecasts_get_the_offsets_of_the_cells_recent_history(tmp_path: Path) -> None:
+    async def go() -> None:
+        model_dir = make_model(tmp_path / "model")
+        async with running(descriptor(tmp_path, model_dir)) as client:
+            service = client.app.state.service
+            await seed(client)
+            plain = await quantiles(client, "c3")
+            info = (await client.get("/v1/model")).json()["recalibration"]
+            assert info["windows"] == 0 and set(info["offsets"].values()) == {0.0}
+
+            fitted = await service.recalibrator.refresh()
+            assert fitted.windows == 7 and fitted.residuals == CELLS * 7 * HORIZON
+            moved = await quantiles(client, "c3")
+            np.testing.assert_allclose(moved[:, 1], plain[:, 1], rtol=1e-6)
+            # The same offsets as `kpi-forecast predict` would find on these windows.
+            history = np.array([load(i) for i in range(CELLS)], np.float32)
+            last = pd.DatetimeIndex([pd.Timestamp(START) + (STEPS - 1) * HOUR] * CELLS)
+            expected = recalibration(service.model, history, last, 7)
+            np.testing.assert_allclose(fitted.offsets, expected.offsets, atol=1e-6)
+            # Answers carry 4 decimals.
+            np.testing.assert_allclose(moved, expected.apply(plain[None])[0], rtol=1e-5, atol=1e-3)
+            assert not np.allclose(moved[:, [0, 2]], plain[:, [0, 2]])
+
+            info = (await client.get("/v1/model")).json()["recalibration"]
+            assert info["windows"] == 7 and info["cells"] == CELLS and info["refreshed_at"]
+            assert info["offsets"]["p10"] == round(float(fitted.offsets[0]), 6)
+            metrics = (await client.get("/ric/v1/metrics")).text
+            assert "kpi_forecast_recalibration_windows 7.0" in metrics
+            line = next(x for x in metrics.splitlines()
+                        if x.startswith('kpi_forecast_recalibration_offset{quantile="p90"}'))
+            assert float(line.split()[-1]) == float(fitted.offsets[2]) != 0.0
+
+    asyncio.run(go())
+
+
+@pytest.mark.usefixtures("refreshed_by_the_test")
+def test_the_offsets_are_kept_to_their_model_and_can_be_turned_off(tmp_path: Path) -> None:
+    async def go() -> None:
+        model_dir = make_model(tmp_path / "model")
+        async with running(descriptor(tmp_path, model_dir)) as client:
+            service = client.app.state.service
+            await seed(client)
+            plain = await quantiles(client, "c1")
+            await service.recalibrator.refresh()
+            assert not np.allclose(await quantiles(client, "c1"), plain)
+            # Another model's forecasts do not take this one's offsets.
+            other = make_model(tmp_path / "other", version="other")
+            assert (await client.post("/v1/model/reload", json={"model_dir": str(other)})
+                    ).status_code == 200
+            assert (await client.get("/v1/model")).json()["recalibration"]["windows"] == 0
+            await service.recalibrator.refresh()
+            assert (await client.get("/v1/model")).json()["recalibration"]["windows"] == 7
+            # everySeconds 0: the model's own calibration, whatever was computed before.
+            service.descriptor = descriptor(tmp_path / "off", other, recalibration={
+                "everySeconds": 0, "maxCells": 256})
+            assert (await client.get("/v1/model")).json()["recalibration"]["windows"] == 0
+
+    asyncio.run(go())
+
+
+def test_the_background_loop_refreshes_for_a_new_model_and_then_on_schedule(
+    tmp_path: Path,
+) -> None:
+    async def go() -> None:
+        model_dir = make_model(tmp_path / "model")
+        desc = descriptor(tmp_path, model_dir,
+                          recalibration={"everySeconds": 0.5, "maxCells": 5})
+        async with running(desc) as client:
+            await seed(client)
+            for _ in range(100):  # refreshed at load, then every half second (a tick is 1 s)
+                info = (await client.get("/v1/model")).json()["recalibration"]
+                if info["windows"]:
+                    break
+                await asyncio.sleep(0.05)
+            assert info["windows"] == 7 and info["cells"] == 5  # the most recent maxCells cells
+
+
+    asyncio.run(go())
