@@ -123,7 +123,14 @@ def test_two_replicas_share_history_fed_to_one_and_a_restart_serves_at_once(
             assert sent["indications"] == len(cells) * len(panel.index)  # one per step
 
             # Both replicas hold the same history and give the same forecasts, although only
-            # replica A ingested anything.
+            # replica A ingested anything, once each has taken up the quantile recalibration
+            # the first of them made (replicas look for it every second).
+            def recalibrated() -> dict | None:
+                a, b = (httpx.get(f"{url}/v1/model").json()["recalibration"]
+                        for url in (url_a, url_b))
+                return a if a["refreshed_at"] and a == b else None
+
+            eventually(recalibrated)
             held = httpx.get(f"{url_b}/v1/cells").json()
             assert held == httpx.get(f"{url_a}/v1/cells").json()
             assert held["count"] == len(cells)

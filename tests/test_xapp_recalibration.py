@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from model.recalibration import recalibration
+from tests.redis_server import needs_redis, redis_server
 from tests.xapp_helpers import CONTEXT, HORIZON, descriptor, make_model, running
 from xapp.recalibrator import Recalibrator
 
@@ -127,3 +128,32 @@ def test_the_background_loop_refreshes_for_a_new_model_and_then_on_schedule(
 
 
     asyncio.run(go())
+
+
+@needs_redis
+def test_replicas_on_one_redis_apply_the_same_offsets(tmp_path: Path) -> None:
+    model_dir = make_model(tmp_path / "model")
+    with redis_server(tmp_path) as port:
+        store = {"backend": "redis", "host": "127.0.0.1", "port": port, "timeoutMs": 300}
+        desc_a = descriptor(tmp_path / "a", model_dir, historyStore=store)
+        desc_b = descriptor(tmp_path / "b", model_dir, historyStore=store)
+
+        async def go() -> None:
+            async with running(desc_a) as a, running(desc_b) as b:
+                await seed(a)
+                fitted = await a.app.state.service.recalibrator.refresh()
+                assert fitted.windows == 7
+                for _ in range(100):  # B looks for a newer shared refresh every second
+                    info = (await b.get("/v1/model")).json()["recalibration"]
+                    if info["windows"]:
+                        break
+                    await asyncio.sleep(0.05)
+                assert info == (await a.get("/v1/model")).json()["recalibration"]
+                np.testing.assert_array_equal(await quantiles(b, "c5"),
+                                              await quantiles(a, "c5"))
+            # A restarted replica takes the shared offsets rather than computing its own.
+            async with running(desc_b) as b:
+                await asyncio.sleep(1.5)
+                assert (await b.get("/v1/model")).json()["recalibration"] == info
+
+        asyncio.run(go())

@@ -171,6 +171,13 @@ class History:
     async def count(self) -> int:
         raise NotImplementedError
 
+    async def shared(self, name: str) -> bytes | None:
+        """A small value that every replica on this history reads (None: never written)."""
+        raise NotImplementedError
+
+    async def share(self, name: str, value: bytes) -> None:
+        raise NotImplementedError
+
     async def close(self) -> None:
         """Release connections; the history itself stays where it is."""
 
@@ -182,6 +189,7 @@ class MemoryHistory(History):
                  aggregate: Aggregate = "mean", kpi: str | None = None) -> None:
         super().__init__(freq, length, max_cells, aggregate, kpi)
         self._cells: dict[str, _Ring] = {}
+        self._shared: dict[str, bytes] = {}
         self._lock = threading.Lock()
 
     async def _write_cells(self, items: list[tuple[str, list[tuple[int, float]]]]
@@ -215,3 +223,9 @@ class MemoryHistory(History):
 
     async def count(self) -> int:
         return len(self._cells)
+
+    async def shared(self, name: str) -> bytes | None:
+        return self._shared.get(name)
+
+    async def share(self, name: str, value: bytes) -> None:
+        self._shared[name] = value

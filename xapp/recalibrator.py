@@ -1,20 +1,24 @@
 """The served model's quantiles, recalibrated on the recent history of the cells held.
 
 `kpi-forecast predict` and `backtest` recalibrate the quantiles on the week before each origin
-(``model.recalibration``). The xApp does the same in the background: every
-``controls.recalibration.everySeconds`` it takes the most recently reported cells of its history
-store (at most ``maxCells``), forecasts the last week of horizons of each, and keeps the offsets
-that make the quantiles hold there; a forecast then only applies them, so the latency budget
-pays nothing. Offsets belong to one model: after a reload they wait for the next refresh, which
-comes at once.
+(``model.recalibration``). The xApp does the same in the background: when the offsets in force
+are older than ``controls.recalibration.everySeconds``, it takes the most recently reported
+cells of its history (at most ``maxCells``), forecasts the last week of horizons of each, and
+keeps the offsets that make the quantiles hold there; a forecast then only applies them, so
+the latency budget pays nothing. The offsets are kept in the history store beside the cells,
+so replicas sharing the RIC's Redis apply the same ones (a replica takes up another's refresh
+within a second) and a restarted replica does not recompute them. Offsets belong to one model:
+a new model starts with its own calibration and gets its offsets at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -28,7 +32,34 @@ from xapp.schemas import RecalibrationOut
 
 log = logging.getLogger(__name__)
 
-TICK_S = 1.0  # how often the loop looks at the clock, the model and the controls
+SHARED_NAME = "recalibration"
+TICK_S = 1.0  # how often the loop looks for another replica's refresh, or a due one
+RETRY_S = 60.0  # after a failed refresh (at most everySeconds)
+
+
+@dataclass(frozen=True)
+class Offsets:
+    """One refresh, as every replica on the same history reads it."""
+
+    model_version: str
+    recalibration: Recalibration
+    cells: int  # read for it
+    refreshed_at: float  # Unix time
+
+    def to_json(self) -> bytes:
+        r = self.recalibration
+        return json.dumps({
+            "model_version": self.model_version, "offsets": r.offsets.tolist(),
+            "median": r.median, "windows": r.windows, "residuals": r.residuals,
+            "cells": self.cells, "refreshed_at": self.refreshed_at,
+        }).encode()
+
+    @classmethod
+    def from_json(cls, blob: bytes) -> Offsets:
+        raw = json.loads(blob)
+        fitted = Recalibration(np.asarray(raw["offsets"], np.float32), raw["median"],
+                               raw["windows"], raw["residuals"])
+        return cls(raw["model_version"], fitted, raw["cells"], raw["refreshed_at"])
 
 
 class Recalibrator:
@@ -37,25 +68,42 @@ class Recalibrator:
                  controls: Callable[[], RecalibrationControls], metrics: Metrics) -> None:
         self._model, self._history, self._controls = model, history, controls
         self.metrics = metrics
-        self.current = Recalibration()
-        self.model_version: str | None = None  # the model the offsets belong to
-        self.refreshed_at: pd.Timestamp | None = None
-        self.cells = 0  # read by the last refresh
-        self._last_try = -float("inf")
-        self._tried_version: str | None = None
+        self.offsets: Offsets | None = None
+        self._retry_at = 0.0
+        self._failing = False
+
+    def _for(self, model: OnnxForecaster) -> Offsets | None:
+        offsets = self.offsets
+        if (offsets is None or offsets.model_version != model.metadata.model_version
+                or self._controls().every_seconds == 0):
+            return None
+        return offsets
 
     def for_model(self, model: OnnxForecaster) -> Recalibration:
         """The offsets to apply to ``model``'s forecasts: none if they belong to another."""
-        if (self.model_version != model.metadata.model_version
-                or self._controls().every_seconds == 0):
-            return Recalibration()
-        return self.current
+        offsets = self._for(model)
+        return Recalibration() if offsets is None else offsets.recalibration
+
+    def describe(self, model: OnnxForecaster) -> RecalibrationOut:
+        """What ``model``'s forecasts get now, for GET /v1/model."""
+        offsets = self._for(model)
+        applied = self.for_model(model)
+        names = model.metadata.quantile_names()
+        values = applied.offsets if applied.windows else np.zeros(len(names))
+        return RecalibrationOut(
+            offsets={n: round(float(k), 6) for n, k in zip(names, values, strict=True)},
+            windows=applied.windows, residuals=applied.residuals,
+            cells=offsets.cells if offsets and applied.windows else 0,
+            refreshed_at=(pd.Timestamp(offsets.refreshed_at, unit="s", tz="UTC").isoformat()
+                          if offsets else None),
+        )
 
     async def refresh(self) -> Recalibration:
-        """Recompute the offsets from the store now; keeps the old ones if it cannot."""
+        """Recompute the offsets from the store now and share them; keeps the old ones (and
+        raises) if it cannot."""
         model, store = self._model(), self._history()
         if model is None or store is None:
-            return self.current
+            return Recalibration()
         started = time.monotonic()
         cells = sorted(await store.cells(), key=lambda c: c.last, reverse=True)
         chosen = [c.cell_id for c in cells[: self._controls().max_cells]]
@@ -66,53 +114,62 @@ class Recalibrator:
             last = pd.DatetimeIndex([stamp for _, stamp in held])
             windows = week_of_windows(model.metadata.horizon, model.step)
             fitted = await asyncio.to_thread(recalibration, model, history, last, windows)
-        self.current, self.model_version = fitted, model.metadata.model_version
-        self.refreshed_at, self.cells = pd.Timestamp.now(tz="UTC"), len(held)
-        self._export(model, fitted, time.monotonic() - started)
+        offsets = Offsets(model.metadata.model_version, fitted, len(held), time.time())
+        await store.share(SHARED_NAME, offsets.to_json())
+        self._adopt(model, offsets)
+        self.metrics.recalibration_seconds.set(time.monotonic() - started)
         log.info("quantiles %s (%d cells)",
                  fitted.describe(model.metadata.quantile_names()), len(held))
         return fitted
 
-    def describe(self, model: OnnxForecaster) -> RecalibrationOut:
-        """What ``model``'s forecasts get now, for GET /v1/model."""
-        applied = self.for_model(model)
-        names = model.metadata.quantile_names()
-        offsets = applied.offsets if applied.windows else np.zeros(len(names))
-        return RecalibrationOut(
-            offsets={n: round(float(k), 6) for n, k in zip(names, offsets, strict=True)},
-            windows=applied.windows, residuals=applied.residuals,
-            cells=self.cells if applied.windows else 0,
-            refreshed_at=self.refreshed_at.isoformat() if applied.windows else None,
-        )
-
-    def _export(self, model: OnnxForecaster, fitted: Recalibration, seconds: float) -> None:
-        m = self.metrics
-        m.recalibration_seconds.set(seconds)
+    def _adopt(self, model: OnnxForecaster, offsets: Offsets) -> None:
+        self.offsets = offsets
+        m, fitted = self.metrics, offsets.recalibration
         m.recalibration_windows.set(fitted.windows)
-        m.recalibration_time.set(time.time())
-        offsets = fitted.offsets if fitted.windows else np.zeros(len(model.metadata.quantiles))
-        for name, offset in zip(model.metadata.quantile_names(), offsets, strict=True):
+        m.recalibration_time.set(offsets.refreshed_at)
+        values = fitted.offsets if fitted.windows else np.zeros(len(model.metadata.quantiles))
+        for name, offset in zip(model.metadata.quantile_names(), values, strict=True):
             m.recalibration_offset.labels(quantile=name).set(float(offset))
 
-    def due(self) -> bool:
+    async def take_shared(self, model: OnnxForecaster) -> Offsets | None:
+        """Adopt the refresh the store holds for ``model``; the offsets in force for ``model``
+        afterwards. The store's is the one in force even when ours is newer: two replicas
+        refreshing at once keep whichever was written last, and so agree."""
+        store = self._history()
+        mine = self._for(model)
+        if store is None:
+            return mine
+        blob = await store.shared(SHARED_NAME)
+        shared = Offsets.from_json(blob) if blob else None
+        if (shared is not None and shared.model_version == model.metadata.model_version
+                and (mine is None or shared.refreshed_at != mine.refreshed_at)):
+            self._adopt(model, shared)
+            return shared
+        return mine
+
+    async def tick(self) -> None:
+        """Take up the refresh the store holds; refresh when it is not fresh."""
+        model, store = self._model(), self._history()
         every = self._controls().every_seconds
-        model = self._model()
-        if every == 0 or model is None:
-            return False
-        new_model = self._tried_version != model.metadata.model_version
-        return new_model or time.monotonic() - self._last_try >= every
+        if model is None or store is None or every == 0:
+            return
+        mine = await self.take_shared(model)
+        now = time.time()
+        if (mine is None or now - mine.refreshed_at >= every) and now >= self._retry_at:
+            self._retry_at = now + min(every, RETRY_S)
+            await self.refresh()
 
     async def run(self) -> None:
-        """Refresh when due until cancelled; a failed refresh is logged and retried at the
-        next interval, and the offsets in force stay."""
+        """``tick`` every second until cancelled; a failure is logged once until the next
+        success, and the offsets in force stay."""
         while True:
-            if self.due():
-                self._last_try = time.monotonic()
-                self._tried_version = self._model().metadata.model_version
-                try:
-                    await self.refresh()
-                except (HistoryUnavailable, InputError) as exc:
-                    log.warning("recalibration skipped, the previous offsets stay: %s", exc)
-                except Exception:  # a bug here must not end the task or stop serving
-                    log.exception("recalibration failed, the previous offsets stay")
+            try:
+                await self.tick()
+                self._failing = False
+            except (HistoryUnavailable, InputError, ValueError, KeyError) as exc:
+                if not self._failing:
+                    log.warning("recalibration: %s; the offsets in force stay", exc)
+                self._failing = True
+            except Exception:  # a bug here must not end the task or stop serving
+                log.exception("recalibration failed, the offsets in force stay")
             await asyncio.sleep(TICK_S)

@@ -13,7 +13,8 @@ as two int32). Reading a cell is one GET and a numpy view, however long its hist
 ring is the in-memory store's, so the two read the same. ``{ns},cells`` is the set of cells and
 ``{ns},grid`` the grid step, so that a replica serving a model on another grid is refused
 instead of misreading the history. A write is one Lua script, atomic in Redis: two replicas
-ingesting the same indication, or a replay after a restart, change nothing.
+ingesting the same indication, or a replay after a restart, change nothing. ``{ns},shared:<name>``
+holds what replicas share besides the history (the quantile recalibration).
 """
 
 from __future__ import annotations
@@ -247,6 +248,14 @@ class RedisHistory(History):
     async def count(self) -> int:
         async with self._errors("counting the cells"):
             return int(await self._redis.scard(self._key("cells")))
+
+    async def shared(self, name: str) -> bytes | None:
+        async with self._errors(f"reading {name}"):
+            return await self._redis.get(self._key(f"shared:{name}"))
+
+    async def share(self, name: str, value: bytes) -> None:
+        async with self._errors(f"writing {name}"):
+            await self._redis.set(self._key(f"shared:{name}"), value)
 
     async def close(self) -> None:
         await self._redis.aclose()

@@ -127,6 +127,7 @@ class Service:
         async with self._reload_lock:
             forecaster, seconds = await asyncio.to_thread(self._load, model_dir)
             await self._history_for(model_dir, forecaster)
+            await self._shared_offsets(forecaster)
             self.model, self.load_seconds = forecaster, seconds  # one assignment: atomic
         meta = forecaster.metadata
         self.metrics.model.info({
@@ -162,6 +163,14 @@ class Service:
         old, self.history = self.history, store
         if old is not None:
             await old.close()
+
+    async def _shared_offsets(self, model: OnnxForecaster) -> None:
+        """Take the recalibration other replicas keep for ``model`` before serving it, so a
+        restarted replica answers as they do from its first request."""
+        try:
+            await self.recalibrator.take_shared(model)
+        except (HistoryUnavailable, ValueError, KeyError) as exc:
+            log.warning("recalibration: the shared offsets cannot be read yet: %s", exc)
 
     def kpi_source(self) -> KpiSource | None:
         """The E2 measurement behind the served model's KPI (None: not mapped, or no model)."""
