@@ -103,10 +103,10 @@ def main() -> int:
             f"{train_days} days, {evaluation.training['epochs']} epochs (stopped by "
             f"{evaluation.training['stopped_by']}). On its own validation span (the last 15 % "
             f"of the training days) P10-P90 coverage was "
-            f"{evaluation.validation['coverage']:.3f}. Our quantiles are recalibrated on the "
-            f"week before each origin (`kpi-forecast backtest`'s default); with the model's own "
-            f"calibration alone (`--recalibrate 0`) P10-P90 coverage was "
-            f"{evaluation.unrecalibrated['coverage']:.3f} and pinball loss "
+            f"{evaluation.validation['coverage']:.3f}. Our forecast is recalibrated on the "
+            f"week before each origin (`kpi-forecast backtest`'s default); the model's own "
+            f"(`--recalibrate 0`) had MAE {evaluation.unrecalibrated['mae']:.3f}, P10-P90 "
+            f"coverage {evaluation.unrecalibrated['coverage']:.3f} and pinball loss "
             f"{evaluation.unrecalibrated['pinball']:.3f}.",
             "",
             evaluation.table[columns].to_markdown(floatfmt=".3f"),

@@ -171,7 +171,7 @@ def run_ours(task: Task) -> Outcome:
     def at(origin: int, cells: slice = slice(None)) -> np.ndarray:
         history = panel.values[cells, origin - task.context : origin]
         last = pd.DatetimeIndex([panel.index[origin - 1]] * len(history))
-        return recalibrated[origin].apply(forecaster.forecast(history, last))
+        return recalibrated[origin].apply(forecaster.forecast(history, last), history)
 
     forecasts = np.stack([at(origin) for origin in task.origins])
     last_origin = task.origins[-1]

@@ -1,20 +1,26 @@
-"""Conformal recalibration of the quantiles on the most recent windows of history. Torch-free.
+"""Recalibration of the quantiles on the most recent windows of history. Torch-free.
 
 The offsets fitted at training time (``training.calibrate``) hold for data like the validation
-span. When the data drift (a holiday week, a new traffic pattern) the quantiles stop holding:
+span. When the data drift (a holiday week, a new traffic pattern) the forecasts stop holding:
 on the Milan data a P10-P90 band calibrated to 0.80 on its validation span covered 0.73 of the
-following two weeks. As statsforecast's conformal intervals do, we forecast the last few
-horizons of the history the caller already has, where the actuals are known, and move each
-quantile level except the median so that it holds there again: ``q_i + k_i * width``, where
-``width`` is the forecast's own outermost band (P10-P90 by default) and ``k_i`` is the
-``q_i``-quantile of the recent residuals ``(actual - q_i) / width``. Scaling by the band keeps
-one set of offsets valid for cells of any size and for every step of the horizon. The median
-stays (the level nearest 0.5): moving it too helped the Milan day-ahead MAE by 1 % and hurt
-the week-ahead one by 2 %. A level moved past its neighbour nearer the median stops there, so
-quantiles never cross.
+following two weeks, which hold Christmas and New Year. As statsforecast's conformal intervals
+do, we forecast the last few horizons of the history the caller already has, where the actuals
+are known, and adjust the forecast so that it holds there again, in two steps:
 
-The offsets come from all the cells passed together, one set per call: the forecasts they
-correct can be for any of those cells, at any later time, until the next refresh.
+1. The median is blended with the last day's values (seasonal naive over one day) at the
+   weight, on a grid from 1 (the model alone) to 0.5, that gave the lowest absolute error on
+   those windows; the other quantiles move with it. A network fitted on weeks of ordinary
+   days follows a sudden change of level (the day after a holiday began) more slowly than
+   yesterday's values do; on ordinary days the grid keeps the model alone or nearly so.
+2. Each quantile level except the median is moved to hold on the windows:
+   ``q_i + k_i * width``, where ``width`` is the forecast's own outermost band (P10-P90 by
+   default) and ``k_i`` is the ``q_i``-quantile of the recent residuals
+   ``(actual - q_i) / width``. Scaling by the band keeps one set of offsets valid for cells
+   of any size and for every step of the horizon. A level moved past its neighbour nearer
+   the median stops there, so quantiles never cross.
+
+The adjustment comes from all the cells passed together, one per call: the forecasts it
+corrects can be for any of those cells, at any later time, until the next refresh.
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ import pandas as pd
 
 from model.runtime import OnnxForecaster
 
-WEEK = pd.Timedelta("7D")
+DAY, WEEK = pd.Timedelta("1D"), pd.Timedelta("7D")
+WEIGHTS = np.linspace(1.0, 0.5, 11)  # the model's share of the median, 0.05 apart
 # Fewer residuals than this leave the model's own calibration in place: the 10 % tail of a
 # few dozen points is mostly noise.
 MIN_RESIDUALS = 100
@@ -37,17 +44,24 @@ MIN_OBSERVED_CONTEXT = 0.5
 
 @dataclass(frozen=True)
 class Recalibration:
-    """Per-quantile offsets, in units of each forecast's outermost band."""
+    """The model's share of the median, and per-quantile offsets in units of the band."""
 
     offsets: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
-    median: int = 0  # index of the level that stays
-    windows: int = 0  # recent windows the offsets come from; 0 = none (no change)
-    residuals: int = 0  # observed (cell, step) points behind them
+    median: int = 0  # index of the level that is blended, not offset
+    windows: int = 0  # recent windows behind it; 0 = none (no change)
+    residuals: int = 0  # observed (cell, step) points behind it
+    weight: float = 1.0  # the model's share of the median; the rest is the last day's
+    steps_per_day: int = 0
 
-    def apply(self, forecast: np.ndarray) -> np.ndarray:
-        """``forecast`` [..., Q] moved by the offsets; KPIs stay non-negative."""
+    def apply(self, forecast: np.ndarray, history: np.ndarray) -> np.ndarray:
+        """``forecast`` [B, H, Q] after the last step of ``history`` [B, n], adjusted; KPIs stay
+        non-negative."""
         if self.windows == 0:
             return forecast
+        if self.weight < 1.0:
+            day = last_day(history, forecast.shape[1], self.steps_per_day)
+            shift = (1.0 - self.weight) * (day - forecast[..., self.median])
+            forecast = forecast + np.nan_to_num(shift)[..., None].astype(forecast.dtype)
         width = forecast[..., -1:] - forecast[..., :1]
         moved = np.maximum(forecast + self.offsets * width, 0.0).astype(forecast.dtype)
         m = self.median
@@ -60,7 +74,17 @@ class Recalibration:
             return "not recalibrated (no recent window used)"
         shifts = ", ".join(f"{n} {k:+.3f}" for n, k in zip(names, self.offsets, strict=True))
         return (f"recalibrated on the last {self.windows} window(s), {self.residuals} points: "
+                f"median {self.weight:.2f} model + {1 - self.weight:.2f} last day; "
                 f"{shifts} x band")
+
+
+def last_day(history: np.ndarray, horizon: int, steps_per_day: int) -> np.ndarray:
+    """Seasonal naive over one day: each step repeats the value one day before it (NaN where
+    that is missing, or the history is shorter than a day)."""
+    n_steps = history.shape[1]
+    if steps_per_day < 1 or n_steps < steps_per_day:
+        return np.full((history.shape[0], horizon), np.nan, np.float32)
+    return history[:, n_steps - steps_per_day + np.arange(horizon) % steps_per_day]
 
 
 def week_of_windows(horizon: int, step: pd.Timedelta) -> int:
@@ -71,8 +95,9 @@ def week_of_windows(horizon: int, step: pd.Timedelta) -> int:
 
 def recalibration(forecaster: OnnxForecaster, history: np.ndarray, last: pd.DatetimeIndex,
                   windows: int) -> Recalibration:
-    """Offsets from up to ``windows`` forecasts that end at the last step of ``history``
-    [cells, steps] (the last step of row b falls at ``last[b]``), one horizon apart.
+    """The median's weight and the offsets that hold on up to ``windows`` forecasts ending at
+    the last step of ``history`` [cells, steps] (the last step of row b falls at ``last[b]``),
+    one horizon apart.
 
     A window is used when ``history`` holds its whole context and horizon; a cell's window
     counts when at least half of its context is observed.
@@ -94,8 +119,23 @@ def recalibration(forecaster: OnnxForecaster, history: np.ndarray, last: pd.Date
     scored = enough[:, None] & ~np.isnan(actual) & (width > 0)
     if scored.sum() < MIN_RESIDUALS:
         return Recalibration()
+    median = int(np.argmin(np.abs(levels - 0.5)))
+    steps_per_day = int(DAY // forecaster.step)
+    day = np.concatenate([last_day(history[:, :end], horizon, steps_per_day) for end in ends])
+    weight = best_weight(forecast[..., median], day, actual, scored)
+    forecast = forecast + (1.0 - weight) * np.nan_to_num(day - forecast[..., median])[..., None]
     residual = (actual[..., None] - forecast)[scored] / width[scored][:, None]  # [points, Q]
     offsets = np.array([np.quantile(residual[:, i], q) for i, q in enumerate(levels)])
-    median = int(np.argmin(np.abs(levels - 0.5)))
     offsets[median] = 0.0
-    return Recalibration(offsets.astype(np.float32), median, usable, int(scored.sum()))
+    return Recalibration(offsets.astype(np.float32), median, usable, int(scored.sum()),
+                         weight, steps_per_day)
+
+
+def best_weight(model: np.ndarray, day: np.ndarray, actual: np.ndarray,
+                scored: np.ndarray) -> float:
+    """The model's share of the median, from WEIGHTS, with the lowest absolute error on the
+    ``scored`` points (the model alone where the last day is missing); ties keep the model."""
+    day = np.where(np.isnan(day), model, day)[scored]
+    model, actual = model[scored], actual[scored]
+    errors = [np.abs(w * model + (1.0 - w) * day - actual).sum() for w in WEIGHTS]
+    return float(WEIGHTS[int(np.argmin(errors))])

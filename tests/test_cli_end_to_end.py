@@ -216,14 +216,19 @@ def test_backtest_recalibrates_the_quantiles_on_the_week_before_each_origin(
     printed = capsys.readouterr().out
     assert "not recalibrated" in printed and "recalibrated on the last 7 window(s)" in printed
     # Two epochs on six cells leave the validation-fitted band too wide for the data in order
-    # (0.88) and too narrow for the shuffled days (0.75); the recent week puts both near 0.80.
+    # (0.88) and too narrow for the shuffled days (0.75); the recent week brings both within
+    # issue 2's 0.80 +- 0.05.
     off_before, off_after = (abs(scores[o]["coverage"] - 0.8) for o in ("0", "auto"))
-    assert off_after < 0.03 and off_after < off_before
-    assert scores["auto"]["pinball"] < scores["0"]["pinball"]
-    assert scores["auto"]["mae"] == scores["0"]["mae"]  # the median is left as it was
+    assert off_after < 0.05 and off_after < off_before
+    if data == "data_file":
+        # So short a training leaves yesterday's values a better median than the model's on
+        # the data in order: the blend takes half of them, and both errors fall by a fifth.
+        assert "median 0.50 model + 0.50 last day" in printed
+        for metric in ("mae", "pinball"):
+            assert scores["auto"][metric] < 0.85 * scores["0"][metric]
 
 
-def test_predict_recalibrates_only_the_outer_quantiles(
+def test_predict_recalibrates_on_the_windows_before_each_cells_last_sample(
     model_dir: Path, shuffled_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     frames = {}
@@ -234,9 +239,16 @@ def test_predict_recalibrates_only_the_outer_quantiles(
         frames[option] = pd.read_csv(out)
     printed = capsys.readouterr().out
     assert "quantiles not recalibrated" in printed
-    assert re.search(r"recalibrated on the last 3 window\(s\), \d+ points: p10 [-+]", printed)
+    found = re.search(r"recalibrated on the last 3 window\(s\), \d+ points: median "
+                      r"(\d\.\d\d) model \+ \d\.\d\d last day; p10 [-+]", printed)
+    assert found
     plain, moved = frames["0"], frames["3"]
-    pd.testing.assert_series_equal(plain["p50"], moved["p50"])
+    # The median moves only as far as the blend with the last day takes it.
+    day = pd.read_csv(shuffled_file).groupby("cell_id")["traffic_mb"].apply(
+        lambda kpi: kpi.to_numpy()[-24:]).loc[plain["cell_id"].unique()]
+    weight = float(found.group(1))
+    expected = weight * plain["p50"] + (1 - weight) * np.concatenate(day.to_list())
+    np.testing.assert_allclose(moved["p50"], expected, rtol=1e-4, atol=1e-3)
     assert (plain["p90"] != moved["p90"]).all()
     assert (plain["p10"] != moved["p10"]).mean() > 0.9  # the rest are KPIs held at zero
     assert (moved["p10"] <= moved["p50"]).all() and (moved["p50"] <= moved["p90"]).all()

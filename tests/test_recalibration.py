@@ -5,7 +5,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from model.recalibration import MIN_RESIDUALS, Recalibration, recalibration, week_of_windows
+from model.recalibration import (
+    MIN_RESIDUALS,
+    WEIGHTS,
+    Recalibration,
+    best_weight,
+    last_day,
+    recalibration,
+    week_of_windows,
+)
 from model.runtime import OnnxForecaster
 from tests.exported_model import exported
 
@@ -29,45 +37,77 @@ def series(cells: int, steps: int, seed: int = 0) -> tuple[np.ndarray, pd.Dateti
 
 
 def window_forecasts(forecaster: OnnxForecaster, history: np.ndarray, last: pd.DatetimeIndex,
-                     windows: int) -> tuple[np.ndarray, np.ndarray]:
-    """The forecasts of the ``windows`` horizons ending the history, and their actuals."""
+                     windows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The forecasts of the ``windows`` horizons ending the history, their contexts and their
+    actuals."""
     n = history.shape[1]
-    forecasts, actuals = [], []
+    forecasts, contexts, actuals = [], [], []
     for i in range(1, windows + 1):
         end = n - i * HORIZON
-        forecasts.append(forecaster.forecast(history[:, end - CONTEXT : end],
-                                             last - i * HORIZON * forecaster.step))
+        contexts.append(history[:, end - CONTEXT : end])
+        forecasts.append(forecaster.forecast(contexts[-1], last - i * HORIZON * forecaster.step))
         actuals.append(history[:, end : end + HORIZON])
-    return np.concatenate(forecasts), np.concatenate(actuals)
+    return np.concatenate(forecasts), np.concatenate(contexts), np.concatenate(actuals)
 
 
 def test_each_level_holds_again_on_the_windows_it_came_from(forecaster: OnnxForecaster) -> None:
     history, last = series(cells=20, steps=CONTEXT + 6 * HORIZON)
     fitted = recalibration(forecaster, history, last, windows=6)
     assert fitted.windows == 6 and fitted.residuals == 20 * 6 * HORIZON
-    forecast, actual = window_forecasts(forecaster, history, last, 6)
+    forecast, contexts, actual = window_forecasts(forecaster, history, last, 6)
+    adjusted = fitted.apply(forecast, contexts)
     below_before = (actual[..., None] <= forecast).mean(axis=(0, 1))
-    below_after = (actual[..., None] <= fitted.apply(forecast)).mean(axis=(0, 1))
+    below_after = (actual[..., None] <= adjusted).mean(axis=(0, 1))
     # An untrained network's outer levels are far off; moved, they hold to within the
     # quantile's interpolation (a few points of 1440).
     assert np.abs(below_before - LEVELS)[[0, 2]].max() > 0.1
     assert np.abs(below_after - LEVELS)[[0, 2]].max() < 0.01
-    np.testing.assert_array_equal(fitted.apply(forecast)[..., 1], forecast[..., 1])
+    # Its median does worse than yesterday's values: the blend takes some of them, at the
+    # grid weight with the lowest error on these windows.
+    day = last_day(contexts, HORIZON, 24)
+    assert fitted.weight == best_weight(forecast[..., 1], day, actual, ~np.isnan(actual)) < 1
+    np.testing.assert_allclose(
+        adjusted[..., 1], fitted.weight * forecast[..., 1] + (1 - fitted.weight) * day, rtol=1e-5)
+    error = {w: np.abs(w * forecast[..., 1] + (1 - w) * day - actual).mean() for w in WEIGHTS}
+    assert min(error, key=error.get) == fitted.weight
 
 
-def test_the_median_stays_and_the_quantiles_never_cross(forecaster: OnnxForecaster) -> None:
+def test_the_weight_is_the_grid_point_closest_to_the_actuals() -> None:
+    rng = np.random.default_rng(1)
+    model, day = rng.random((50, HORIZON)), rng.random((50, HORIZON))
+    scored = np.ones_like(model, bool)
+    assert best_weight(model, day, 0.7 * model + 0.3 * day, scored) == pytest.approx(0.7)
+    assert best_weight(model, day, model, scored) == 1.0
+    assert best_weight(model, day, day, scored) == 0.5  # the grid's end
+    # Where the last day is missing the model stands alone, so it cannot pull the weight.
+    gappy = np.where(rng.random(day.shape) < 0.5, np.nan, day)
+    assert best_weight(model, gappy, model, scored) == 1.0
+
+
+def test_the_median_is_blended_not_offset_and_the_quantiles_never_cross(
+    forecaster: OnnxForecaster,
+) -> None:
     history, last = series(cells=4, steps=CONTEXT)
     forecast = forecaster.forecast(history, last)
     # Outer levels pulled past the median stop at it.
     crossing = Recalibration(np.array([2.0, 0.0, -2.0], np.float32), median=1, windows=1,
                              residuals=500)
-    moved = crossing.apply(forecast)
+    moved = crossing.apply(forecast, history)
     np.testing.assert_array_equal(moved, np.repeat(forecast[..., 1:2], 3, axis=-1))
-    widened = Recalibration(np.array([-0.5, 0.0, 0.5], np.float32), 1, 1, 500).apply(forecast)
+    widened = Recalibration(np.array([-0.5, 0.0, 0.5], np.float32), 1, 1, 500).apply(
+        forecast, history)
     width = forecast[..., 2] - forecast[..., 0]
     np.testing.assert_allclose(widened[..., 2], forecast[..., 2] + 0.5 * width, rtol=1e-5)
     np.testing.assert_array_equal(widened[..., 1], forecast[..., 1])
     assert (np.diff(widened, axis=-1) >= 0).all() and (widened >= 0).all()
+    # Blended: the whole forecast moves with its median, towards yesterday's values.
+    history[0, -24:-20] = np.nan
+    blended = Recalibration(np.zeros(3, np.float32), 1, 1, 500, weight=0.8,
+                            steps_per_day=24).apply(forecast, history)
+    day = np.tile(history[:, -24:], (1, 1))[:, :HORIZON]
+    shift = np.nan_to_num(0.2 * (day - forecast[..., 1]))
+    np.testing.assert_allclose(blended, np.maximum(forecast + shift[..., None], 0), rtol=1e-5)
+    np.testing.assert_array_equal(blended[0, :4], np.maximum(forecast[0, :4], 0))
 
 
 def test_a_history_too_short_for_one_window_changes_nothing(forecaster: OnnxForecaster) -> None:
@@ -75,7 +115,7 @@ def test_a_history_too_short_for_one_window_changes_nothing(forecaster: OnnxFore
     fitted = recalibration(forecaster, history, last, windows=7)
     assert fitted.windows == 0
     forecast = forecaster.forecast(history[:, -CONTEXT:], last)
-    assert fitted.apply(forecast) is forecast
+    assert fitted.apply(forecast, history) is forecast
     assert "not recalibrated" in fitted.describe(["p10", "p50", "p90"])
 
 

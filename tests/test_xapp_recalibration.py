@@ -63,19 +63,21 @@ def test_forecasts_get_the_offsets_of_the_cells_recent_history(tmp_path: Path) -
             fitted = await service.recalibrator.refresh()
             assert fitted.windows == 7 and fitted.residuals == CELLS * 7 * HORIZON
             moved = await quantiles(client, "c3")
-            np.testing.assert_allclose(moved[:, 1], plain[:, 1], rtol=1e-6)
-            # The same offsets as `kpi-forecast predict` would find on these windows.
+            # The same adjustment as `kpi-forecast predict` would find on these windows.
             history = np.array([load(i) for i in range(CELLS)], np.float32)
             last = pd.DatetimeIndex([pd.Timestamp(START) + (STEPS - 1) * HOUR] * CELLS)
             expected = recalibration(service.model, history, last, 7)
             np.testing.assert_allclose(fitted.offsets, expected.offsets, atol=1e-6)
+            assert fitted.weight == expected.weight < 1  # an untrained network's median
             # Answers carry 4 decimals.
-            np.testing.assert_allclose(moved, expected.apply(plain[None])[0], rtol=1e-5, atol=1e-3)
-            assert not np.allclose(moved[:, [0, 2]], plain[:, [0, 2]])
+            np.testing.assert_allclose(moved, expected.apply(plain[None], history[3:4])[0],
+                                       rtol=1e-5, atol=1e-3)
+            assert not np.allclose(moved, plain)
 
             info = (await client.get("/v1/model")).json()["recalibration"]
             assert info["windows"] == 7 and info["cells"] == CELLS and info["refreshed_at"]
             assert info["offsets"]["p10"] == round(float(fitted.offsets[0]), 6)
+            assert info["model_weight"] == fitted.weight
             metrics = (await client.get("/ric/v1/metrics")).text
             assert "kpi_forecast_recalibration_windows 7.0" in metrics
             line = next(x for x in metrics.splitlines()

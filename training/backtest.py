@@ -72,7 +72,8 @@ def backtest(
         history = panel.values[:, :origin]
         last = pd.DatetimeIndex([panel.index[origin - 1]] * panel.n_cells)
         recalibrations.append(recalibration(forecaster, history, last, recalibrate_windows))
-        forecast = recalibrations[-1].apply(forecaster.forecast(history[:, -meta.context :], last))
+        window = history[:, -meta.context :]
+        forecast = recalibrations[-1].apply(forecaster.forecast(window, last), window)
         quantiles.append(forecast)
         actual.append(panel.values[:, origin : origin + horizon])
         scales.append(mase_scale(history, 7 * steps_per_day))

@@ -39,7 +39,8 @@ def predict_frame(forecaster: OnnxForecaster, panel: Panel,
     windows, last = last_windows(panel, meta.context + recalibrate_windows * meta.horizon)
     last_stamps = panel.index[last]
     recalibrated = recalibration(forecaster, windows, last_stamps, recalibrate_windows)
-    forecast = recalibrated.apply(forecaster.forecast(windows[:, -meta.context :], last_stamps))
+    forecast = recalibrated.apply(
+        forecaster.forecast(windows[:, -meta.context :], last_stamps), windows)
     stamps = window_timestamps(last_stamps + meta.horizon * forecaster.step, meta.horizon,
                                forecaster.step)
     local = stamps.tz_convert(calendar_zone(meta.calendar_tz))

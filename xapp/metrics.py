@@ -99,6 +99,11 @@ class Metrics:
             "Recent horizons the offsets come from (0: the model's own calibration).",
             registry=r,
         )
+        self.recalibration_weight = Gauge(
+            f"{PREFIX}_recalibration_model_weight",
+            "The model's share of the median forecast; the rest is the last day's values "
+            "(1: the model alone).", registry=r,
+        )
         self.recalibration_seconds = Gauge(
             f"{PREFIX}_recalibration_duration_seconds", "Time the last recalibration took.",
             registry=r,

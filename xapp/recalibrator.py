@@ -51,6 +51,7 @@ class Offsets:
         return json.dumps({
             "model_version": self.model_version, "offsets": r.offsets.tolist(),
             "median": r.median, "windows": r.windows, "residuals": r.residuals,
+            "weight": r.weight, "steps_per_day": r.steps_per_day,
             "cells": self.cells, "refreshed_at": self.refreshed_at,
         }).encode()
 
@@ -58,7 +59,8 @@ class Offsets:
     def from_json(cls, blob: bytes) -> Offsets:
         raw = json.loads(blob)
         fitted = Recalibration(np.asarray(raw["offsets"], np.float32), raw["median"],
-                               raw["windows"], raw["residuals"])
+                               raw["windows"], raw["residuals"], raw["weight"],
+                               raw["steps_per_day"])
         return cls(raw["model_version"], fitted, raw["cells"], raw["refreshed_at"])
 
 
@@ -91,6 +93,7 @@ class Recalibrator:
         names = model.metadata.quantile_names()
         values = applied.offsets if applied.windows else np.zeros(len(names))
         return RecalibrationOut(
+            model_weight=applied.weight,
             offsets={n: round(float(k), 6) for n, k in zip(names, values, strict=True)},
             windows=applied.windows, residuals=applied.residuals,
             cells=offsets.cells if offsets and applied.windows else 0,
@@ -126,6 +129,7 @@ class Recalibrator:
         self.offsets = offsets
         m, fitted = self.metrics, offsets.recalibration
         m.recalibration_windows.set(fitted.windows)
+        m.recalibration_weight.set(fitted.weight)
         m.recalibration_time.set(offsets.refreshed_at)
         values = fitted.offsets if fitted.windows else np.zeros(len(model.metadata.quantiles))
         for name, offset in zip(model.metadata.quantile_names(), values, strict=True):

@@ -120,6 +120,7 @@ class ReloadRequest(BaseModel):
 class RecalibrationOut(BaseModel):
     """The offsets applied to the served model's quantiles (``model.recalibration``)."""
 
+    model_weight: float  # the model's share of the median; the rest is the last day's
     offsets: dict[str, float]  # pNN -> offset in units of the forecast's outer band
     windows: int  # recent horizons they come from; 0: the model's own calibration
     residuals: int

@@ -291,7 +291,7 @@ class Service:
         except ModelUnavailable:
             return self._fallback(model, history, horizon, "model_error")
         columns, names = self.selected(result.model)
-        quantiles = self.recalibrator.for_model(result.model).apply(result.quantiles)
+        quantiles = self.recalibrator.for_model(result.model).apply(result.quantiles, history)
         return Answer(quantiles[:, :horizon, columns], names,
                       result.model.metadata.model_version, "model", None)
 
