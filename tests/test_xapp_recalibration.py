@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -42,6 +44,14 @@ def refreshed_by_the_test(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Recalibrator, "run", idle)
 
 
+@contextlib.asynccontextmanager
+async def seeded(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+    """An xApp serving an untrained model, holding the history of CELLS cells."""
+    async with running(descriptor(tmp_path, make_model(tmp_path / "model"))) as client:
+        await seed(client)
+        yield client
+
+
 async def quantiles(client: httpx.AsyncClient, cell: str) -> np.ndarray:
     response = await client.get(f"/v1/cells/{cell}/forecast")
     assert response.status_code == 200 and response.json()["source"] == "model"
@@ -52,10 +62,8 @@ async def quantiles(client: httpx.AsyncClient, cell: str) -> np.ndarray:
 @pytest.mark.usefixtures("refreshed_by_the_test")
 def test_forecasts_get_the_offsets_of_the_cells_recent_history(tmp_path: Path) -> None:
     async def go() -> None:
-        model_dir = make_model(tmp_path / "model")
-        async with running(descriptor(tmp_path, model_dir)) as client:
+        async with seeded(tmp_path) as client:
             service = client.app.state.service
-            await seed(client)
             plain = await quantiles(client, "c3")
             info = (await client.get("/v1/model")).json()["recalibration"]
             assert info["windows"] == 0 and set(info["offsets"].values()) == {0.0}
@@ -90,10 +98,8 @@ def test_forecasts_get_the_offsets_of_the_cells_recent_history(tmp_path: Path) -
 @pytest.mark.usefixtures("refreshed_by_the_test")
 def test_the_offsets_are_kept_to_their_model_and_can_be_turned_off(tmp_path: Path) -> None:
     async def go() -> None:
-        model_dir = make_model(tmp_path / "model")
-        async with running(descriptor(tmp_path, model_dir)) as client:
+        async with seeded(tmp_path) as client:
             service = client.app.state.service
-            await seed(client)
             plain = await quantiles(client, "c1")
             await service.recalibrator.refresh()
             assert not np.allclose(await quantiles(client, "c1"), plain)
