@@ -33,7 +33,7 @@ import torch
 from benchmarks.common import machine
 from benchmarks.runtime import CONTEXT, HORIZON, default_model
 from model.config import ModelConfig
-from model.features import window_calendar
+from model.features import forecast_calendar
 from model.network import Forecaster, SelfAttention, instance_stats
 from model.runtime import CUDA, OnnxForecaster, RuntimeOptions
 
@@ -49,7 +49,7 @@ def inputs(batch: int, device: str) -> tuple[torch.Tensor, torch.Tensor, pd.Date
     values[0, 30:80] = np.nan
     last = pd.DatetimeIndex(pd.Timestamp("2024-03-04", tz="UTC")
                             + pd.to_timedelta(rng.integers(0, 168, batch), "h"))
-    calendar = window_calendar(last, CONTEXT, pd.Timedelta("1h"), "Europe/Rome")
+    calendar = forecast_calendar(last, CONTEXT, HORIZON, pd.Timedelta("1h"), "Europe/Rome")
     return torch.from_numpy(values).to(device), torch.from_numpy(calendar).to(device), last
 
 

@@ -29,7 +29,7 @@ from benchmarks.common import RAW, machine, write_section
 from model.artifact import ModelMetadata
 from model.config import ModelConfig
 from model.export import export_onnx
-from model.features import window_calendar
+from model.features import forecast_calendar
 from model.network import Forecaster
 from model.runtime import OnnxForecaster, RuntimeOptions
 
@@ -72,7 +72,7 @@ def latency(network: Forecaster, forecaster: OnnxForecaster, quick: bool) -> pd.
         values = rng.gamma(2.0, 10.0, (batch, CONTEXT)).astype(np.float32)
         last = pd.DatetimeIndex(pd.Timestamp("2024-03-04", tz="UTC") +
                                 pd.to_timedelta(rng.integers(0, 24 * 7, batch), "h"))
-        calendar = window_calendar(last, CONTEXT, pd.Timedelta("1h"), "Europe/Rome")
+        calendar = forecast_calendar(last, CONTEXT, HORIZON, pd.Timedelta("1h"), "Europe/Rome")
         values_t, calendar_t = torch.from_numpy(values), torch.from_numpy(calendar)
         repeats = max(20, (200 if quick else 1000) // batch)
 
@@ -81,7 +81,7 @@ def latency(network: Forecaster, forecaster: OnnxForecaster, quick: bool) -> pd.
                 network(v, c)
 
         def torch_eager_forecast(v=values, t=last) -> None:
-            calendar = window_calendar(t, CONTEXT, pd.Timedelta("1h"), "Europe/Rome")
+            calendar = forecast_calendar(t, CONTEXT, HORIZON, pd.Timedelta("1h"), "Europe/Rome")
             with torch.inference_mode():
                 network(torch.from_numpy(v), torch.from_numpy(calendar))
 

@@ -29,9 +29,10 @@ CLI (writes CSV, CSV.gz or Parquet, by suffix)::
 from __future__ import annotations
 
 import argparse
-from datetime import date, timedelta
+from datetime import date
 from pathlib import Path
 
+import holidays as holiday_data
 import numpy as np
 import pandas as pd
 
@@ -64,30 +65,12 @@ _SHAPES: dict[str, dict[str, tuple[float, tuple[_Bump, ...]]]] = {
 # Median peak active UEs per profile; hubs serve crowds, homes and offices far fewer.
 _PROFILE_LEVEL = {"residential": 10.0, "business": 14.0, "transport_hub": 35.0}
 
-_FIXED_HOLIDAYS = ((1, 1), (5, 1), (5, 8), (7, 14), (8, 15), (11, 1), (11, 11), (12, 25))
-_EASTER_HOLIDAY_OFFSETS = (1, 39, 50)  # Easter Monday, Ascension Day, Whit Monday
-
-
-def _easter(year: int) -> date:
-    """Gregorian Easter Sunday (anonymous Gregorian algorithm)."""
-    a, b, c = year % 19, year // 100, year % 100
-    d, e = divmod(b, 4)
-    g = (8 * b + 13) // 25
-    h = (19 * a + b - d - g + 15) % 30
-    i, k = divmod(c, 4)
-    ell = (32 + 2 * e + 2 * i - h - k) % 7
-    m = (a + 11 * h + 22 * ell) // 451
-    month, day = divmod(h + ell - 7 * m + 114, 31)
-    return date(year, month, day + 1)
+HOLIDAYS = "FR"  # the public holidays that get weekend-like load (``train --holidays FR``)
 
 
 def holidays(years: range) -> list[date]:
-    """French public holidays in ``years``: the calendar that gets weekend-like load."""
-    out = []
-    for year in years:
-        out += [date(year, m, d) for m, d in _FIXED_HOLIDAYS]
-        out += [_easter(year) + timedelta(days=n) for n in _EASTER_HOLIDAY_OFFSETS]
-    return sorted(out)
+    """The public holidays of :data:`HOLIDAYS` in ``years``."""
+    return sorted(holiday_data.country_holidays(HOLIDAYS, years=list(years)))
 
 
 def _cell_profiles(rng: np.random.Generator, n_cells: int) -> np.ndarray:

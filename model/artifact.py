@@ -1,7 +1,7 @@
 """The model directory: what `train` writes and every runtime reads. Torch-free.
 
     DIR/metadata.json   schema version, data contract (freq, context, horizon, quantiles,
-                        target, calendar zone), config, training-data fingerprint,
+                        target, calendar zone, holiday calendar), config, training-data fingerprint,
                         validation metrics, library versions, sha256 of model.onnx
     DIR/weights.pt      torch state_dict (loaded with weights_only=True)
     DIR/model.onnx      the exported graph served by ONNX Runtime
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from model.config import ModelConfig
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the graph takes the horizon's calendar and a holiday flag
 METADATA_FILE = "metadata.json"
 WEIGHTS_FILE = "weights.pt"
 ONNX_FILE = "model.onnx"
@@ -37,6 +37,7 @@ class ModelMetadata:
     config: ModelConfig
     data_fingerprint: str
     created: str
+    holidays: str = ""  # public-holiday calendar of the calendar features; "" = none
     validation: dict[str, float] = field(default_factory=dict)
     training: dict[str, float | int | str] = field(default_factory=dict)
     libraries: dict[str, str] = field(default_factory=dict)

@@ -50,5 +50,14 @@ class ModelConfig:
     def n_patches(self) -> int:
         return math.ceil(self.context / self.patch_len)
 
+    @property
+    def n_future(self) -> int:
+        """Tokens that carry the horizon's calendar, one per patch of it."""
+        return math.ceil(self.horizon / self.patch_len)
+
+    @property
+    def n_tokens(self) -> int:
+        return self.n_patches + self.n_future
+
     def to_dict(self) -> dict:
         return asdict(self)

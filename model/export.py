@@ -46,7 +46,7 @@ def export_onnx(network: Forecaster, model_dir: Path, metadata: ModelMetadata) -
     network = network.eval()
     cfg = network.cfg
     values = torch.rand(2, cfg.context) * 10.0
-    calendar = torch.zeros(2, cfg.context, N_CALENDAR)
+    calendar = torch.zeros(2, cfg.context + cfg.horizon, N_CALENDAR)
     batch = torch.export.Dim("batch", min=1, max=1 << 20)
     path = Path(model_dir) / ONNX_FILE
     with _quiet_exporter():

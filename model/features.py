@@ -1,7 +1,9 @@
 """Calendar features: the one numpy layer every runtime shares (training, predict, xApp).
 
-The network sees, for every input step, where it falls in the day and in the week on the
-local wall clock of ``calendar_tz``: cell load follows people's days, not UTC.
+The network sees, for every step of its window and of its horizon, where it falls in the day
+and in the week on the local wall clock of ``calendar_tz``, and whether that local date is a
+public holiday of the ``holidays`` calendar: cell load follows people's days, not UTC, and a
+holiday's load looks like a Sunday's, not like the weekday it falls on.
 """
 
 from __future__ import annotations
@@ -11,10 +13,13 @@ import functools
 import re
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+import holidays as holiday_data
 import numpy as np
 import pandas as pd
 
-N_CALENDAR = 4  # sin/cos of hour of day, sin/cos of day of week
+N_CYCLIC = 4  # sin/cos of hour of day, sin/cos of day of week
+HOLIDAY = N_CYCLIC  # 1 on a public holiday of the calendar, else 0
+N_CALENDAR = N_CYCLIC + 1
 
 NS_PER_DAY = 86_400 * 10**9
 EPOCH_WEEKDAY = 3  # 1970-01-01 was a Thursday
@@ -48,7 +53,46 @@ def calendar_zone(name: str) -> dt.tzinfo:
         ) from None
 
 
-def calendar_features(timestamps: pd.DatetimeIndex, calendar_tz: str) -> np.ndarray:
+def check_holidays(name: str) -> str:
+    """``name`` if it names a holiday calendar the ``holidays`` package knows, else a
+    :class:`ValueError` saying what is accepted: an ISO 3166 country code (``"FR"``),
+    optionally with a subdivision (``"IT-MI"``: Milan's province, with its patron saint's day),
+    or ``""`` for none."""
+    if name:
+        try:
+            if name.endswith("-"):
+                raise NotImplementedError
+            _holidays_of(name, 2000)
+        except NotImplementedError:
+            raise ValueError(
+                f"unknown holiday calendar {name!r}: use an ISO 3166 country code such as "
+                "'FR', optionally with a subdivision such as 'IT-MI', or '' for none"
+            ) from None
+    return name
+
+
+@functools.lru_cache(maxsize=256)
+def _holidays_of(name: str, year: int) -> frozenset[dt.date]:
+    # One immutable set per year: the holidays package fills its calendars in lazily, which
+    # the xApp's worker threads should not do to one shared object at once.
+    country, _, subdivision = name.partition("-")
+    return frozenset(holiday_data.country_holidays(country, subdiv=subdivision or None,
+                                                   years=year))
+
+
+def holiday_flags(local_days: np.ndarray, holidays: str) -> np.ndarray:
+    """1.0 where a local date (datetime64[D]) is a public holiday of ``holidays``, else 0."""
+    if not holidays or len(local_days) == 0:
+        return np.zeros(len(local_days), np.float32)
+    # A window spans a few distinct days: look each up once.
+    days, inverse = np.unique(local_days, return_inverse=True)
+    found = np.array([day in _holidays_of(holidays, day.year) for day in days.astype(object)],
+                     dtype=np.float32)
+    return found[inverse.reshape(-1)]
+
+
+def calendar_features(timestamps: pd.DatetimeIndex, calendar_tz: str,
+                      holidays: str = "") -> np.ndarray:
     """[n, N_CALENDAR] float32 features for tz-aware ``timestamps``."""
     # Integer arithmetic on local wall-clock nanoseconds: pandas' field accessors cost more
     # than the whole ONNX graph at batch 1.
@@ -59,8 +103,10 @@ def calendar_features(timestamps: pd.DatetimeIndex, calendar_tz: str) -> np.ndar
     week_fraction = (day_of_week + day_fraction) / 7.0
     day_angle = 2.0 * np.pi * day_fraction
     week_angle = 2.0 * np.pi * week_fraction
+    flags = holiday_flags((local_ns // NS_PER_DAY).astype("datetime64[D]"), holidays)
     features = np.stack(
-        [np.sin(day_angle), np.cos(day_angle), np.sin(week_angle), np.cos(week_angle)], axis=-1
+        [np.sin(day_angle), np.cos(day_angle), np.sin(week_angle), np.cos(week_angle), flags],
+        axis=-1,
     )
     return features.astype(np.float32)
 
@@ -75,24 +121,37 @@ def window_timestamps(
 
 
 def window_calendar(
-    last: pd.DatetimeIndex, length: int, step: pd.Timedelta, calendar_tz: str
+    last: pd.DatetimeIndex, length: int, step: pd.Timedelta, calendar_tz: str,
+    holidays: str = "",
 ) -> np.ndarray:
     """[len(last), length, N_CALENDAR] features of the windows ending at ``last``."""
     # Cells forecast together mostly share their last timestamp: compute each window once.
     ends, inverse = np.unique(last.tz_convert("UTC").as_unit("ns").asi8, return_inverse=True)
     if len(ends) == 1:
-        features = _one_window(int(ends[0]), length, step.value, calendar_tz)[None]
+        features = _one_window(int(ends[0]), length, step.value, calendar_tz, holidays)[None]
     else:
         stamps = window_timestamps(pd.DatetimeIndex(ends, tz="UTC"), length, step)
-        features = calendar_features(stamps, calendar_tz).reshape(len(ends), length, N_CALENDAR)
+        features = calendar_features(stamps, calendar_tz, holidays).reshape(
+            len(ends), length, N_CALENDAR)
     return features[inverse.reshape(-1)]
 
 
+def forecast_calendar(
+    last: pd.DatetimeIndex, context: int, horizon: int, step: pd.Timedelta, calendar_tz: str,
+    holidays: str = "",
+) -> np.ndarray:
+    """[len(last), context + horizon, N_CALENDAR]: what the network takes beside a window of
+    ``context`` steps ending at each of ``last``, the calendar of its horizon included."""
+    return window_calendar(last + horizon * step, context + horizon, step, calendar_tz,
+                           holidays)
+
+
 @functools.lru_cache(maxsize=256)
-def _one_window(end_ns: int, length: int, step_ns: int, calendar_tz: str) -> np.ndarray:
+def _one_window(end_ns: int, length: int, step_ns: int, calendar_tz: str,
+                holidays: str) -> np.ndarray:
     """One window's features, cached: an xApp asks for the same window end all hour long."""
     stamps = window_timestamps(pd.DatetimeIndex([end_ns], tz="UTC"), length,
                                pd.Timedelta(step_ns))
-    features = calendar_features(stamps, calendar_tz)
+    features = calendar_features(stamps, calendar_tz, holidays)
     features.flags.writeable = False
     return features

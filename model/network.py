@@ -1,7 +1,8 @@
 """The forecaster: a PatchTST-style Transformer shared by all cells.
 
 Input: a window of ``context`` raw KPI values per cell (NaN = missing) and the calendar
-features of each step. Output: ``horizon`` steps × quantiles, in the KPI's own units.
+features of each step of the window and of the horizon after it. Output: ``horizon`` steps ×
+quantiles, in the KPI's own units.
 
 Everything between the raw values and the final quantiles lives in this graph (instance
 normalisation, the missing mask, quantile ordering, de-normalisation), so the exported ONNX
@@ -17,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from model.config import ModelConfig
-from model.features import N_CALENDAR
+from model.features import HOLIDAY, N_CALENDAR, N_CYCLIC
 
 
 def instance_stats(
@@ -111,20 +112,24 @@ class PatchTransformer(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.n_quantiles = len(cfg.quantiles)
-        # Each token: the normalised values and the observed mask of its patch, plus the
-        # calendar features of the patch's last step (which always lies inside the window).
+        # Each token: the normalised values and the observed mask of its patch, the cyclic
+        # calendar features of its last step and the share of its steps on a holiday.
         self.embed = nn.Linear(2 * cfg.patch_len + N_CALENDAR, cfg.d_model)
-        self.position = nn.Parameter(torch.randn(1, cfg.n_patches, cfg.d_model) * 0.02)
+        # The holiday share starts with no weight: a calendar whose holidays never appear in
+        # the training windows then changes nothing, rather than adding untrained noise.
+        with torch.no_grad():
+            self.embed.weight[:, -1] = 0.0
+        self.position = nn.Parameter(torch.randn(1, cfg.n_tokens, cfg.d_model) * 0.02)
         self.dropout = ByteDropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.ln_f = nn.LayerNorm(cfg.d_model)
-        self.head = nn.Linear(cfg.n_patches * cfg.d_model, cfg.horizon * self.n_quantiles)
+        self.head = nn.Linear(cfg.n_tokens * cfg.d_model, cfg.horizon * self.n_quantiles)
         # A linear path from the normalised context straight to the forecast level (as in
         # NLinear): the seasonal carry-over is linear, so the Transformer only models the rest.
         self.skip = nn.Linear(cfg.context, cfg.horizon)
 
     def forward(self, tokens: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
-        """tokens [B, n_patches, 2 * patch_len + 4], context [B, context] -> [B, H, Q]."""
+        """tokens [B, n_tokens, 2 * patch_len + N_CALENDAR], context [B, context] -> [B, H, Q]."""
         x = self.dropout(self.embed(tokens) + self.position)
         for block in self.blocks:
             x = block(x)
@@ -143,12 +148,21 @@ class Forecaster(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.pad = cfg.n_patches * cfg.patch_len - cfg.context
+        self.future_pad = cfg.n_future * cfg.patch_len - cfg.horizon
         self.members = nn.ModuleList(PatchTransformer(cfg) for _ in range(cfg.ensemble))
         # Per-quantile offsets, in units of the window's scale, set after training by
         # conformal calibration on validation windows (training.calibrate); zero until then.
         self.register_buffer("calibration", torch.zeros(len(cfg.quantiles)))
-        last_steps = torch.arange(1, cfg.n_patches + 1) * cfg.patch_len - 1 - self.pad
-        self.register_buffer("patch_last_step", last_steps, persistent=False)
+        # Calendar steps (window, then horizon) that give each token its cyclic features: the
+        # last step of its patch; and how many of its steps are real, not padding.
+        patch, window_ends = cfg.patch_len, torch.arange(1, cfg.n_patches + 1) * cfg.patch_len
+        future_ends = torch.arange(1, cfg.n_future + 1) * patch
+        last_steps = torch.cat([window_ends - 1 - self.pad,
+                                cfg.context + future_ends.clamp(max=cfg.horizon) - 1])
+        steps = torch.cat([(window_ends - self.pad).clamp(max=patch).clamp(min=1),
+                           (cfg.horizon - future_ends + patch).clamp(max=patch)])
+        self.register_buffer("token_last_step", last_steps, persistent=False)
+        self.register_buffer("token_steps", steps.to(torch.float32), persistent=False)
 
     def set_attention(self, kind: str) -> None:
         """Switch every layer between the fused and the plain-math attention."""
@@ -160,15 +174,23 @@ class Forecaster(nn.Module):
     def _normalised(
         self, values: torch.Tensor, calendar: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Member outputs [K, B, H, Q] in units of each window's scale, with its mean/scale."""
+        """Member outputs [K, B, H, Q] in units of each window's scale, with its mean/scale.
+
+        The window's patches are followed by one token per patch of the horizon: no values
+        and a zero mask, but the calendar, so a holiday ahead is known before it arrives.
+        """
         filled, mean, scale, mask = instance_stats(values)
         normed = (filled - mean) / scale * mask
-        batch, n_patches, patch = values.shape[0], self.cfg.n_patches, self.cfg.patch_len
+        batch, patch, cfg = values.shape[0], self.cfg.patch_len, self.cfg
+        around = (self.pad, cfg.n_future * patch)  # the horizon's tokens have no values
+        holiday = F.pad(calendar[..., HOLIDAY], (self.pad, self.future_pad))
         tokens = torch.cat(
             [
-                F.pad(normed, (self.pad, 0)).view(batch, n_patches, patch),
-                F.pad(mask, (self.pad, 0)).view(batch, n_patches, patch),
-                calendar[:, self.patch_last_step, :],
+                F.pad(normed, around).view(batch, cfg.n_tokens, patch),
+                F.pad(mask, around).view(batch, cfg.n_tokens, patch),
+                calendar[:, self.token_last_step, :N_CYCLIC],
+                (holiday.view(batch, cfg.n_tokens, patch).sum(-1) / self.token_steps)
+                .unsqueeze(-1),
             ],
             dim=-1,
         )
@@ -177,7 +199,8 @@ class Forecaster(nn.Module):
 
     def forward(self, values: torch.Tensor, calendar: torch.Tensor,
                 members: bool = False) -> torch.Tensor:
-        """values [B, context] (NaN = missing), calendar [B, context, 4] -> [B, horizon, Q].
+        """values [B, context] (NaN = missing), calendar [B, context + horizon, N_CALENDAR]
+        -> [B, horizon, Q].
 
         With ``members`` it returns each member's own forecast [K, B, H, Q] instead: what
         training fits, member by member (a forward call, so DistributedDataParallel sees it).

@@ -16,7 +16,7 @@ import onnxruntime as ort
 import pandas as pd
 
 from model.artifact import ONNX_FILE, ArtifactError, ModelMetadata, load_metadata, sha256_file
-from model.features import N_CALENDAR, window_calendar
+from model.features import N_CALENDAR, forecast_calendar
 
 log = logging.getLogger(__name__)
 
@@ -141,8 +141,8 @@ class OnnxForecaster:
         self.warmup_ms = self._warm_up() if self.options.warmup else 0.0
 
     def _check_signature(self, path: Path) -> None:
-        context = self.metadata.context
-        expected = {"values": [context], "calendar": [context, N_CALENDAR]}
+        context, horizon = self.metadata.context, self.metadata.horizon
+        expected = {"values": [context], "calendar": [context + horizon, N_CALENDAR]}
         found = {i.name: list(i.shape[1:]) for i in self.session.get_inputs()}
         if found != expected:
             raise ArtifactError(f"{path}: inputs {found} do not match metadata {expected}")
@@ -154,9 +154,9 @@ class OnnxForecaster:
     def _warm_up(self) -> float:
         """One call at load, so the first real request does not pay for allocations."""
         started = time.perf_counter()
-        context = self.metadata.context
+        context, horizon = self.metadata.context, self.metadata.horizon
         values = np.ones((1, context), np.float32)
-        calendar = np.zeros((1, context, N_CALENDAR), np.float32)
+        calendar = np.zeros((1, context + horizon, N_CALENDAR), np.float32)
         self.run(values, calendar)
         return (time.perf_counter() - started) * 1000.0
 
@@ -174,7 +174,8 @@ class OnnxForecaster:
         }
 
     def run(self, values: np.ndarray, calendar: np.ndarray) -> np.ndarray:
-        """The raw graph: values [B, context] and calendar [B, context, 4] -> [B, H, Q]."""
+        """The raw graph: values [B, context] and calendar [B, context + H, N_CALENDAR]
+        -> [B, H, Q]."""
         out = np.empty((len(values), self.metadata.horizon, len(self.metadata.quantiles)),
                        np.float32)
         if self._pool is None or len(values) < SPLIT_ROWS:
@@ -215,7 +216,7 @@ class OnnxForecaster:
         ``history`` is [B, n] (NaN = missing) whose last column falls at ``last[b]``; it is cut
         to the model's context, or left-padded with missing steps when shorter.
         """
-        context = self.metadata.context
+        context, horizon = self.metadata.context, self.metadata.horizon
         history = np.asarray(history, dtype=np.float32)
         validate(history, last)
         if history.shape[1] >= context:
@@ -228,8 +229,8 @@ class OnnxForecaster:
         # Calendar features per chunk too: for 10^5 cells at once they would take half a GB.
         for start in range(0, len(window), MAX_BATCH):
             chunk = slice(start, start + MAX_BATCH)
-            calendar = window_calendar(last[chunk], context, self.step,
-                                       self.metadata.calendar_tz)
+            calendar = forecast_calendar(last[chunk], context, horizon, self.step,
+                                         self.metadata.calendar_tz, self.metadata.holidays)
             out[chunk] = self.run(window[chunk], calendar)
         return out
 

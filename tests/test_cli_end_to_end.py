@@ -87,9 +87,10 @@ def test_onnx_matches_torch_on_the_trained_model(model_dir: Path) -> None:
     values = (rng.random((8, meta.context)) * 500).astype(np.float32)
     values[2, 50:90] = np.nan
     last = pd.DatetimeIndex(pd.date_range("2024-06-01", periods=8, freq="7h", tz="UTC"))
-    from model.features import window_calendar
+    from model.features import forecast_calendar
 
-    calendar = window_calendar(last, meta.context, forecaster.step, meta.calendar_tz)
+    calendar = forecast_calendar(last, meta.context, meta.horizon, forecaster.step,
+                                 meta.calendar_tz, meta.holidays)
     with torch.no_grad():
         expected = network(torch.from_numpy(values), torch.from_numpy(calendar)).numpy()
     got = forecaster.forecast(values, last)
@@ -262,3 +263,14 @@ def test_a_bad_recalibrate_value_is_one_line(
               "--out", str(tmp_path / "f.csv"), "--recalibrate", "week"])
     assert exited.value.code == 2
     assert "--recalibrate: not a whole number >= 0: week" in capsys.readouterr().err
+
+
+def test_an_unknown_holiday_calendar_is_one_line(
+    data_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["train", "--data", str(data_file), "--target", "traffic_mb",
+              "--out", str(tmp_path / "m"), "--holidays", "FR-75"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exited.value.code == 2
+    assert "--holidays: unknown holiday calendar 'FR-75'" in err[-1] and "Traceback" not in err

@@ -1,10 +1,19 @@
-"""Calendar features: local wall clock, DST, and the per-window shortcut."""
+"""Calendar features: local wall clock, DST, public holidays, and the per-window shortcut."""
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from model.features import calendar_features, calendar_zone, window_calendar
+from model.features import (
+    HOLIDAY,
+    N_CALENDAR,
+    N_CYCLIC,
+    calendar_features,
+    calendar_zone,
+    check_holidays,
+    forecast_calendar,
+    window_calendar,
+)
 
 
 def from_pandas_fields(stamps: pd.DatetimeIndex, zone: str) -> np.ndarray:
@@ -21,8 +30,10 @@ def from_pandas_fields(stamps: pd.DatetimeIndex, zone: str) -> np.ndarray:
                                              ("1969-12-25", "1h")])
 def test_features_follow_the_local_wall_clock(zone: str, start: str, freq: str) -> None:
     stamps = pd.date_range(start, periods=7 * 24 * 4, freq=freq, tz="UTC")
-    np.testing.assert_allclose(calendar_features(stamps, zone), from_pandas_fields(stamps, zone),
+    features = calendar_features(stamps, zone)
+    np.testing.assert_allclose(features[:, :N_CYCLIC], from_pandas_fields(stamps, zone),
                                atol=1e-6)
+    assert not features[:, HOLIDAY].any()  # no holiday calendar, no holidays
 
 
 def test_dst_switch_moves_the_hour_features() -> None:
@@ -37,7 +48,7 @@ def test_windows_sharing_an_end_are_identical_and_in_input_order() -> None:
     ends = pd.DatetimeIndex(["2024-03-31 05:00", "2024-01-02 00:00", "2024-03-31 05:00"],
                             tz="UTC")
     windows = window_calendar(ends, 48, pd.Timedelta("1h"), "Europe/Paris")
-    assert windows.shape == (3, 48, 4)
+    assert windows.shape == (3, 48, N_CALENDAR)
     np.testing.assert_array_equal(windows[0], windows[2])
     for row, end in enumerate(ends):
         stamps = pd.date_range(end=end, periods=48, freq="1h")
@@ -52,3 +63,38 @@ def test_a_cached_window_cannot_be_corrupted_by_its_caller() -> None:
     first[:] = 0.0
     again = window_calendar(end[:1], 24, pd.Timedelta("1h"), "Europe/Paris")
     np.testing.assert_array_equal(again[0], expected)
+
+
+def test_a_holiday_is_its_local_date() -> None:
+    # Easter Monday 2024 in Paris (UTC+2) runs from 2024-03-31 22:00 to 2024-04-01 22:00 UTC.
+    stamps = pd.date_range("2024-03-31 20:00", "2024-04-01 23:00", freq="1h", tz="UTC")
+    flags = calendar_features(stamps, "Europe/Paris", "FR")[:, HOLIDAY]
+    expected = (stamps >= "2024-03-31 22:00") & (stamps < "2024-04-01 22:00")
+    np.testing.assert_array_equal(flags, expected.astype(np.float32))
+    # The same hours are no holiday in New York, nor anywhere for a country without it.
+    assert not calendar_features(stamps, "America/New_York", "US")[:, HOLIDAY].any()
+
+
+def test_a_subdivision_adds_its_own_holidays() -> None:
+    saint_ambrose = pd.date_range("2013-12-07", periods=24, freq="1h", tz="+01:00")
+    assert calendar_features(saint_ambrose, "+01:00", "IT-MI")[:, HOLIDAY].all()
+    assert not calendar_features(saint_ambrose, "+01:00", "IT")[:, HOLIDAY].any()
+
+
+@pytest.mark.parametrize("name", ["XX", "it", "IT-mi", "FR-75", "FR-"])
+def test_an_unknown_holiday_calendar_is_refused(name: str) -> None:
+    with pytest.raises(ValueError, match="unknown holiday calendar"):
+        check_holidays(name)
+
+
+def test_the_forecast_calendar_runs_on_over_the_horizon() -> None:
+    last = pd.DatetimeIndex(["2024-04-30 21:00", "2024-04-30 05:00"], tz="UTC")
+    features = forecast_calendar(last, 48, 24, pd.Timedelta("1h"), "Europe/Paris", "FR")
+    assert features.shape == (2, 72, N_CALENDAR)
+    for row, end in enumerate(last):
+        stamps = pd.date_range(end=end, periods=48, freq="1h").append(
+            pd.date_range(end + pd.Timedelta("1h"), periods=24, freq="1h"))
+        np.testing.assert_array_equal(features[row],
+                                      calendar_features(stamps, "Europe/Paris", "FR"))
+    # 1 May (Labour Day) fills the whole horizon of the window ending at local midnight.
+    assert features[0, 48:, HOLIDAY].all() and not features[0, :48, HOLIDAY].any()

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from model.config import ModelConfig
+from model.features import HOLIDAY, N_CALENDAR
 from model.network import ByteDropout, Forecaster, instance_stats, pinball_loss
 
 
@@ -14,12 +15,13 @@ def make(context: int = 96, horizon: int = 12, **kwargs: object) -> Forecaster:
     return Forecaster(ModelConfig(context=context, horizon=horizon, **kwargs)).eval()
 
 
-def inputs(batch: int, context: int = 96, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+def inputs(batch: int, context: int = 96, seed: int = 1,
+           horizon: int = 12) -> tuple[torch.Tensor, torch.Tensor]:
     gen = torch.Generator().manual_seed(seed)
     values = torch.rand(batch, context, generator=gen) * 100.0
     values[0, 10:30] = float("nan")
     values[1, ::3] = float("nan")
-    calendar = torch.randn(batch, context, 4, generator=gen)
+    calendar = torch.randn(batch, context + horizon, N_CALENDAR, generator=gen)
     return values, calendar
 
 
@@ -137,3 +139,24 @@ def test_byte_dropout_drops_at_its_rate_everywhere_and_keeps_the_mean() -> None:
     layer.eval()
     assert layer(x) is x
     assert ByteDropout(0.0).train()(x) is x
+
+
+def test_holidays_in_the_window_and_in_the_horizon_reach_the_forecast() -> None:
+    network = make()
+    values, calendar = inputs(4)
+    calendar[..., HOLIDAY] = 0.0
+    days = (slice(0, 24), slice(96, 108))  # a day of the window, the horizon
+    with torch.no_grad():
+        plain = network(values, calendar)
+        for steps in days:
+            told = calendar.clone()
+            told[:, steps, HOLIDAY] = 1.0
+            # Untrained, the holiday share has no weight: unseen holidays change nothing ...
+            torch.testing.assert_close(network(values, told), plain)
+        for member in network.members:  # ... and once it has some, both parts count.
+            member.embed.weight[:, -1] = torch.randn(member.embed.out_features)
+        plain = network(values, calendar)
+        for steps in days:
+            told = calendar.clone()
+            told[:, steps, HOLIDAY] = 1.0
+            assert not torch.allclose(network(values, told), plain)

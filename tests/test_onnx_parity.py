@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from model.config import ModelConfig
-from model.features import window_calendar
+from model.features import forecast_calendar
 from model.network import Forecaster
 from tests.exported_model import exported
 from training.ingest import load_panel
@@ -39,7 +39,7 @@ def windows(path: Path, target: str, batch: int) -> tuple[np.ndarray, pd.Datetim
 
 
 def torch_forecast(network: Forecaster, values: np.ndarray, last: pd.DatetimeIndex) -> np.ndarray:
-    calendar = window_calendar(last, CONTEXT, pd.Timedelta("1h"), "Europe/Paris")
+    calendar = forecast_calendar(last, CONTEXT, HORIZON, pd.Timedelta("1h"), "Europe/Paris")
     with torch.no_grad():
         return network(torch.from_numpy(values), torch.from_numpy(calendar)).numpy()
 

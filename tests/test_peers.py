@@ -123,6 +123,16 @@ def test_verdict_names_the_best_peer_and_the_ratios() -> None:
     assert "no peer result" in alone
 
 
+def test_ours_without_the_holiday_calendar_is_not_a_peer() -> None:
+    table = pd.DataFrame({
+        "mae": [1.0, 0.8, 1.1], "mase": [0.5, 0.4, 0.6], "train_s": [10.0, 10.0, 20.0],
+        "predict_ms_one": [0.5, 0.5, 10.0],
+    }, index=["kpi-forecast", peers.BLIND, "nhits"])
+    lines = peers.verdict(table)[1:]  # after the line naming the models not run
+    assert lines[0] == "- lowest MAE: yes (ours 1.000, best peer nhits 1.100, ratio 0.909)"
+    assert lines[1] == "  - without the holiday calendar: yes (0.800, ratio 0.727)"
+
+
 def test_kept_results_are_reused_only_for_the_same_task(tmp_path, monkeypatch) -> None:
     t = task()
     calls = []
@@ -160,6 +170,10 @@ def test_our_kept_result_is_stale_once_our_code_changes(monkeypatch) -> None:
     monkeypatch.setattr(peers, "our_code", lambda: "edited")
     assert peers.task_key(t, "kpi-forecast") != ours
     assert peers.task_key(t, "mstl") == peer  # a peer's key does not follow our code
+    # Nor does it follow the holiday calendar, which only we are told.
+    told = dataclasses.replace(t, panel=dataclasses.replace(t.panel, holidays="FR"))
+    assert peers.task_key(told, "kpi-forecast") != peers.task_key(t, "kpi-forecast")
+    assert peers.task_key(told, "mstl") == peer
 
 
 @pytest.mark.slow

@@ -45,6 +45,15 @@ def parse_steps(text: str, step: pd.Timedelta, option: str) -> int:
     return steps
 
 
+def holiday_calendar(text: str) -> str:
+    from model.features import check_holidays
+
+    try:
+        return check_holidays(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
 def parse_quantiles(text: str) -> list[float]:
     try:
         return [float(q) for q in text.split(",")]
@@ -65,10 +74,13 @@ def cmd_train(args: argparse.Namespace) -> None:
         if Path(args.data).is_dir():  # a Parquet dataset: each rank reads only its files
             shard = load_panel(args.data, args.target, freq=args.freq, tz=args.tz,
                                shard=(group.rank, group.world))
+            shard.holidays = args.holidays
             panel = aligned(shard, group)
             _train(args, group, panel, block=panel)
         else:  # one file: every rank reads it and trains on its block of cells
-            _train(args, group, load_panel(args.data, args.target, freq=args.freq, tz=args.tz))
+            panel = load_panel(args.data, args.target, freq=args.freq, tz=args.tz)
+            panel.holidays = args.holidays
+            _train(args, group, panel)
     finally:
         group.close()
 
@@ -379,6 +391,10 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--out", required=True, help="model directory to write")
     train.add_argument("--freq", help="grid step, e.g. 1h or 15min (inferred when absent)")
     train.add_argument("--tz", help="zone of the calendar features (default: from the data)")
+    train.add_argument("--holidays", type=holiday_calendar, default="", metavar="CODE",
+                       help="public holidays of the cells' country as a calendar feature: an "
+                       "ISO 3166 code such as FR, or with a subdivision such as IT-MI "
+                       "(default: none)")
     train.add_argument("--context", help="input steps or duration (default 14D, else 7D)")
     train.add_argument("--horizon", help=f"forecast steps or duration (default {DEFAULT_HORIZON})")
     train.add_argument("--max-minutes", type=float, default=5.0, help="time budget (default 5)")

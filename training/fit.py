@@ -35,7 +35,7 @@ def fingerprint(panel: Panel) -> str:
     digest.update("\n".join(panel.cell_ids).encode())
     digest.update(panel.index.as_unit("ns").asi8.tobytes())
     digest.update(np.ascontiguousarray(panel.values).tobytes())
-    digest.update(f"{panel.target}|{panel.freq}|{panel.calendar_tz}".encode())
+    digest.update(f"{panel.target}|{panel.freq}|{panel.calendar_tz}|{panel.holidays}".encode())
     return digest.hexdigest()
 
 
@@ -78,6 +78,7 @@ def fit(
         config=model_cfg,
         data_fingerprint=data_fingerprint,
         created=created.isoformat(),
+        holidays=panel.holidays,
         training={
             "epochs": result.epochs,
             "seconds": round(result.seconds, 1),

@@ -27,6 +27,7 @@ class Panel:
     freq: str  # pandas offset alias, e.g. "1h", "15min"
     target: str
     calendar_tz: str = "UTC"  # zone whose wall clock drives hour-of-day / day-of-week
+    holidays: str = ""  # public-holiday calendar of the cells (model.features.check_holidays)
     log: dict[str, int] = field(default_factory=dict)  # counts of documented handlings
 
     @property
@@ -54,6 +55,7 @@ class Panel:
             freq=self.freq,
             target=self.target,
             calendar_tz=self.calendar_tz,
+            holidays=self.holidays,
             log=dict(self.log),
         )
 
@@ -70,6 +72,7 @@ class Panel:
             freq=self.freq,
             target=self.target,
             calendar_tz=self.calendar_tz,
+            holidays=self.holidays,
             log=dict(self.log),
         )
 
@@ -85,6 +88,7 @@ class Panel:
             freq=self.freq,
             target=self.target,
             calendar_tz=self.calendar_tz,
+            holidays=self.holidays,
             log=dict(self.log),
         )
 

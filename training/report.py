@@ -42,15 +42,17 @@ def write_report(
         "",
         "## Data",
         f"- Source: `{source}`; {panel.n_cells} cells, {panel.n_steps} steps of {panel.freq} "
-        f"from {panel.index[0]} to {panel.index[-1]} (calendar zone {panel.calendar_tz}).",
+        f"from {panel.index[0]} to {panel.index[-1]} (calendar zone {panel.calendar_tz}, "
+        f"public holidays {panel.holidays or 'none'}).",
         f"- Handling counts: {panel.log or 'none'}.",
         f"- Fingerprint `{meta.data_fingerprint[:16]}`.",
         "",
         "## Model and training",
         f"- Context {meta.context} steps, horizon {meta.horizon} steps, quantiles "
         f"{meta.quantiles}, patch {meta.config.patch_len} steps "
-        f"({meta.config.n_patches} tokens), {meta.config.n_layers} layers of width "
-        f"{meta.config.d_model}, attention `{meta.config.attention}`.",
+        f"({meta.config.n_patches} window tokens and {meta.config.n_future} for the horizon), "
+        f"{meta.config.n_layers} layers of width {meta.config.d_model}, attention "
+        f"`{meta.config.attention}`.",
         f"- {meta.training.get('epochs')} epochs in {meta.training.get('seconds')} s, stopped by "
         f"{meta.training.get('stopped_by')}; best validation pinball loss "
         f"{meta.training.get('best_validation_loss')}.",

@@ -25,7 +25,7 @@ class Windows:
 
     @classmethod
     def from_panel(cls, panel: Panel, context: int, horizon: int) -> Windows:
-        calendar = calendar_features(panel.index, panel.calendar_tz)
+        calendar = calendar_features(panel.index, panel.calendar_tz, panel.holidays)
         return cls(panel.values, calendar, context, horizon)
 
     def pairs(self, first_origin: int, last_origin: int, stride: int = 1) -> np.ndarray:
@@ -49,8 +49,10 @@ class Windows:
         return np.stack([cells, origins[positions]], axis=1).astype(np.int64)
 
     def batch(self, pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """values [B, context], calendar [B, context, C], target [B, horizon] for ``pairs``."""
+        """values [B, context], calendar [B, context + horizon, C], target [B, horizon] for
+        ``pairs``."""
         cells, origins = pairs[:, 0:1], pairs[:, 1:2]
         past = origins + np.arange(-self.context, 0)
         future = origins + np.arange(self.horizon)
-        return self.values[cells, past], self.calendar[past], self.values[cells, future]
+        calendar = self.calendar[origins + np.arange(-self.context, self.horizon)]
+        return self.values[cells, past], calendar, self.values[cells, future]

@@ -446,8 +446,9 @@ def _model_out(service: Service) -> ModelOut:
     return ModelOut(
         model_version=meta.model_version, model_dir=str(model.model_dir), target=meta.target,
         freq=meta.freq, context=meta.context, horizon=meta.horizon, quantiles=meta.quantiles,
-        calendar_tz=meta.calendar_tz, load_seconds=round(service.load_seconds, 3),
-        runtime=model.describe(), recalibration=service.recalibrator.describe(model),
+        calendar_tz=meta.calendar_tz, holidays=meta.holidays,
+        load_seconds=round(service.load_seconds, 3), runtime=model.describe(),
+        recalibration=service.recalibrator.describe(model),
     )
 
 

@@ -137,6 +137,8 @@ class ModelOut(BaseModel):
     horizon: int
     quantiles: list[float]
     calendar_tz: str
+    holidays: str = Field(description="public-holiday calendar of the calendar features; "
+                          "empty for none")
     load_seconds: float
     runtime: dict
     recalibration: RecalibrationOut
