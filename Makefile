@@ -20,7 +20,7 @@ $(VENV)/.installed-dev: $(VENV)/.installed-train
 	touch $@
 
 demo: $(VENV)/.installed-train
-	$(BIN)/kpi-forecast train --data $(SAMPLE) --target traffic_mb --tz Europe/Paris \
+	$(BIN)/kpi-forecast train --data $(SAMPLE) --target traffic_mb --tz Europe/Paris --holidays FR \
 		--out $(DEMO_DIR) --max-minutes 2
 	$(BIN)/kpi-forecast predict --model $(DEMO_DIR) --data $(SAMPLE) --out $(DEMO_DIR)/forecast.csv
 	$(BIN)/python -m xapp.smoke $(DEMO_DIR) $(SAMPLE)

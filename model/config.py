@@ -27,6 +27,10 @@ class ModelConfig:
     quantiles: list[float] = field(default_factory=lambda: [0.1, 0.5, 0.9])
     attention: AttentionKind = "fused"
     ensemble: int = 3  # independently initialised members whose quantiles are averaged
+    # One token per patch of the horizon, carrying its calendar. Set by training when the data
+    # has a holiday calendar: without one the horizon's calendar follows from the window's,
+    # and those tokens would only cost time (on Milan's week-ahead protocol, 21 tokens not 14).
+    horizon_tokens: bool = False
 
     def __post_init__(self) -> None:
         if self.context < 1 or self.horizon < 1:
@@ -52,8 +56,8 @@ class ModelConfig:
 
     @property
     def n_future(self) -> int:
-        """Tokens that carry the horizon's calendar, one per patch of it."""
-        return math.ceil(self.horizon / self.patch_len)
+        """Tokens that carry the horizon's calendar, one per patch of it, if any."""
+        return math.ceil(self.horizon / self.patch_len) if self.horizon_tokens else 0
 
     @property
     def n_tokens(self) -> int:

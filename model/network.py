@@ -148,7 +148,9 @@ class Forecaster(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.pad = cfg.n_patches * cfg.patch_len - cfg.context
-        self.future_pad = cfg.n_future * cfg.patch_len - cfg.horizon
+        # The calendar steps the tokens read: the window's, then the horizon's if it has tokens.
+        self.calendar_steps = cfg.context + (cfg.horizon if cfg.n_future else 0)
+        self.future_pad = cfg.n_future * cfg.patch_len - (self.calendar_steps - cfg.context)
         self.members = nn.ModuleList(PatchTransformer(cfg) for _ in range(cfg.ensemble))
         # Per-quantile offsets, in units of the window's scale, set after training by
         # conformal calibration on validation windows (training.calibrate); zero until then.
@@ -176,14 +178,15 @@ class Forecaster(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Member outputs [K, B, H, Q] in units of each window's scale, with its mean/scale.
 
-        The window's patches are followed by one token per patch of the horizon: no values
-        and a zero mask, but the calendar, so a holiday ahead is known before it arrives.
+        With ``horizon_tokens`` the window's patches are followed by one token per patch of
+        the horizon: no values and a zero mask, but the calendar, so a holiday ahead is known
+        before it arrives.
         """
         filled, mean, scale, mask = instance_stats(values)
         normed = (filled - mean) / scale * mask
         batch, patch, cfg = values.shape[0], self.cfg.patch_len, self.cfg
         around = (self.pad, cfg.n_future * patch)  # the horizon's tokens have no values
-        holiday = F.pad(calendar[..., HOLIDAY], (self.pad, self.future_pad))
+        holiday = F.pad(calendar[:, : self.calendar_steps, HOLIDAY], (self.pad, self.future_pad))
         tokens = torch.cat(
             [
                 F.pad(normed, around).view(batch, cfg.n_tokens, patch),
@@ -200,7 +203,7 @@ class Forecaster(nn.Module):
     def forward(self, values: torch.Tensor, calendar: torch.Tensor,
                 members: bool = False) -> torch.Tensor:
         """values [B, context] (NaN = missing), calendar [B, context + horizon, N_CALENDAR]
-        -> [B, horizon, Q].
+        -> [B, horizon, Q]. The horizon's calendar is read only with ``horizon_tokens``.
 
         With ``members`` it returns each member's own forecast [K, B, H, Q] instead: what
         training fits, member by member (a forward call, so DistributedDataParallel sees it).

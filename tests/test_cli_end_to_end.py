@@ -223,10 +223,10 @@ def test_backtest_recalibrates_the_quantiles_on_the_week_before_each_origin(
     assert off_after < 0.05 and off_after < off_before
     if data == "data_file":
         # So short a training leaves yesterday's values a better median than the model's on
-        # the data in order: the blend takes half of them, and both errors fall by a fifth.
+        # the data in order: the blend takes half of them, and both errors fall by over a tenth.
         assert "median 0.50 model + 0.50 last day" in printed
         for metric in ("mae", "pinball"):
-            assert scores["auto"][metric] < 0.85 * scores["0"][metric]
+            assert scores["auto"][metric] < 0.9 * scores["0"][metric]
 
 
 def test_predict_recalibrates_on_the_windows_before_each_cells_last_sample(

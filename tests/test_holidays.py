@@ -73,7 +73,9 @@ def unseen_day_mae(model_dir: Path, data: Path) -> np.ndarray:
 def test_the_calendar_forecasts_an_unseen_holiday_like_a_weekend(
     frames: tuple[Path, Path], told: Path, blind: Path
 ) -> None:
-    assert load_metadata(told).holidays == "FR" and load_metadata(blind).holidays == ""
+    told_meta, blind_meta = load_metadata(told), load_metadata(blind)
+    assert told_meta.holidays == "FR" and told_meta.config.horizon_tokens
+    assert blind_meta.holidays == "" and not blind_meta.config.horizon_tokens
     with_calendar, without = unseen_day_mae(told, frames[0]), unseen_day_mae(blind, frames[0])
     # Offices empty on a holiday: told, the model forecasts the drop it has no other way to see.
     business = [i for i, profile in enumerate(cell_profiles(N_CELLS, SEED).values())

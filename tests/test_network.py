@@ -142,7 +142,7 @@ def test_byte_dropout_drops_at_its_rate_everywhere_and_keeps_the_mean() -> None:
 
 
 def test_holidays_in_the_window_and_in_the_horizon_reach_the_forecast() -> None:
-    network = make()
+    network = make(horizon_tokens=True)
     values, calendar = inputs(4)
     calendar[..., HOLIDAY] = 0.0
     days = (slice(0, 24), slice(96, 108))  # a day of the window, the horizon
@@ -160,3 +160,15 @@ def test_holidays_in_the_window_and_in_the_horizon_reach_the_forecast() -> None:
             told = calendar.clone()
             told[:, steps, HOLIDAY] = 1.0
             assert not torch.allclose(network(values, told), plain)
+
+
+def test_without_horizon_tokens_the_horizons_calendar_is_not_read() -> None:
+    network = make()
+    assert network.cfg.n_tokens == network.cfg.n_patches
+    values, calendar = inputs(4)
+    with torch.no_grad():
+        for member in network.members:
+            member.embed.weight[:, -1] = torch.randn(member.embed.out_features)
+        ahead = calendar.clone()
+        ahead[:, 96:] = torch.randn(4, 12, calendar.shape[-1])
+        torch.testing.assert_close(network(values, ahead), network(values, calendar))

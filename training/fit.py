@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import importlib.metadata
@@ -62,6 +63,7 @@ def fit(
     if block is None:
         block = panel.cells(group.block(panel.n_cells)) if group.distributed else panel
     out_dir = Path(out_dir)
+    model_cfg = dataclasses.replace(model_cfg, horizon_tokens=bool(panel.holidays))
     result = train(block, model_cfg, train_cfg, progress=progress, group=group,
                    checkpoint=out_dir / CHECKPOINT_FILE)
     if not group.main:
