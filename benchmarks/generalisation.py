@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.common import RAW, held_out, machine, write_section
-from data.synthetic import HOLIDAYS, generate
+from data.synthetic import generate
 from model.config import ModelConfig
 from training.ingest import load_panel
 from training.train import TrainConfig
@@ -71,7 +71,6 @@ def main() -> int:
             path = Path(tmp) / "data.parquet"
             make_frame(case, args.seed).to_parquet(path)
             panel = load_panel(path, case.target)
-            panel.holidays = HOLIDAYS
         day, week = panel.steps_per("1D"), panel.steps_per("7D")
         evaluation = held_out(
             panel, panel.n_steps - week, ModelConfig(context=2 * week, horizon=day),

@@ -2,8 +2,8 @@
 
 The network sees, for every step of its window and of its horizon, where it falls in the day
 and in the week on the local wall clock of ``calendar_tz``, and whether that local date is a
-public holiday of the ``holidays`` calendar: cell load follows people's days, not UTC, and a
-holiday's load looks like a Sunday's, not like the weekday it falls on.
+public holiday of the ``holidays`` calendar: cell load follows people's days, not UTC, and on
+a holiday not those of the weekday it falls on.
 """
 
 from __future__ import annotations
