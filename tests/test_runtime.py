@@ -160,7 +160,8 @@ def test_bad_inputs_are_named(model_dir: Path, mutate, message: str) -> None:
 
 
 def test_a_model_with_foreign_outputs_is_refused(model_dir: Path, tmp_path: Path) -> None:
-    """Metadata that promises another horizon than the graph gives is caught at load."""
+    """Metadata that promises other quantiles, or another horizon, than the graph gives is
+    caught at load (the horizon through the calendar input, which covers it too)."""
     import json
 
     from model.artifact import METADATA_FILE
@@ -169,11 +170,14 @@ def test_a_model_with_foreign_outputs_is_refused(model_dir: Path, tmp_path: Path
     copy.mkdir()
     for path in model_dir.iterdir():
         (copy / path.name).write_bytes(path.read_bytes())
-    meta = json.loads((copy / METADATA_FILE).read_text())
-    meta["config"]["horizon"] = HORIZON + 1
-    (copy / METADATA_FILE).write_text(json.dumps(meta))
-    with pytest.raises(ArtifactError, match="outputs"):
-        OnnxForecaster(copy)
+    original = json.loads((copy / METADATA_FILE).read_text())
+    for field, value, part in (("quantiles", [0.1, 0.25, 0.5, 0.9], "outputs"),
+                               ("horizon", HORIZON + 1, "inputs")):
+        meta = json.loads(json.dumps(original))
+        meta["config"][field] = value
+        (copy / METADATA_FILE).write_text(json.dumps(meta))
+        with pytest.raises(ArtifactError, match=f"{part} .* do not match metadata"):
+            OnnxForecaster(copy)
 
 
 def test_the_inference_path_imports_without_torch(model_dir: Path) -> None:
