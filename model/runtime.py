@@ -15,8 +15,15 @@ import numpy as np
 import onnxruntime as ort
 import pandas as pd
 
-from model.artifact import ONNX_FILE, ArtifactError, ModelMetadata, load_metadata, sha256_file
-from model.features import N_CALENDAR, forecast_calendar
+from model.artifact import (
+    METADATA_FILE,
+    ONNX_FILE,
+    ArtifactError,
+    ModelMetadata,
+    load_metadata,
+    sha256_file,
+)
+from model.features import N_CALENDAR, check_holidays, forecast_calendar
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +140,12 @@ class OnnxForecaster:
             self.options.io_binding == "auto" and self.provider == CUDA
         )
         self._check_signature(path)
+        try:
+            # This also loads the country's holiday rules (tens of milliseconds) now, rather
+            # than in the first request's latency budget.
+            check_holidays(self.metadata.holidays)
+        except ValueError as exc:
+            raise ArtifactError(f"{self.model_dir / METADATA_FILE}: {exc}") from None
         # ONNX Runtime sessions take concurrent run() calls; a GPU gains nothing from them.
         self.workers = (available_cpus()
                         if self.options.intra_op_threads == 0 and self.provider == CPU else 1)

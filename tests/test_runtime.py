@@ -180,6 +180,24 @@ def test_a_model_with_foreign_outputs_is_refused(model_dir: Path, tmp_path: Path
             OnnxForecaster(copy)
 
 
+def test_a_model_with_an_unknown_holiday_calendar_is_refused(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    import json
+
+    from model.artifact import METADATA_FILE
+
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for path in model_dir.iterdir():
+        (copy / path.name).write_bytes(path.read_bytes())
+    meta = json.loads((copy / METADATA_FILE).read_text())
+    meta["holidays"] = "XX"
+    (copy / METADATA_FILE).write_text(json.dumps(meta))
+    with pytest.raises(ArtifactError, match="unknown holiday calendar 'XX'"):
+        OnnxForecaster(copy)
+
+
 def test_the_inference_path_imports_without_torch(model_dir: Path) -> None:
     code = (
         "import sys\n"
