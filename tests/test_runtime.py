@@ -1,6 +1,7 @@
 """The ONNX Runtime inference module: session options, providers, warm-up, IOBinding, input
 validation, and that it runs with torch unimportable (the serving image has none)."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,7 @@ import onnxruntime as ort
 import pandas as pd
 import pytest
 
-from model.artifact import ArtifactError
+from model.artifact import METADATA_FILE, ArtifactError
 from model.runtime import (
     CPU,
     CUDA,
@@ -159,41 +160,36 @@ def test_bad_inputs_are_named(model_dir: Path, mutate, message: str) -> None:
         forecaster.forecast(values, last)
 
 
-def test_a_model_with_foreign_outputs_is_refused(model_dir: Path, tmp_path: Path) -> None:
-    """Metadata that promises other quantiles, or another horizon, than the graph gives is
-    caught at load (the horizon through the calendar input, which covers it too)."""
-    import json
-
-    from model.artifact import METADATA_FILE
-
-    copy = tmp_path / "copy"
-    copy.mkdir()
+def with_metadata(model_dir: Path, copy: Path, edit) -> Path:
+    """A copy of ``model_dir`` whose metadata.json ``edit`` (a dict -> None) has changed."""
+    copy.mkdir(exist_ok=True)
     for path in model_dir.iterdir():
         (copy / path.name).write_bytes(path.read_bytes())
-    original = json.loads((copy / METADATA_FILE).read_text())
-    for field, value, part in (("quantiles", [0.1, 0.25, 0.5, 0.9], "outputs"),
-                               ("horizon", HORIZON + 1, "inputs")):
-        meta = json.loads(json.dumps(original))
-        meta["config"][field] = value
-        (copy / METADATA_FILE).write_text(json.dumps(meta))
-        with pytest.raises(ArtifactError, match=f"{part} .* do not match metadata"):
-            OnnxForecaster(copy)
+    meta = json.loads((model_dir / METADATA_FILE).read_text())
+    edit(meta)
+    (copy / METADATA_FILE).write_text(json.dumps(meta))
+    return copy
+
+
+@pytest.mark.parametrize(("field", "value", "part"), [
+    ("quantiles", [0.1, 0.25, 0.5, 0.9], "outputs"),
+    ("horizon", HORIZON + 1, "inputs"),  # caught on the calendar, which covers the horizon
+])
+def test_a_model_with_a_foreign_graph_is_refused(
+    model_dir: Path, tmp_path: Path, field: str, value: object, part: str
+) -> None:
+    """Metadata that promises other quantiles or another horizon than the graph has."""
+    copy = with_metadata(model_dir, tmp_path / "copy",
+                         lambda meta: meta["config"].__setitem__(field, value))
+    with pytest.raises(ArtifactError, match=f"{part} .* do not match metadata"):
+        OnnxForecaster(copy)
 
 
 def test_a_model_with_an_unknown_holiday_calendar_is_refused(
     model_dir: Path, tmp_path: Path
 ) -> None:
-    import json
-
-    from model.artifact import METADATA_FILE
-
-    copy = tmp_path / "copy"
-    copy.mkdir()
-    for path in model_dir.iterdir():
-        (copy / path.name).write_bytes(path.read_bytes())
-    meta = json.loads((copy / METADATA_FILE).read_text())
-    meta["holidays"] = "XX"
-    (copy / METADATA_FILE).write_text(json.dumps(meta))
+    copy = with_metadata(model_dir, tmp_path / "copy",
+                         lambda meta: meta.__setitem__("holidays", "XX"))
     with pytest.raises(ArtifactError, match="unknown holiday calendar 'XX'"):
         OnnxForecaster(copy)
 
