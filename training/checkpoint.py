@@ -21,6 +21,9 @@ import torch
 log = logging.getLogger(__name__)
 
 CHECKPOINT_FILE = "checkpoint.pt"
+# Part of every key: a checkpoint written in another layout is ignored, not misread.
+# 2: the weight average saved as {"updates", "module"}.
+FORMAT = 2
 
 
 @dataclass
@@ -30,7 +33,8 @@ class Checkpoint:
 
     @staticmethod
     def key_of(**parts: object) -> str:
-        return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+        keyed = {"format": FORMAT, **parts}
+        return hashlib.sha256(json.dumps(keyed, sort_keys=True, default=str).encode()).hexdigest()
 
     def save(self, state: dict) -> None:
         """Write atomically: a run killed while writing leaves the previous epoch's file."""

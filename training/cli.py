@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -66,6 +67,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     from training.distributed import aligned, join
     from training.ingest import load_panel
 
+    started = time.monotonic()  # --max-minutes counts from here: reading the data is in it
     # Under torchrun this process is one rank of several; alone it is the only one.
     group = join(resolve_device(args.device))
     if not group.main:
@@ -76,16 +78,16 @@ def cmd_train(args: argparse.Namespace) -> None:
                                shard=(group.rank, group.world))
             shard.holidays = args.holidays
             panel = aligned(shard, group)
-            _train(args, group, panel, block=panel)
+            _train(args, group, panel, started, block=panel)
         else:  # one file: every rank reads it and trains on its block of cells
             panel = load_panel(args.data, args.target, freq=args.freq, tz=args.tz)
             panel.holidays = args.holidays
-            _train(args, group, panel)
+            _train(args, group, panel, started)
     finally:
         group.close()
 
 
-def _train(args: argparse.Namespace, group: Group, panel: Panel,
+def _train(args: argparse.Namespace, group: Group, panel: Panel, started: float,
            block: Panel | None = None) -> None:
     from model.config import ModelConfig
     from training.fit import fit
@@ -108,7 +110,7 @@ def _train(args: argparse.Namespace, group: Group, panel: Panel,
     train_cfg = TrainConfig(max_minutes=args.max_minutes, max_epochs=args.max_epochs,
                             batch_size=args.batch_size, seed=args.seed, device=args.device)
     fitted = fit(panel, Path(args.out), model_cfg, train_cfg, str(args.data),
-                 progress=not args.quiet, group=group, block=block)
+                 progress=not args.quiet, group=group, block=block, started=started)
     if fitted is None:  # not rank 0: rank 0 writes and reports
         return
     meta, validation = fitted
@@ -397,7 +399,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "(default: none)")
     train.add_argument("--context", help="input steps or duration (default 14D, else 7D)")
     train.add_argument("--horizon", help=f"forecast steps or duration (default {DEFAULT_HORIZON})")
-    train.add_argument("--max-minutes", type=float, default=5.0, help="time budget (default 5)")
+    train.add_argument("--max-minutes", type=float, default=5.0,
+                       help="time budget of the whole command: reading, training, export "
+                            "and report (default 5)")
     train.add_argument("--max-epochs", type=int, default=60)
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--batch-size", type=positive_int, default=0,

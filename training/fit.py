@@ -7,6 +7,7 @@ import datetime as dt
 import hashlib
 import importlib.metadata
 import logging
+import time
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ import torch
 from model.artifact import WEIGHTS_FILE, ArtifactError, ModelMetadata, load_metadata
 from model.config import ModelConfig
 from model.export import export_onnx
+from model.features import calendar_zone, holiday_flags
 from model.network import Forecaster
 from model.runtime import OnnxForecaster
 from training.backtest import MODEL_NAME, BacktestResult, backtest
@@ -23,10 +25,14 @@ from training.device import resolve_device
 from training.distributed import Group
 from training.panel import Panel
 from training.report import write_report
-from training.train import TrainConfig, train
+from training.train import TrainConfig, train, validation_steps
 
 log = logging.getLogger(__name__)
 
+# Seconds the work after the training loop takes (ONNX export 4.0-4.5 s, validation backtest
+# and report 0.5-1 s, calibration under 1 s on 2 cores, the sample's and Milan's models): the
+# loop leaves them inside the time budget.
+FINISHING_S = 6.0
 LIBRARIES = ["torch", "numpy", "pandas", "onnx", "onnxruntime", "onnxscript"]
 
 
@@ -38,6 +44,22 @@ def fingerprint(panel: Panel) -> str:
     digest.update(np.ascontiguousarray(panel.values).tobytes())
     digest.update(f"{panel.target}|{panel.freq}|{panel.calendar_tz}|{panel.holidays}".encode())
     return digest.hexdigest()
+
+
+def holidays_ahead_to_learn(panel: Panel, model_cfg: ModelConfig, train_cfg: TrainConfig) -> bool:
+    """Whether a public holiday on a working day falls among the steps that training windows
+    forecast: only then can tokens carrying the horizon's calendar learn what a holiday ahead
+    does. Without one they only cost time: on Milan's 55 -> 7 day protocol (no such holiday
+    before its validation span) 21 tokens rather than 14, and 1.7 % more MAE at seed 1.
+    """
+    if not panel.holidays:
+        return False
+    validation_start = panel.n_steps - validation_steps(panel.n_steps, model_cfg.horizon,
+                                                        train_cfg.validation_fraction)
+    targets = panel.index[model_cfg.context:validation_start]
+    local = targets.tz_convert(calendar_zone(panel.calendar_tz)).tz_localize(None)
+    working_days = local[local.dayofweek < 5].normalize().unique()
+    return bool(holiday_flags(working_days.values.astype("datetime64[D]"), panel.holidays).any())
 
 
 def library_versions() -> dict[str, str]:
@@ -53,8 +75,12 @@ def fit(
     progress: bool = True,
     group: Group | None = None,
     block: Panel | None = None,
+    started: float | None = None,
 ) -> tuple[ModelMetadata, BacktestResult] | None:
     """Train and write the model directory; None on every rank but rank 0, which writes.
+
+    ``train_cfg.max_minutes`` bounds the run from ``started`` (``time.monotonic()``; by default
+    now) to the written directory.
 
     Under data parallelism ``block`` is this rank's cells (by default its block of ``panel``);
     rank 0 validates and reports on ``panel``, the cells it holds.
@@ -63,9 +89,14 @@ def fit(
     if block is None:
         block = panel.cells(group.block(panel.n_cells)) if group.distributed else panel
     out_dir = Path(out_dir)
-    model_cfg = dataclasses.replace(model_cfg, horizon_tokens=bool(panel.holidays))
+    model_cfg = dataclasses.replace(
+        model_cfg, horizon_tokens=holidays_ahead_to_learn(panel, model_cfg, train_cfg))
+    if panel.holidays and not model_cfg.horizon_tokens and group.main:
+        log.info("no public holiday of %s falls on a working day before the validation span: "
+                 "the horizon's calendar is left out", panel.holidays)
+    spent = 0.0 if started is None else time.monotonic() - started
     result = train(block, model_cfg, train_cfg, progress=progress, group=group,
-                   checkpoint=out_dir / CHECKPOINT_FILE)
+                   checkpoint=out_dir / CHECKPOINT_FILE, reserve_s=spent + FINISHING_S)
     if not group.main:
         return None
     out_dir.mkdir(parents=True, exist_ok=True)

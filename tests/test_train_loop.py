@@ -1,0 +1,108 @@
+"""The training loop's own rules: the weight average, the time budget, and when the horizon's
+calendar is worth tokens."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+import training.train
+from model.config import ModelConfig
+from model.network import Forecaster
+from training.averaging import WeightAverage
+from training.fit import fit, holidays_ahead_to_learn
+from training.panel import Panel
+from training.train import TrainConfig, train
+
+
+def panel(start: str = "2024-01-01", days: int = 21, holidays: str = "") -> Panel:
+    rng = np.random.default_rng(0)
+    steps = days * 24
+    hours = np.arange(steps) % 24
+    values = 10 + 5 * np.sin(2 * np.pi * hours / 24) + rng.normal(0, 0.5, (4, steps))
+    index = pd.date_range(start, periods=steps, freq="1h", tz="Europe/Paris").tz_convert("UTC")
+    return Panel([f"c{i}" for i in range(4)], index, values.astype(np.float32), "1h", "load",
+                 calendar_tz="Europe/Paris", holidays=holidays)
+
+
+def test_the_weight_average_is_torchs_exponential_average() -> None:
+    torch.manual_seed(0)
+    network = Forecaster(ModelConfig(context=48, horizon=12))
+    ours = WeightAverage(network, 0.9)
+    reference = torch.optim.swa_utils.AveragedModel(
+        network, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(0.9))
+    for _ in range(5):
+        with torch.no_grad():
+            for parameter in network.parameters():
+                parameter.add_(torch.randn_like(parameter))
+        ours.update()
+        reference.update_parameters(network)
+    averaged, expected = ours.module.state_dict(), reference.module.state_dict()
+    assert all(torch.equal(averaged[name], expected[name]) for name in expected)
+    head = "members.0.head.weight"
+    assert not torch.equal(averaged[head], network.state_dict()[head])  # an average, not a copy
+
+    restored = WeightAverage(network, 0.9)
+    restored.load_state_dict(ours.state_dict())
+    assert restored.updates == 5
+    assert torch.equal(restored.module.state_dict()[head], averaged[head])
+
+
+class StepClock:
+    """A monotonic clock that moves on by ``tick`` seconds each time it is read."""
+
+    def __init__(self, tick: float) -> None:
+        self.now, self.tick = 0.0, tick
+
+    def monotonic(self) -> float:
+        self.now += self.tick
+        return self.now
+
+
+@pytest.mark.parametrize("reserve_s", [0.0, 0.3])
+def test_no_epoch_is_started_that_would_end_past_the_budget(
+    monkeypatch: pytest.MonkeyPatch, reserve_s: float
+) -> None:
+    clock = StepClock(1 / 64)  # exact in binary: no rounding to blur the bound
+    monkeypatch.setattr(training.train, "time", SimpleNamespace(monotonic=clock.monotonic))
+    budget_s = 1.0
+    cfg = TrainConfig(max_minutes=budget_s / 60, max_epochs=100, steps_per_epoch=5,
+                      batch_size=16, patience=100)
+    result = train(panel(), ModelConfig(context=7 * 24, horizon=24), cfg, progress=False,
+                   reserve_s=reserve_s)
+    # The loop ends in time (the result's clock reading is one tick after the loop's)...
+    loop_s, per_epoch = result.seconds - clock.tick, result.seconds / result.epochs
+    assert result.stopped_by == "time-budget"
+    assert loop_s <= budget_s - reserve_s
+    assert loop_s + per_epoch > budget_s - reserve_s  # ...and did not stop an epoch early
+
+
+def test_fit_counts_the_time_spent_before_it_against_the_budget(tmp_path: Path) -> None:
+    """A run that spent its whole budget reading the data trains one epoch, no more."""
+    meta, _ = fit(panel(), tmp_path, ModelConfig(context=7 * 24, horizon=24),
+                  TrainConfig(max_minutes=1.0, max_epochs=50, steps_per_epoch=5, patience=100),
+                  source="toy", progress=False, started=time.monotonic() - 60.0)
+    assert (meta.training["epochs"], meta.training["stopped_by"]) == (1, "time-budget")
+
+
+@pytest.mark.parametrize(("start", "holidays", "learnable"), [
+    # Easter Monday (1 April) is the first day the training windows forecast.
+    ("2024-03-18", "FR", True),
+    ("2024-03-18", "", False),
+    # Easter Monday falls in the first window's context only, 1 May in the validation span.
+    ("2024-03-20", "FR", False),
+    # 14 July 2024 is a Sunday: a holiday on a weekend changes nothing to learn from.
+    ("2024-06-20", "FR", False),
+])
+def test_horizon_tokens_only_where_training_forecasts_a_working_day_holiday(
+    start: str, holidays: str, learnable: bool
+) -> None:
+    data = panel(start, days=42, holidays=holidays)
+    assert holidays_ahead_to_learn(data, ModelConfig(context=14 * 24, horizon=24),
+                                   TrainConfig()) is learnable
