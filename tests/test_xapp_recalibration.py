@@ -59,6 +59,16 @@ async def quantiles(client: httpx.AsyncClient, cell: str) -> np.ndarray:
                      for step in response.json()["forecasts"]])
 
 
+async def shown(client: httpx.AsyncClient) -> tuple[float, float, dict[str, float]]:
+    """The recalibration gauges a scrape reads: windows, model weight, offset per quantile."""
+    metrics = (await client.get("/ric/v1/metrics")).text
+    value = {line.split()[0]: float(line.split()[-1]) for line in metrics.splitlines()
+             if line.startswith("kpi_forecast_recalibration_")}
+    offsets = {name.split('"')[1]: v for name, v in value.items() if "offset{" in name}
+    return (value["kpi_forecast_recalibration_windows"],
+            value["kpi_forecast_recalibration_model_weight"], offsets)
+
+
 @pytest.mark.usefixtures("refreshed_by_the_test")
 def test_forecasts_get_the_offsets_of_the_cells_recent_history(tmp_path: Path) -> None:
     async def go() -> None:
@@ -108,12 +118,15 @@ def test_the_offsets_are_kept_to_their_model_and_can_be_turned_off(tmp_path: Pat
             assert (await client.post("/v1/model/reload", json={"model_dir": str(other)})
                     ).status_code == 200
             assert (await client.get("/v1/model")).json()["recalibration"]["windows"] == 0
+            assert await shown(client) == (0.0, 1.0, {"p10": 0.0, "p50": 0.0, "p90": 0.0})
             await service.recalibrator.refresh()
             assert (await client.get("/v1/model")).json()["recalibration"]["windows"] == 7
+            assert (await shown(client))[0] == 7.0
             # everySeconds 0: the model's own calibration, whatever was computed before.
-            service.descriptor = descriptor(tmp_path / "off", other, recalibration={
-                "everySeconds": 0, "maxCells": 256})
+            service.apply_descriptor(descriptor(tmp_path / "off", other, recalibration={
+                "everySeconds": 0, "maxCells": 256}))
             assert (await client.get("/v1/model")).json()["recalibration"]["windows"] == 0
+            assert await shown(client) == (0.0, 1.0, {"p10": 0.0, "p50": 0.0, "p90": 0.0})
 
     asyncio.run(go())
 
@@ -134,6 +147,34 @@ def test_the_background_loop_refreshes_for_a_new_model_and_then_on_schedule(
                 await asyncio.sleep(0.05)
             assert info["windows"] == 7 and info["cells"] == 5  # the most recent maxCells cells
 
+
+    asyncio.run(go())
+
+
+def test_a_refresh_that_found_no_history_is_retried_before_its_schedule(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new deployment refreshes at once on an empty history; the history that then arrives
+    is fitted after the retry delay, not an hour later."""
+    monkeypatch.setattr("xapp.recalibrator.RETRY_S", 0.5)
+
+    async def go() -> None:
+        desc = descriptor(tmp_path, make_model(tmp_path / "model"),
+                          recalibration={"everySeconds": 3600, "maxCells": 256})
+        async with running(desc) as client:
+            service = client.app.state.service
+            for _ in range(100):
+                if service.recalibrator.offsets is not None:
+                    break
+                await asyncio.sleep(0.05)
+            assert service.recalibrator.offsets.recalibration.windows == 0  # nothing held yet
+            await seed(client)
+            for _ in range(100):
+                info = (await client.get("/v1/model")).json()["recalibration"]
+                if info["windows"]:
+                    break
+                await asyncio.sleep(0.05)
+            assert info["windows"] == 7 and info["cells"] == CELLS
 
     asyncio.run(go())
 

@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 SHARED_NAME = "recalibration"
 TICK_S = 1.0  # how often the loop looks for another replica's refresh, or a due one
-RETRY_S = 60.0  # after a failed refresh (at most everySeconds)
+RETRY_S = 60.0  # after a failed or empty refresh (at most everySeconds)
 
 
 @dataclass(frozen=True)
@@ -127,11 +127,18 @@ class Recalibrator:
 
     def _adopt(self, model: OnnxForecaster, offsets: Offsets) -> None:
         self.offsets = offsets
-        m, fitted = self.metrics, offsets.recalibration
-        m.recalibration_windows.set(fitted.windows)
-        m.recalibration_weight.set(fitted.weight)
-        m.recalibration_time.set(offsets.refreshed_at)
-        values = fitted.offsets if fitted.windows else np.zeros(len(model.metadata.quantiles))
+        self.metrics.recalibration_time.set(offsets.refreshed_at)
+        self.show(model)
+
+    def show(self, model: OnnxForecaster) -> None:
+        """Set the gauges to what ``model``'s forecasts get now. After a reload or a config
+        change they would otherwise go on showing offsets that no longer apply, and the
+        quantiles of a model no longer served."""
+        m, applied = self.metrics, self.for_model(model)
+        m.recalibration_windows.set(applied.windows)
+        m.recalibration_weight.set(applied.weight)
+        values = applied.offsets if applied.windows else np.zeros(len(model.metadata.quantiles))
+        m.recalibration_offset.clear()
         for name, offset in zip(model.metadata.quantile_names(), values, strict=True):
             m.recalibration_offset.labels(quantile=name).set(float(offset))
 
@@ -152,14 +159,18 @@ class Recalibrator:
         return mine
 
     async def tick(self) -> None:
-        """Take up the refresh the store holds; refresh when it is not fresh."""
+        """Take up the refresh the store holds; refresh when it is not fresh. One that
+        found no recent week to fit (a new deployment, history still arriving) is retried like
+        a failed one, not kept for ``everySeconds``."""
         model, store = self._model(), self._history()
         every = self._controls().every_seconds
         if model is None or store is None or every == 0:
             return
         mine = await self.take_shared(model)
         now = time.time()
-        if (mine is None or now - mine.refreshed_at >= every) and now >= self._retry_at:
+        fresh_for = every if mine is not None and mine.recalibration.windows else \
+            min(every, RETRY_S)
+        if (mine is None or now - mine.refreshed_at >= fresh_for) and now >= self._retry_at:
             self._retry_at = now + min(every, RETRY_S)
             await self.refresh()
 

@@ -129,6 +129,7 @@ class Service:
             await self._history_for(model_dir, forecaster)
             await self._shared_offsets(forecaster)
             self.model, self.load_seconds = forecaster, seconds  # one assignment: atomic
+            self.recalibrator.show(forecaster)
         meta = forecaster.metadata
         self.metrics.model.info({
             "version": meta.model_version, "provider": forecaster.provider,
@@ -191,6 +192,8 @@ class Service:
         self.batcher.configure(batching.max_batch_size, batching.max_queue_delay_ms / 1000.0,
                                batching.max_queue_size)
         self.metrics.budget.set(self.budget_s)
+        if self.model is not None:  # recalibration turned on or off
+            self.recalibrator.show(self.model)
         changed = model_fields_changed(old, new.controls)
         if changed:
             log.info("config: %s changed, reloading the model", ", ".join(changed))
