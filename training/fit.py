@@ -49,8 +49,9 @@ def fingerprint(panel: Panel) -> str:
 def holidays_ahead_to_learn(panel: Panel, model_cfg: ModelConfig, train_cfg: TrainConfig) -> bool:
     """Whether a public holiday on a working day falls among the steps that training windows
     forecast: only then can tokens carrying the horizon's calendar learn what a holiday ahead
-    does. Without one they only cost time: on Milan's 55 -> 7 day protocol (no such holiday
-    before its validation span) 21 tokens rather than 14, and 1.7 % more MAE at seed 1.
+    does. Without one they only cost: on Milan's 55 -> 7 day protocol (no such holiday before
+    its validation span) 21 tokens rather than 14, and MAE 2.942 against 2.911 without them
+    at seed 0, 2.931 against 2.869 at seed 1.
     """
     if not panel.holidays:
         return False
