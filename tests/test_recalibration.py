@@ -149,3 +149,30 @@ def test_too_few_residuals_leave_the_model_calibration(forecaster: OnnxForecaste
 ])
 def test_a_week_of_windows(horizon: int, freq: str, windows: int) -> None:
     assert week_of_windows(horizon, pd.Timedelta(freq)) == windows
+
+
+class Counting:
+    """A forecaster that counts the windows it is asked to forecast."""
+
+    def __init__(self, forecaster: OnnxForecaster) -> None:
+        self.inner, self.windows = forecaster, 0
+        self.metadata, self.step = forecaster.metadata, forecaster.step
+
+    def forecast(self, history: np.ndarray, last: pd.DatetimeIndex) -> np.ndarray:
+        self.windows += len(history)
+        return self.inner.forecast(history, last)
+
+
+def test_past_max_cells_a_sample_of_the_cells_fits_nearly_the_same_offsets(
+    forecaster: OnnxForecaster,
+) -> None:
+    history, last = series(cells=120, steps=CONTEXT + 4 * HORIZON, seed=3)
+    whole, sampled = Counting(forecaster), Counting(forecaster)
+    everyone = recalibration(whole, history, last, windows=4, max_cells=None)
+    some = recalibration(sampled, history, last, windows=4, max_cells=40)
+    assert (whole.windows, sampled.windows) == (120 * 4, 40 * 4)
+    assert some.residuals == 40 * 4 * HORIZON < everyone.residuals
+    np.testing.assert_allclose(some.offsets, everyone.offsets, atol=0.05)
+    # Deterministic: the same sample each call.
+    again = recalibration(forecaster, history, last, windows=4, max_cells=40)
+    np.testing.assert_array_equal(again.offsets, some.offsets)

@@ -116,7 +116,8 @@ class Recalibrator:
             history = np.stack([values for values, _ in held])
             last = pd.DatetimeIndex([stamp for _, stamp in held])
             windows = week_of_windows(model.metadata.horizon, model.step)
-            fitted = await asyncio.to_thread(recalibration, model, history, last, windows)
+            # controls.recalibration.maxCells has chosen the cells: all of them are fitted.
+            fitted = await asyncio.to_thread(recalibration, model, history, last, windows, None)
         offsets = Offsets(model.metadata.model_version, fitted, len(held), time.time())
         await store.share(SHARED_NAME, offsets.to_json())
         self._adopt(model, offsets)
