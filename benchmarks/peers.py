@@ -20,7 +20,7 @@ import resource
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +28,7 @@ import pandas as pd
 
 from benchmarks.common import RAW, machine, write_section
 from benchmarks.peer_models import (
+    AT_PEER_TIME,
     BLIND,
     DEEP,
     MODELS,
@@ -117,7 +118,7 @@ def task_key(task: Task, model: str) -> str:
     }
     if model in STEP_SECONDS:  # a deep peer's step budget
         parts["step_seconds"] = STEP_SECONDS[model]
-    if model in (OURS, BLIND):
+    if model in (OURS, BLIND, AT_PEER_TIME):
         parts["code"] = our_code()
         parts["holidays"] = task.panel.holidays
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
@@ -135,9 +136,10 @@ def peak_rss_mb() -> float:
     return (own + children) / 1024.0
 
 
-def run_one(dataset: str, protocol: str, model: str, seed: int, cache: Path) -> None:
+def run_one(dataset: str, protocol: str, model: str, seed: int, cache: Path,
+            budget_s: float) -> None:
     """Run one model on one task and keep its result (the body of each child process)."""
-    task = make_task(dataset, protocol, seed)
+    task = replace(make_task(dataset, protocol, seed), budget_s=budget_s)
     outcome = run(task, model)
     forecasts_path, info_path = result_paths(cache, task, model)
     forecasts_path.parent.mkdir(parents=True, exist_ok=True)
@@ -174,7 +176,8 @@ def ensure_result(task: Task, model: str, cache: Path, fresh: bool) -> Outcome:
     with log.open("w") as out:
         done = subprocess.run(
             [sys.executable, "-m", "benchmarks.peers", "--run-one", task.dataset, task.protocol,
-             model, "--seed", str(task.seed), "--cache", str(cache)],
+             model, "--seed", str(task.seed), "--cache", str(cache),
+             "--budget-s", repr(task.budget_s)],
             stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, check=False,
         )
     if done.returncode != 0:
@@ -186,6 +189,15 @@ def ensure_result(task: Task, model: str, cache: Path, fresh: bool) -> Outcome:
     if result is None:
         raise RuntimeError(f"{model} finished but left no result for this task in {cache}")
     return result
+
+
+def at_peer_time(task: Task, outcomes: dict[str, Outcome]) -> Task | None:
+    """The task with the fastest deep peer's training time as the budget, for ours to run
+    again with; None when ours already took no longer (or a result to compare is missing)."""
+    deep = [outcomes[m].train_s for m in DEEP if m in outcomes]
+    if OURS not in outcomes or not deep or outcomes[OURS].train_s <= min(deep):
+        return None
+    return replace(task, budget_s=round(min(deep), 1))
 
 
 def fold_truth(task: Task) -> tuple[np.ndarray, np.ndarray]:
@@ -229,12 +241,12 @@ def score(task: Task, outcomes: dict[str, Outcome]) -> tuple[pd.DataFrame, pd.Da
 
 def verdict(table: pd.DataFrame) -> list[str]:
     """Issue 7's targets, checked on one protocol's table."""
-    others = table.drop(index=[OURS, BLIND], errors="ignore")
+    others = table.drop(index=[OURS, BLIND, AT_PEER_TIME], errors="ignore")
     if others.empty:
         return ["- no peer result is kept for this protocol: run without `--models`"]
     deep = [m for m in DEEP if m in table.index]
     lines = []
-    if missing := [m for m in MODELS if m not in table.index]:
+    if missing := [m for m in MODELS if m not in table.index and m != AT_PEER_TIME]:
         lines.append(f"- missing, so compared only with the models shown: {', '.join(missing)} "
                      f"(no kept result for this task: `--models {' '.join(missing)}` runs them)")
     for metric in ("mae", "mase"):
@@ -254,6 +266,14 @@ def verdict(table: pd.DataFrame) -> list[str]:
         lines.append(f"- training time at most the fastest deep peer's: "
                      f"{'yes' if ours <= theirs else 'no'} (ours {ours:.0f} s, "
                      f"{fastest} {theirs:.0f} s)")
+        if AT_PEER_TIME in table.index:
+            timed = table.loc[AT_PEER_TIME]
+            best = {metric: others[metric].min() for metric in ("mae", "mase")}
+            lowest = all(timed[metric] < best[metric] for metric in best)
+            lines.append(f"  - given {fastest}'s {theirs:.0f} s as its budget, ours took "
+                         f"{timed['train_s']:.0f} s and still has the lowest MAE and MASE: "
+                         f"{'yes' if lowest else 'no'} (MAE {timed['mae']:.3f}, "
+                         f"MASE {timed['mase']:.3f})")
         speedup = table.loc[deep, "predict_ms_one"].min() / table.loc[OURS, "predict_ms_one"]
         lines.append(f"- one-cell prediction at least 10x faster than neuralforecast: "
                      f"{'yes' if speedup >= 10 else 'no'} ({speedup:.0f}x)")
@@ -285,6 +305,9 @@ def report(sections: list[tuple[Task, pd.DataFrame]], command: str) -> str:
         f"- Ours is told the cells' public holidays ({holidays}: our `--holidays`, a calendar",
         "  known in advance); the peers run with their defaults, which take no calendar.",
         f"  `{BLIND}` is ours trained and run without it.",
+        f"- Where ours took longer to train than the fastest deep peer, `{AT_PEER_TIME}` is ours",
+        "  trained again with that peer's training time as its budget: is it still the most",
+        "  accurate at no more training time?",
         "- Coverage is P10-P90 and pinball over P10/P50/P90, where a model gives quantiles.",
         "  `peak_mb` is the peak RSS of the model's own process (with its largest worker),",
         "  imports included. Raw per-fold scores: `docs/benchmarks/peers.csv`.",
@@ -319,9 +342,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-docs", action="store_true", help="leave docs/ untouched")
     parser.add_argument("--run-one", nargs=3, metavar=("DATASET", "PROTOCOL", "MODEL"),
                         help=argparse.SUPPRESS)
+    parser.add_argument("--budget-s", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.run_one:
-        run_one(*args.run_one, seed=args.seed, cache=args.cache)
+        run_one(*args.run_one, seed=args.seed, cache=args.cache, budget_s=args.budget_s)
         return 0
     sections, per_fold = [], []
     for dataset in args.datasets:
@@ -331,10 +355,17 @@ def main(argv: list[str] | None = None) -> int:
         for protocol in (p for p in args.protocols if p in PROTOCOLS_OF[dataset]):
             task = make_task(dataset, protocol, args.seed)
             print(f"{dataset} / {protocol}", flush=True)
-            outcomes = {m: ensure_result(task, m, args.cache, args.fresh) for m in args.models}
+            outcomes = {m: ensure_result(task, m, args.cache, args.fresh)
+                        for m in args.models if m != AT_PEER_TIME}
             # The models not asked for this time join the table with their kept results.
-            outcomes |= {m: kept for m in MODELS if m not in outcomes
+            outcomes |= {m: kept for m in MODELS if m not in outcomes and m != AT_PEER_TIME
                          and (kept := load_result(args.cache, task, m)) is not None}
+            if (timed_task := at_peer_time(task, outcomes)) is not None:
+                asked = AT_PEER_TIME in args.models
+                timed = (ensure_result(timed_task, AT_PEER_TIME, args.cache, args.fresh)
+                         if asked else load_result(args.cache, timed_task, AT_PEER_TIME))
+                if timed is not None:
+                    outcomes[AT_PEER_TIME] = timed
             table, folds = score(task, outcomes)
             sections.append((task, table))
             per_fold.append(folds)

@@ -133,18 +133,48 @@ def test_ours_without_the_holiday_calendar_is_not_a_peer() -> None:
     assert lines[1] == "  - without the holiday calendar: yes (0.800, ratio 0.727)"
 
 
+def test_ours_runs_again_at_the_fastest_deep_peers_time_only_when_it_took_longer() -> None:
+    t = task()
+
+    def took(seconds: float) -> Outcome:
+        return dataclasses.replace(outcome_from(np.zeros((1, 1, 24)), 1.0), train_s=seconds)
+
+    outcomes = {"kpi-forecast": took(57.0), "patchtst": took(53.71), "nhits": took(54.1),
+                "mstl": took(5.0)}  # a statistical model's time is not the one to match
+    timed = peers.at_peer_time(t, outcomes)
+    assert timed is not None and timed.budget_s == 53.7
+    assert dataclasses.replace(timed, budget_s=t.budget_s) == t  # only the budget differs
+    assert peers.at_peer_time(t, outcomes | {"kpi-forecast": took(53.0)}) is None
+    assert peers.at_peer_time(t, {"kpi-forecast": took(57.0), "mstl": took(5.0)}) is None
+    # The rerun is its own result: it sits beside ours in the table but is not a peer.
+    table = pd.DataFrame({
+        "mae": [1.0, 1.1, 1.05], "mase": [0.5, 0.55, 0.52], "train_s": [57.0, 54.0, 50.0],
+        "predict_ms_one": [0.5, 10.0, 0.5],
+    }, index=["kpi-forecast", "nhits", peers.AT_PEER_TIME])
+    lines = peers.verdict(table)[1:]
+    assert lines[0].startswith("- lowest MAE: yes") and "best peer nhits" in lines[0]
+    assert "no (ours 57 s, nhits 54 s)" in lines[2]
+    assert lines[3] == ("  - given nhits's 54 s as its budget, ours took 50 s and still has "
+                        "the lowest MAE and MASE: yes (MAE 1.050, MASE 0.520)")
+    table.loc[peers.AT_PEER_TIME, "mase"] = 0.56
+    assert "MASE: no (MAE 1.050" in peers.verdict(table)[4]
+
+
 def test_kept_results_are_reused_only_for_the_same_task(tmp_path, monkeypatch) -> None:
     t = task()
     calls = []
 
+    given_budgets = []
+
     def fake_run(given: Task, model: str) -> Outcome:
         calls.append(model)
+        given_budgets.append(given.budget_s)
         return outcome_from(np.zeros((len(given.origins), given.panel.n_cells, 24)), 1.0)
 
     monkeypatch.setattr(peers, "run", fake_run)
     monkeypatch.setattr(peers, "make_task", lambda dataset, protocol, seed: dataclasses.replace(
         t, seed=seed))
-    peers.run_one("toy", "day_ahead", "mstl", seed=0, cache=tmp_path)
+    peers.run_one("toy", "day_ahead", "mstl", seed=0, cache=tmp_path, budget_s=t.budget_s)
     kept = peers.load_result(tmp_path, t, "mstl")
     assert kept is not None and kept.forecasts.shape == (3, 3, 24, 3)
     assert kept.details["peak_mb"] > 0
@@ -153,14 +183,20 @@ def test_kept_results_are_reused_only_for_the_same_task(tmp_path, monkeypatch) -
     # Another seed, other data or another model is another task: nothing kept for it.
     assert peers.load_result(tmp_path, dataclasses.replace(t, seed=1), "mstl") is None
     # ... and a run with another seed keeps its result beside this one, not over it.
-    peers.run_one("toy", "day_ahead", "mstl", seed=1, cache=tmp_path)
+    peers.run_one("toy", "day_ahead", "mstl", seed=1, cache=tmp_path, budget_s=t.budget_s)
     assert peers.load_result(tmp_path, dataclasses.replace(t, seed=1), "mstl") is not None
     assert peers.load_result(tmp_path, t, "mstl") is not None
     assert peers.load_result(tmp_path, t, "nhits") is None
+    # A run with another budget is another task too, and its model is given that budget.
+    peers.run_one("toy", "day_ahead", "mstl", seed=0, cache=tmp_path, budget_s=12.5)
+    assert given_budgets[-1] == 12.5
+    assert peers.load_result(tmp_path, dataclasses.replace(t, budget_s=12.5), "mstl") is not None
+    assert peers.load_result(tmp_path, t, "mstl") is None
+    peers.run_one("toy", "day_ahead", "mstl", seed=0, cache=tmp_path, budget_s=t.budget_s)
     # A rerun takes the kept result without starting a process.
     monkeypatch.setattr(peers.subprocess, "run", lambda *a, **k: pytest.fail("recomputed"))
     assert peers.ensure_result(t, "mstl", tmp_path, fresh=False).train_s == kept.train_s
-    assert calls == ["mstl", "mstl"]
+    assert calls == ["mstl"] * 4
 
 
 def test_our_kept_result_is_stale_once_our_code_changes(monkeypatch) -> None:
