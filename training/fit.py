@@ -59,7 +59,7 @@ def holidays_ahead_to_learn(panel: Panel, model_cfg: ModelConfig, train_cfg: Tra
                                                         train_cfg.validation_fraction)
     targets = panel.index[model_cfg.context:validation_start]
     local = targets.tz_convert(calendar_zone(panel.calendar_tz)).tz_localize(None)
-    working_days = local[local.dayofweek < 5].normalize().unique()
+    working_days = local[local.day_of_week < 5].normalize().unique()
     return bool(holiday_flags(working_days.values.astype("datetime64[D]"), panel.holidays).any())
 
 
