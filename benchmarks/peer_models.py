@@ -319,12 +319,12 @@ def _once_ms(call: Callable[[], object]) -> float:
 
 
 OURS, BLIND = "kpi-forecast", "kpi-forecast-no-holidays"
-# Ours given the fastest deep peer's training time as its budget: the run that says whether
-# ours is still the most accurate at no more training time than that peer took.
-AT_PEER_TIME = "kpi-forecast-at-peer-time"
 DEEP = ("patchtst", "nhits")
 STATS = ("mstl", "autoets", "seasonal_naive_day", "seasonal_naive_week", "historic_average")
-MODELS = (OURS, BLIND, *DEEP, AT_PEER_TIME, *STATS)
+MODELS = (OURS, BLIND, *DEEP, *STATS)
+# Not run on the task as given: ours again with the fastest deep peer's training time as its
+# budget, which says whether ours is still the most accurate at no more training time.
+AT_PEER_TIME = "kpi-forecast-at-peer-time"
 
 
 def run(task: Task, model: str) -> Outcome:
@@ -334,4 +334,4 @@ def run(task: Task, model: str) -> Outcome:
         return run_neural(task, model)
     if model in STATS:
         return run_stats(task, model)
-    raise ValueError(f"unknown model {model!r}; known: {', '.join(MODELS)}")
+    raise ValueError(f"unknown model {model!r}; known: {', '.join(MODELS)}, {AT_PEER_TIME}")

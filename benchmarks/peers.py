@@ -137,9 +137,12 @@ def peak_rss_mb() -> float:
 
 
 def run_one(dataset: str, protocol: str, model: str, seed: int, cache: Path,
-            budget_s: float) -> None:
-    """Run one model on one task and keep its result (the body of each child process)."""
-    task = replace(make_task(dataset, protocol, seed), budget_s=budget_s)
+            budget_s: float | None = None) -> None:
+    """Run one model on one task (with another training budget if given) and keep its result:
+    the body of each child process."""
+    task = make_task(dataset, protocol, seed)
+    if budget_s is not None:
+        task = replace(task, budget_s=budget_s)
     outcome = run(task, model)
     forecasts_path, info_path = result_paths(cache, task, model)
     forecasts_path.parent.mkdir(parents=True, exist_ok=True)
@@ -246,7 +249,7 @@ def verdict(table: pd.DataFrame) -> list[str]:
         return ["- no peer result is kept for this protocol: run without `--models`"]
     deep = [m for m in DEEP if m in table.index]
     lines = []
-    if missing := [m for m in MODELS if m not in table.index and m != AT_PEER_TIME]:
+    if missing := [m for m in MODELS if m not in table.index]:
         lines.append(f"- missing, so compared only with the models shown: {', '.join(missing)} "
                      f"(no kept result for this task: `--models {' '.join(missing)}` runs them)")
     for metric in ("mae", "mase"):
@@ -335,7 +338,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--datasets", nargs="+", choices=list(DATASETS), default=list(DATASETS))
     parser.add_argument("--protocols", nargs="+", choices=list(PROTOCOLS),
                         default=list(PROTOCOLS))
-    parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
+    parser.add_argument("--models", nargs="+", choices=[*MODELS, AT_PEER_TIME],
+                        default=[*MODELS, AT_PEER_TIME])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cache", type=Path, default=CACHE)
     parser.add_argument("--fresh", action="store_true", help="recompute kept results too")
@@ -356,9 +360,9 @@ def main(argv: list[str] | None = None) -> int:
             task = make_task(dataset, protocol, args.seed)
             print(f"{dataset} / {protocol}", flush=True)
             outcomes = {m: ensure_result(task, m, args.cache, args.fresh)
-                        for m in args.models if m != AT_PEER_TIME}
+                        for m in args.models if m in MODELS}
             # The models not asked for this time join the table with their kept results.
-            outcomes |= {m: kept for m in MODELS if m not in outcomes and m != AT_PEER_TIME
+            outcomes |= {m: kept for m in MODELS if m not in outcomes
                          and (kept := load_result(args.cache, task, m)) is not None}
             if (timed_task := at_peer_time(task, outcomes)) is not None:
                 asked = AT_PEER_TIME in args.models

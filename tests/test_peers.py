@@ -174,7 +174,7 @@ def test_kept_results_are_reused_only_for_the_same_task(tmp_path, monkeypatch) -
     monkeypatch.setattr(peers, "run", fake_run)
     monkeypatch.setattr(peers, "make_task", lambda dataset, protocol, seed: dataclasses.replace(
         t, seed=seed))
-    peers.run_one("toy", "day_ahead", "mstl", seed=0, cache=tmp_path, budget_s=t.budget_s)
+    peers.run_one("toy", "day_ahead", "mstl", seed=0, cache=tmp_path)
     kept = peers.load_result(tmp_path, t, "mstl")
     assert kept is not None and kept.forecasts.shape == (3, 3, 24, 3)
     assert kept.details["peak_mb"] > 0
@@ -183,7 +183,7 @@ def test_kept_results_are_reused_only_for_the_same_task(tmp_path, monkeypatch) -
     # Another seed, other data or another model is another task: nothing kept for it.
     assert peers.load_result(tmp_path, dataclasses.replace(t, seed=1), "mstl") is None
     # ... and a run with another seed keeps its result beside this one, not over it.
-    peers.run_one("toy", "day_ahead", "mstl", seed=1, cache=tmp_path, budget_s=t.budget_s)
+    peers.run_one("toy", "day_ahead", "mstl", seed=1, cache=tmp_path)
     assert peers.load_result(tmp_path, dataclasses.replace(t, seed=1), "mstl") is not None
     assert peers.load_result(tmp_path, t, "mstl") is not None
     assert peers.load_result(tmp_path, t, "nhits") is None
@@ -192,7 +192,7 @@ def test_kept_results_are_reused_only_for_the_same_task(tmp_path, monkeypatch) -
     assert given_budgets[-1] == 12.5
     assert peers.load_result(tmp_path, dataclasses.replace(t, budget_s=12.5), "mstl") is not None
     assert peers.load_result(tmp_path, t, "mstl") is None
-    peers.run_one("toy", "day_ahead", "mstl", seed=0, cache=tmp_path, budget_s=t.budget_s)
+    peers.run_one("toy", "day_ahead", "mstl", seed=0, cache=tmp_path)
     # A rerun takes the kept result without starting a process.
     monkeypatch.setattr(peers.subprocess, "run", lambda *a, **k: pytest.fail("recomputed"))
     assert peers.ensure_result(t, "mstl", tmp_path, fresh=False).train_s == kept.train_s
