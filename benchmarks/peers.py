@@ -32,6 +32,7 @@ from benchmarks.peer_models import (
     BLIND,
     DEEP,
     MODELS,
+    OUR_RUNS,
     OURS,
     QUANTILES,
     STEP_SECONDS,
@@ -118,7 +119,7 @@ def task_key(task: Task, model: str) -> str:
     }
     if model in STEP_SECONDS:  # a deep peer's step budget
         parts["step_seconds"] = STEP_SECONDS[model]
-    if model in (OURS, BLIND, AT_PEER_TIME):
+    if model in OUR_RUNS:
         parts["code"] = our_code()
         parts["holidays"] = task.panel.holidays
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
@@ -244,7 +245,7 @@ def score(task: Task, outcomes: dict[str, Outcome]) -> tuple[pd.DataFrame, pd.Da
 
 def verdict(table: pd.DataFrame) -> list[str]:
     """Issue 7's targets, checked on one protocol's table."""
-    others = table.drop(index=[OURS, BLIND, AT_PEER_TIME], errors="ignore")
+    others = table.drop(index=list(OUR_RUNS), errors="ignore")
     if others.empty:
         return ["- no peer result is kept for this protocol: run without `--models`"]
     deep = [m for m in DEEP if m in table.index]
