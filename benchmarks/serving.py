@@ -29,10 +29,10 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 
 from benchmarks.common import RAW, machine, write_section
 from benchmarks.runtime import CONTEXT, default_model
+from xapp import binary
 from xapp.config import CONFIG_FILE_NAME, DEFAULT_DIR
 from xapp.smoke import wait_ready
 
@@ -110,16 +110,10 @@ def hey(url: str, body: Path, seconds: float, connections: int, rate: int) -> di
 
 def arrow_body(cells: int) -> bytes:
     rng = np.random.default_rng(0)
-    table = pa.table({
-        "cell_id": [f"cell-{i:05d}" for i in range(cells)],
-        "start": pa.array([pd.Timestamp("2024-03-01", tz="UTC")] * cells,
-                          pa.timestamp("ns", tz="UTC")),
-        "values": list(rng.gamma(2.0, 10.0, (cells, CONTEXT)).astype(np.float32)),
-    })
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
+    return binary.write_request(
+        [f"cell-{i:05d}" for i in range(cells)],
+        [pd.Timestamp("2024-03-01", tz="UTC")] * cells,
+        list(rng.gamma(2.0, 10.0, (cells, CONTEXT)).astype(np.float32)))
 
 
 def batch_calls(url: str, cells: int, repeats: int) -> list[dict]:

@@ -23,6 +23,7 @@ from model.artifact import (
     load_metadata,
     sha256_file,
 )
+from model.config import MAX_KPI_VALUE
 from model.features import N_CALENDAR, check_holidays, forecast_calendar
 
 log = logging.getLogger(__name__)
@@ -270,4 +271,11 @@ def validate(history: np.ndarray, last: pd.DatetimeIndex) -> None:
         raise InputError(
             f"history row {row} step {column} is negative ({history[row, column]:g}); "
             "KPIs are non-negative"
+        )
+    large = history > MAX_KPI_VALUE
+    if large.any():
+        row, column = (int(i) for i in np.argwhere(large)[0])
+        raise InputError(
+            f"history row {row} step {column} is {history[row, column]:g}, above "
+            f"{MAX_KPI_VALUE:g}, the largest KPI value the model takes"
         )

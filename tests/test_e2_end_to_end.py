@@ -21,6 +21,7 @@ from xapp.config import KpiSource
 from xapp.e2 import e2ap, kpm
 from xapp.e2.ingest import Ingestor, Route
 from xapp.e2.mock_node import MockE2Node, create_app
+from xapp.e2.subscription import SubscriptionRequest, SubscriptionResponse
 from xapp.e2.transport import RIC_INDICATION, RIC_SUB_FAILURE, Frame, TcpTransport
 from xapp.history import MemoryHistory
 from xapp.metrics import Metrics
@@ -43,19 +44,20 @@ def free_port() -> int:
 
 
 async def subscribe_first_cell(node: MockE2Node, rmr_port: int,
-                               measurements: tuple[str, ...] = (MEASUREMENT,)) -> dict:
+                               measurements: tuple[str, ...] = (MEASUREMENT,)
+                               ) -> SubscriptionResponse:
     """Subscribe, as the xApp would, to the first cell of the first node, hourly reports."""
     cell = node.nodes()[0]["cells"][0]
     definition = kpm.encode_action_definition(kpm.ActionDefinition(
         list(measurements), 3_600_000, kpm.CellId(bytes.fromhex(cell["plmn"]), nr_cell=0)))
-    return await node.subscribe({
+    return node.subscribe(SubscriptionRequest.model_validate({
         "ClientEndpoint": {"Host": "127.0.0.1", "RMRPort": rmr_port}, "Meid": "gnb-000",
         "SubscriptionDetails": [{
             "XappEventInstanceId": 5,
             "EventTriggers": list(kpm.encode_event_trigger(3_600_000)),
             "ActionToBeSetupList": [{"ActionID": 1, "ActionDefinition": list(definition)}],
         }],
-    })
+    }))
 
 
 @pytest.mark.slow
@@ -77,7 +79,7 @@ def test_replayed_cells_forecast_like_their_file(tmp_path: Path) -> None:
             await asyncio.sleep(0.01)
         desc = descriptor(tmp_path, model_dir, e2={
             "enabled": True, "port": 0, "submgrUrl": f"http://127.0.0.1:{port}",
-            "clientHost": "127.0.0.1", "kpis": {"kpi": {"measurement": MEASUREMENT}}})
+            "kpis": {"kpi": {"measurement": MEASUREMENT}}})
         async with running(desc) as client:
             for _ in range(1000):
                 if node.sent["replays_done"] == 2:
@@ -191,7 +193,7 @@ def test_lost_reports_leave_gaps_in_the_history(tmp_path: Path) -> None:
         await xapp.start(ingestor.handle)
         cell = node.nodes()[0]["cells"][0]
         answer = await subscribe_first_cell(node, xapp.port)
-        instance = answer["SubscriptionInstances"][0]["E2EventInstanceId"]
+        instance = answer.instances[0].e2_event_instance_id
         ingestor.add_route(instance, 1, Route(cell["cellId"], 3_600_000))
         while node.sent["replays_done"] < 1:
             await asyncio.sleep(0.01)

@@ -91,7 +91,7 @@ def test_two_replicas_share_history_fed_to_one_and_a_restart_serves_at_once(
              "--cells-per-node", "3", "--faults", "duplicate=0.1,late=0.1"],
             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=logs.open("a"))
         e2 = {"enabled": True, "port": 0, "submgrUrl": f"http://127.0.0.1:{node_port}",
-              "clientHost": "127.0.0.1", "kpis": {"kpi": {"measurement": MEASUREMENT}}}
+              "kpis": {"kpi": {"measurement": MEASUREMENT}}}
         config_a = write_descriptor(tmp_path / "a", model_dir, e2=e2,
                                     historyStore=redis_store(redis_port))
         config_b = write_descriptor(tmp_path / "b", model_dir,

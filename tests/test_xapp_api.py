@@ -16,6 +16,7 @@ import pytest
 
 from model.runtime import OnnxForecaster
 from tests.xapp_helpers import CONTEXT, HORIZON, descriptor, make_model, running
+from xapp import binary
 
 START = "2013-12-01T00:00:00+01:00"
 
@@ -167,7 +168,7 @@ def test_json_batch_matches_single_calls(model_dir: Path, tmp_path: Path) -> Non
                     assert a["p50"] == pytest.approx(b["p50"], abs=1e-3)
             mixed = [items[0], {**items[1], "horizon": 3}]
             response = await client.post("/v1/forecast/batch", json={"items": mixed})
-            assert response.status_code == 422
+            assert [len(a["forecasts"]) for a in response.json()["items"]] == [HORIZON, 3]
 
     run(go())
 
@@ -175,16 +176,10 @@ def test_json_batch_matches_single_calls(model_dir: Path, tmp_path: Path) -> Non
 def arrow_body(n_cells: int, lengths: list[int] | None = None) -> bytes:
     lengths = lengths or [CONTEXT] * n_cells
     rng = np.random.default_rng(1)
-    table = pa.table({
-        "cell_id": [f"cell-{i:04d}" for i in range(n_cells)],
-        "start": pa.array([pd.Timestamp("2024-03-01", tz="UTC")] * n_cells,
-                          pa.timestamp("ns", tz="UTC")),
-        "values": [list(rng.gamma(2.0, 10.0, n).astype(np.float32)) for n in lengths],
-    })
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
+    return binary.write_request(
+        [f"cell-{i:04d}" for i in range(n_cells)],
+        [pd.Timestamp("2024-03-01", tz="UTC")] * n_cells,
+        [list(rng.gamma(2.0, 10.0, n).astype(np.float32)) for n in lengths])
 
 
 def test_arrow_batch_of_1000_cells(model_dir: Path, tmp_path: Path) -> None:
@@ -235,7 +230,7 @@ def test_arrow_series_of_different_lengths_end_where_they_end(model_dir: Path,
     ("payload", "query", "message"),
     [
         (b"not arrow at all", "?freq=1h", "Arrow"),
-        (None, "", "freq"),
+        (None, "?freq=15min", "freq"),
         ("missing", "?freq=1h", "lacks column"),
     ],
 )
@@ -244,11 +239,7 @@ def test_bad_arrow_bodies(model_dir: Path, tmp_path: Path, payload, query: str,
     if payload is None:
         payload = arrow_body(2)
     elif payload == "missing":
-        table = pa.table({"cell_id": ["a"], "values": [[1.0, 2.0]]})
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, table.schema) as writer:
-            writer.write_table(table)
-        payload = sink.getvalue().to_pybytes()
+        payload = binary.stream(pa.table({"cell_id": ["a"], "values": [[1.0, 2.0]]}))
 
     async def go() -> None:
         async with running(descriptor(tmp_path, model_dir)) as client:
@@ -454,6 +445,10 @@ def test_not_ready_is_503_and_a_bad_reload_keeps_the_old_model(model_dir: Path,
             assert (await client.get("/ric/v1/health/ready")).status_code == 200
             response = await client.post("/v1/model/reload",
                                          json={"model_dir": str(tmp_path / "nowhere")})
+            assert response.status_code == 404 and "no such directory" in response.json()["error"]
+            (tmp_path / "empty").mkdir()
+            response = await client.post("/v1/model/reload",
+                                         json={"model_dir": str(tmp_path / "empty")})
             assert response.status_code == 422
             assert "previous one keeps serving" in response.json()["error"]
             assert (await client.post("/v1/forecast", json=body())).json()["source"] == "model"

@@ -16,6 +16,8 @@ import pytest
 from xapp.config import (
     CONFIG_FILE_NAME,
     DEFAULT_DIR,
+    DEFAULT_RMR_HOST,
+    E2,
     SCHEMA_FILE_NAME,
     Batching,
     ConfigError,
@@ -510,3 +512,18 @@ def test_watcher_run_loop_outlives_a_failing_callback(tmp_path, caplog) -> None:
         asyncio.run(scenario())
     assert calls[:2] == [200, 200]  # a callback bug is not remembered as bad content: retried
     assert "bug in the caller" in caplog.text
+
+
+@pytest.mark.parametrize(("client_host", "submgr", "expected"), [
+    (None, "http://127.0.0.1:8090", "127.0.0.1"),
+    (None, "http://localhost:8090", "127.0.0.1"),
+    (None, "http://[::1]:8090", "127.0.0.1"),
+    (None, "http://service-ricplt-submgr-http.ricplt:8088", DEFAULT_RMR_HOST),
+    (None, "http://10.0.0.7:8088", DEFAULT_RMR_HOST),
+    (None, None, DEFAULT_RMR_HOST),
+    ("e2-side.example", "http://127.0.0.1:8090", "e2-side.example"),  # set: taken as it is
+])
+def test_the_e2_endpoint_is_loopback_where_the_subscription_manager_is(
+        client_host: str | None, submgr: str | None, expected: str) -> None:
+    e2 = E2(client_host=client_host, submgr_url=submgr)
+    assert e2.endpoint_host() == expected

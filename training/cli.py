@@ -235,8 +235,6 @@ def synthetic_panel(column: str, cells: int, seed: int):  # -> Panel
 
 
 def cmd_e2sim(args: argparse.Namespace) -> None:
-    import uvicorn
-
     from training.ingest import load_panel
     from xapp.e2.mock_node import MockE2Node, create_app
 
@@ -264,6 +262,8 @@ def cmd_e2sim(args: argparse.Namespace) -> None:
                                                                strict=True)}
     step = {name: panel.index.searchsorted(pd.Timestamp(value), side="left")
             for name, value in (("start", args.start), ("end", args.end)) if value}
+    from xapp.server import run
+
     host, _, port = args.listen.rpartition(":")
     node = MockE2Node(panel, measurement, extra=extra, cells_per_node=args.cells_per_node,
                       speed=args.speed,
@@ -273,8 +273,8 @@ def cmd_e2sim(args: argparse.Namespace) -> None:
     reported = ", ".join(f"{column} as {name}" for column, _, name in pairs)
     print(f"mock E2 node: {panel.n_cells} cells in {len(node.nodes())} node(s), {reported}; "
           f"subscription API on http://{args.listen}")
-    uvicorn.run(create_app(node), host=host or "127.0.0.1", port=int(port),
-                log_level="warning")
+    # Nothing lingers to wait for: a subscription is answered at once, the rest is background.
+    run(create_app(node), host or "127.0.0.1", int(port), graceful_s=2.0)
 
 
 def kubernetes_client(args: argparse.Namespace):  # -> kubernetes.client.ApiClient

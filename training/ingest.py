@@ -28,6 +28,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from pandas.tseries.frequencies import to_offset
 
+from model.config import MAX_KPI_VALUE
 from model.features import calendar_zone
 from training.panel import DataError, Panel
 
@@ -95,7 +96,7 @@ def load_panel(
         shard: ``(k, n)`` reads only the k-th of n blocks of the directory's files (in path
             order): what one rank of data-parallel training holds. Its grid spans its own
             cells; :func:`training.distributed.aligned` puts the ranks on one grid.
-        target: the KPI column to load. Values must be non-negative finite numbers; empty
+        target: the KPI column to load. Values must be numbers from 0 to MAX_KPI_VALUE; empty
             cells and NaN-like spellings ("NA", "null", ...) are missing values.
         freq: grid step as a pandas offset alias of fixed length ("1h", "15min"); inferred
             as the most common positive gap between consecutive samples of a cell if None.
@@ -479,6 +480,7 @@ def _parse_values(
         (not_numeric, "not a number"),
         (np.isinf(values), "infinite value"),
         (values < 0, "negative value (KPIs are non-negative)"),
+        (values > MAX_KPI_VALUE, f"value above {MAX_KPI_VALUE:g}, the largest the model takes"),
     ):
         if mask.any():
             row = int(np.argmax(mask))

@@ -12,13 +12,15 @@ import datetime as dt
 import functools
 import logging
 import math
+import os
 import time
 from collections.abc import AsyncIterator
+from typing import Annotated
 
 import httpx
 import numpy as np
 import pandas as pd
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -26,12 +28,17 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from model.artifact import ArtifactError
+from model.config import MAX_KPI_VALUE
 from model.features import calendar_zone
 from model.runtime import OnnxForecaster
-from xapp import binary, registration
+from xapp import binary, openapi, registration
 from xapp.config import ConfigWatcher, Descriptor
 from xapp.history import History, HistoryError, HistoryUnavailable
 from xapp.schemas import (
+    FIRST_YEAR,
+    FREQ_DESCRIPTION,
+    LAST_YEAR,
+    MAX_CELL_ID,
     BatchRequest,
     BatchResponse,
     CellOut,
@@ -47,11 +54,12 @@ from xapp.schemas import (
     ReloadRequest,
     SeriesIn,
 )
-from xapp.service import Answer, ClientError, Service, Shed
+from xapp.service import STOP_STEP_S, Answer, ClientError, Service, Shed
 
 log = logging.getLogger(__name__)
 
-ERRORS = {code: {"model": ErrorOut} for code in (404, 409, 413, 422, 503)}
+ERRORS = {code: {"model": ErrorOut} for code in (400, 404, 409, 413, 422, 503)}
+CellIdPath = Annotated[str, Path(min_length=1, max_length=MAX_CELL_ID, pattern=r"^[^/]+$")]
 
 
 def create_app(
@@ -74,16 +82,21 @@ def create_app(
                 registration.register(service.descriptor, appmgr_transport), name="register"))
         yield
         if registered:  # first, so the RIC stops routing to us while we drain
-            await registration.deregister(service.descriptor, appmgr_transport)
+            await registration.deregister(service.descriptor, appmgr_transport,
+                                          timeout_s=STOP_STEP_S)
         await service.stop(tasks)
 
     app = FastAPI(
+        generate_unique_id_function=lambda route: route.name,  # operationIds: the handlers
         title="kpi-forecast xApp",
         description="Per-cell KPI forecasts for the near-RT RIC.",
         version=descriptor.version,
         lifespan=lifespan,
     )
     app.state.service = service
+    app.openapi = openapi.Document(  # type: ignore[method-assign]
+        app, lambda: service.model.metadata if service.model else None,
+        extra_models=(BatchRequest,))
     app.add_middleware(Boundary, service=service)
     _add_error_handlers(app, service)
     _add_ric_routes(app, service)
@@ -248,7 +261,8 @@ def _add_ric_routes(app: FastAPI, service: Service) -> None:
         return [{"metadata": {"xappName": descriptor.name, "configType": "json"},
                  "config": descriptor.raw}]
 
-    @app.get("/ric/v1/metrics", tags=["ric"])
+    @app.get("/ric/v1/metrics", tags=["ric"], response_class=Response, responses={
+        200: {"content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}}})
     async def metrics() -> Response:
         try:
             held = await service.history.count() if service.history else 0
@@ -262,14 +276,37 @@ def _add_ric_routes(app: FastAPI, service: Service) -> None:
 # --- /v1: forecasts, cells, model ------------------------------------------------------------
 
 
-def _series(body: SeriesIn, step: pd.Timedelta) -> tuple[np.ndarray, pd.Timestamp]:
+def _link(operation: str, **how: dict) -> dict:
+    """An OpenAPI link from a 200 answer to the operation its values feed: cells written, then
+    forecast (client generators and the fuzzer's stateful phase follow them)."""
+    return {200: {"links": {operation: {"operationId": operation, **how}}}}
+
+
+def _span(body: SeriesIn, model: OnnxForecaster) -> tuple[pd.Timestamp, pd.Timestamp]:
+    """The series' first and last steps. One whose forecast would end past what timestamps
+    hold (April 2262) is the client's error, not an overflow inside."""
+    start = pd.Timestamp(body.start)
+    if not _fits(start.value, len(body.values) - 1 + model.metadata.horizon, model.step.value):
+        raise ClientError(422, f"values: {len(body.values)} steps of {body.freq} from "
+                          f"{body.start.isoformat()}, and the model's horizon after them, end "
+                          f"past {pd.Timestamp.max.date()}")
+    return start, start + (len(body.values) - 1) * model.step
+
+
+def _fits(start_ns: int | np.ndarray, steps: int | np.ndarray, step_ns: int) -> bool | np.ndarray:
+    """Whether ``steps`` steps after ``start_ns`` (ns since 1970, not before it) are still a
+    timestamp; arranged so that int64 arrays do not overflow on the way."""
+    return steps <= (pd.Timestamp.max.value - start_ns) // step_ns
+
+
+def _series(body: SeriesIn, model: OnnxForecaster) -> tuple[np.ndarray, pd.Timestamp]:
     values = np.array(body.values, np.float32)  # None becomes NaN
-    last = pd.Timestamp(body.start) + (len(values) - 1) * step
-    return values, last
+    return values, _span(body, model)[1]
 
 
-def _points(answer: Answer, row: int, last: dt.datetime, step: dt.timedelta) -> list[dict]:
-    rows = np.round(answer.quantiles[row].astype(np.float64), 4).tolist()
+def _points(answer: Answer, row: int, last: dt.datetime, step: dt.timedelta,
+            horizon: int | None) -> list[dict]:
+    rows = np.round(answer.quantiles[row, :horizon].astype(np.float64), 4).tolist()
     stamps = _timestamps(last, step, len(rows))
     return [
         {"timestamp": stamp, **dict(zip(answer.names, values, strict=True))}
@@ -284,11 +321,12 @@ def _timestamps(last: dt.datetime, step: dt.timedelta, horizon: int) -> tuple[st
 
 
 def _response(cell_id: str, answer: Answer, row: int, last: dt.datetime, step: dt.timedelta,
-              latency_ms: float) -> ForecastResponse:
+              latency_ms: float, horizon: int | None = None) -> ForecastResponse:
+    """One cell's answer, its first ``horizon`` steps (default: all the answer holds)."""
     # Built here from checked parts: validating our own output again would cost more than
     # the model call at batch 1.
     return ForecastResponse.model_construct(
-        cell_id=cell_id, forecasts=_points(answer, row, last, step),
+        cell_id=cell_id, forecasts=_points(answer, row, last, step, horizon),
         model_version=answer.model_version, source=answer.source, reason=answer.reason,
         latency_ms=round(latency_ms, 3),
     )
@@ -304,7 +342,7 @@ def _add_forecast_routes(app: FastAPI, service: Service) -> None:
     async def forecast(body: ForecastRequest, request: Request) -> Response:
         arrival = request.state.arrival
         model, _ = service.check_request(body.freq, body.horizon)
-        values, last = _series(body, model.step)
+        values, last = _series(body, model)
         answer = await service.forecast(values[None], pd.DatetimeIndex([last]), body.horizon,
                                         arrival, body.freq)
         latency = service.observe("/v1/forecast", arrival)
@@ -312,14 +350,26 @@ def _add_forecast_routes(app: FastAPI, service: Service) -> None:
                                model.step.to_pytimedelta(), latency))
 
     @app.post(
-        "/v1/forecast/batch", response_model=BatchResponse, responses=ERRORS, tags=["forecast"],
+        "/v1/forecast/batch", response_model=BatchResponse, tags=["forecast"],
+        responses={**ERRORS, 200: {"content": {binary.ARROW_STREAM: {
+            "schema": {"type": "string", "format": "binary"}}}}},
         openapi_extra={"requestBody": {"content": {
-            "application/json": {"schema": BatchRequest.model_json_schema()},
+            "application/json": {"schema": openapi.component_ref(BatchRequest)},
             binary.ARROW_STREAM: {"schema": {"type": "string", "format": "binary"}},
         }, "required": True}},
+        description="JSON items, or an Arrow IPC stream (`cell_id` string, `start` timestamp "
+        "with a time zone, `values` list of floats, null = missing) answered in Arrow: a long "
+        "table `cell_id, timestamp, pNN...`, with the model version, source and latency in "
+        "the X-Model-Version, X-Source and X-Latency-Ms headers.",
     )
-    async def forecast_batch(request: Request, freq: str | None = None,
-                             horizon: int | None = None) -> Response:
+    async def forecast_batch(
+        request: Request,
+        freq: Annotated[str | None, Query(description="the grid step of an Arrow body "
+                                          "(default: the model's); " + FREQ_DESCRIPTION)] = None,
+        horizon: Annotated[int | None, Query(ge=1, description="steps to forecast, for an "
+                                             "Arrow body and for JSON items that give none; at "
+                                             "most the model's horizon")] = None,
+    ) -> Response:
         arrival = request.state.arrival
         body = await request.body()
         if request.headers.get("content-type", "").startswith(binary.ARROW_STREAM):
@@ -328,9 +378,11 @@ def _add_forecast_routes(app: FastAPI, service: Service) -> None:
             batch = BatchRequest.model_validate_json(body)
         except ValidationError as exc:
             return _validation_error(exc.errors())
-        return await _batch_json(service, batch, arrival)
+        return await _batch_json(service, batch, arrival, freq, horizon)
 
-    @app.get("/v1/cells", response_model=CellsResponse, tags=["cells"])
+    @app.get("/v1/cells", response_model=CellsResponse, tags=["cells"], responses={
+        **ERRORS,
+        **_link("cell_forecast", parameters={"cell_id": "$response.body#/cells/0/cell_id"})})
     async def cells() -> CellsResponse:
         store = _store(service)
         infos = await store.cells()
@@ -340,28 +392,31 @@ def _add_forecast_routes(app: FastAPI, service: Service) -> None:
                            first=i.first.isoformat(), last=i.last.isoformat()) for i in infos],
         )
 
-    @app.post("/v1/cells/{cell_id}/history", response_model=HistoryAccepted, responses=ERRORS,
-              tags=["cells"])
-    async def add_history(cell_id: str, body: SeriesIn) -> HistoryAccepted:
+    @app.post("/v1/cells/{cell_id}/history", response_model=HistoryAccepted, tags=["cells"],
+              responses={**ERRORS, **_link("cell_forecast",
+                                           parameters={"cell_id": "$response.body#/cell_id"})})
+    async def add_history(cell_id: CellIdPath, body: SeriesIn) -> HistoryAccepted:
         store = _store(service)
         model, _ = service.check_request(body.freq, None)
         try:
-            kept = await store.put_series(cell_id, pd.Timestamp(body.start), body.values)
+            kept = await store.put_series(cell_id, _span(body, model)[0], body.values)
         except HistoryError as exc:
             raise ClientError(422, str(exc)) from None
         return HistoryAccepted(cell_id=cell_id, kept=kept)
 
-    @app.post("/v1/cells/history", response_model=CellsHistoryAccepted, responses=ERRORS,
-              tags=["cells"])
+    @app.post("/v1/cells/history", response_model=CellsHistoryAccepted, tags=["cells"],
+              responses={**ERRORS, **_link("cells_forecast", requestBody={
+                  "cell_ids": ["$response.body#/items/0/cell_id"]})})
     async def add_histories(body: CellsHistoryRequest) -> CellsHistoryAccepted:
         """Many cells' history in one call: one round trip to a shared store."""
         store = _store(service)
         for freq in {item.freq for item in body.items}:
-            service.check_request(freq, None)
+            model, _ = service.check_request(freq, None)
+        starts = [_span(item, model)[0] for item in body.items]
         kept = await store.put_cells([
-            (item.cell_id, [(pd.Timestamp(item.start) + k * store.step, value)
+            (item.cell_id, [(start + k * store.step, value)
                             for k, value in enumerate(item.values) if value is not None])
-            for item in body.items])
+            for item, start in zip(body.items, starts, strict=True)])
         refused = [(item.cell_id, k) for item, k in zip(body.items, kept, strict=True)
                    if isinstance(k, HistoryError)]
         if refused:
@@ -372,8 +427,11 @@ def _add_forecast_routes(app: FastAPI, service: Service) -> None:
 
     @app.get("/v1/cells/{cell_id}/forecast", response_model=ForecastResponse, responses=ERRORS,
              tags=["cells"])
-    async def cell_forecast(cell_id: str, request: Request, horizon: int | None = None
-                            ) -> Response:
+    async def cell_forecast(
+        cell_id: CellIdPath, request: Request,
+        horizon: Annotated[int | None, Query(ge=1, description="steps to forecast; at most "
+                                             "the model's horizon")] = None,
+    ) -> Response:
         arrival = request.state.arrival
         store = _store(service)
         model, _ = service.check_request(store.freq, horizon)
@@ -409,6 +467,8 @@ def _add_forecast_routes(app: FastAPI, service: Service) -> None:
 
     @app.post("/v1/model/reload", response_model=ModelOut, responses=ERRORS, tags=["model"])
     async def reload(body: ReloadRequest | None = None) -> ModelOut:
+        if body and body.model_dir and not os.path.isdir(body.model_dir):
+            raise ClientError(404, f"model_dir {body.model_dir!r}: no such directory")
         try:
             await service.reload(body.model_dir if body else None)
         except (ArtifactError, ValueError) as exc:
@@ -452,45 +512,57 @@ def _model_out(service: Service) -> ModelOut:
     )
 
 
-async def _batch_json(service: Service, batch: BatchRequest, arrival: float) -> Response:
-    freqs = {item.freq for item in batch.items}
-    if len(freqs) > 1:
-        raise ClientError(422, f"items mix frequencies {sorted(freqs)}; send one per call")
-    horizons = {item.horizon for item in batch.items}
-    if len(horizons) > 1:
-        raise ClientError(422, "items ask for different horizons; send one per call")
-    model, _ = service.check_request(batch.items[0].freq, batch.items[0].horizon)
-    series = [_series(item, model.step) for item in batch.items]
+async def _batch_json(service: Service, batch: BatchRequest, arrival: float,
+                      freq: str | None, horizon: int | None) -> Response:
+    """Items of any lengths and horizons (``horizon`` for those that give none): one model
+    call at the longest horizon asked for, each answer cut to its own."""
+    for spelling in {item.freq for item in batch.items} | ({freq} if freq is not None else set()):
+        model, _ = service.check_request(spelling, horizon)  # each the model's step
+    horizons = [service.check_request(item.freq, item.horizon or horizon)[1]
+                for item in batch.items]
+    series = [_series(item, model) for item in batch.items]
     longest = max(len(values) for values, _ in series)
     history = np.full((len(series), longest), np.nan, np.float32)
     for row, (values, _) in enumerate(series):
         history[row, longest - len(values) :] = values
-    last = pd.DatetimeIndex([stamp for _, stamp in series])
-    answer = await service.forecast(history, last, batch.items[0].horizon, arrival,
-                                    batch.items[0].freq)
+    # Items may carry different UTC offsets: one index needs one zone.
+    last = pd.DatetimeIndex(pd.to_datetime([stamp for _, stamp in series], utc=True))
+    answer = await service.forecast(history, last, max(horizons), arrival, model.metadata.freq)
     latency = service.observe("/v1/forecast/batch", arrival, len(series))
     step = model.step.to_pytimedelta()
     items = [
-        _response(item.cell_id, answer, row, stamp.to_pydatetime(), step, latency)
-        for row, (item, (_, stamp)) in enumerate(zip(batch.items, series, strict=True))
+        _response(item.cell_id, answer, row, stamp.to_pydatetime(), step, latency, steps)
+        for row, (item, (_, stamp), steps) in enumerate(zip(batch.items, series, horizons,
+                                                            strict=True))
     ]
     return _json(BatchResponse.model_construct(items=items, latency_ms=round(latency, 3)))
 
 
 async def _batch_arrow(service: Service, body: bytes, freq: str | None, horizon: int | None,
                        arrival: float) -> Response:
-    if not freq:
-        raise ClientError(422, "query parameter freq is required with an Arrow body")
+    freq = service.served().metadata.freq if freq is None else freq
     model, horizon = service.check_request(freq, horizon)
     try:
         cells, start, history, lengths = binary.read_request(body)
     except binary.BodyError as exc:
         raise ClientError(422, str(exc)) from None
-    bad = np.isinf(history) | (history < 0)
+    bad = np.isinf(history) | (history < 0) | (history > MAX_KPI_VALUE)
     if bad.any():
         row, step = (int(i) for i in np.argwhere(bad)[0])
         raise ClientError(422, f"series {row} ({cells[row]}): value {history[row, step]} is "
-                          "not a KPI (infinite or negative)")
+                          f"not a KPI (infinite, negative or above {MAX_KPI_VALUE:g})")
+    outside = (start.year < FIRST_YEAR) | (start.year > LAST_YEAR)
+    if outside.any():
+        row = int(np.argmax(outside))
+        raise ClientError(422, f"series {row} ({cells[row]}): start {start[row].isoformat()} "
+                          f"is outside the years {FIRST_YEAR} to {LAST_YEAR}")
+    start = start.as_unit("ns")
+    late = ~_fits(start.asi8, lengths - 1 + model.metadata.horizon, model.step.value)
+    if late.any():
+        row = int(np.argmax(late))
+        raise ClientError(422, f"series {row} ({cells[row]}): {lengths[row]} steps from "
+                          f"{start[row].isoformat()}, and the model's horizon after them, end "
+                          f"past {pd.Timestamp.max.date()}")
     last = start + pd.to_timedelta((lengths - 1) * model.step.value, "ns")
     answer = await service.forecast(history, pd.DatetimeIndex(last), horizon, arrival, freq)
     steps = np.arange(1, horizon + 1, dtype=np.int64) * model.step.value

@@ -83,7 +83,21 @@ def write_response(cells: list[str], stamps: np.ndarray, quantiles: np.ndarray,
     flat = quantiles.reshape(batch * horizon, -1)
     for column, name in enumerate(names):
         columns[name] = pa.array(np.ascontiguousarray(flat[:, column]), pa.float32())
-    table = pa.table(columns)
+    return stream(pa.table(columns))
+
+
+def write_request(cells: list[str], starts: list[pd.Timestamp],
+                  values: list[list[float | None]]) -> bytes:
+    """A batch request body: what a client sends (the tests and benchmarks among them)."""
+    return stream(pa.table({
+        "cell_id": cells,
+        "start": pa.array(starts, pa.timestamp("ns", tz="UTC")),
+        "values": pa.array(values, pa.list_(pa.float32())),
+    }))
+
+
+def stream(table: pa.Table) -> bytes:
+    """``table`` as an Arrow IPC stream."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)

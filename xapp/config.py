@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import ipaddress
 import json
 import logging
 import os
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,10 +105,24 @@ class E2(BaseModel):
     port: int = Field(4560, ge=0, le=65535)  # 0 picks a free port (tests)
     # Where the subscription manager is; None: do not subscribe (frames may still arrive).
     submgr_url: str | None = Field(None, min_length=1)
-    # How the E2 side reaches this xApp's rmr-data port (the chart's RMR Service).
-    client_host: str = Field(DEFAULT_RMR_HOST, min_length=1)
+    # How the E2 side reaches this xApp's rmr-data port (the chart's RMR Service); None: see
+    # ``endpoint_host``.
+    client_host: str | None = Field(None, min_length=1)
     reporting_period_ms: int | None = Field(None, ge=1)  # None: the model's step
     kpis: dict[str, KpiSource] = Field(default_factory=lambda: dict(DEFAULT_KPIS))
+
+    def endpoint_host(self) -> str:
+        """Where the E2 side is to send this xApp's frames: ``client_host`` when set; else
+        loopback when the subscription manager is on loopback (the E2 side then runs on this
+        machine, as ``kpi-forecast e2sim`` does), else the RMR Service's in-cluster name."""
+        if self.client_host:
+            return self.client_host
+        host = urllib.parse.urlsplit(self.submgr_url or "").hostname or ""
+        try:
+            loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+        except ValueError:  # a name, not an address
+            loopback = False
+        return "127.0.0.1" if loopback else DEFAULT_RMR_HOST
 
 
 class HistoryStore(BaseModel):

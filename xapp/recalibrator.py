@@ -26,6 +26,7 @@ import pandas as pd
 from model.recalibration import Recalibration, recalibration, week_of_windows
 from model.runtime import InputError, OnnxForecaster
 from xapp.config import RecalibrationControls
+from xapp.failures import describe
 from xapp.history import History, HistoryUnavailable
 from xapp.metrics import Metrics
 from xapp.schemas import RecalibrationOut
@@ -184,7 +185,7 @@ class Recalibrator:
                 self._failing = False
             except (HistoryUnavailable, InputError, ValueError, KeyError) as exc:
                 if not self._failing:
-                    log.warning("recalibration: %s; the offsets in force stay", exc)
+                    log.warning("recalibration: %s; the offsets in force stay", describe(exc))
                 self._failing = True
             except Exception:  # a bug here must not end the task or stop serving
                 log.exception("recalibration failed, the offsets in force stay")

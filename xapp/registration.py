@@ -7,6 +7,7 @@ Deregistration on shutdown is tried once.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -15,6 +16,7 @@ import httpx
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
 from xapp.config import Descriptor
+from xapp.failures import describe, log_retry
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +56,7 @@ async def register(descriptor: Descriptor, transport: httpx.AsyncBaseTransport |
     retrying = AsyncRetrying(
         wait=wait_exponential(multiplier=0.5, max=settings.retry_seconds),
         retry=retry_if_exception_type(httpx.HTTPError),
-        before_sleep=lambda state: log.warning(
-            "appmgr registration at %s failed (%s); retrying", settings.appmgr_url,
-            state.outcome.exception() if state.outcome else "?"),
+        before_sleep=log_retry(log, f"appmgr registration at {settings.appmgr_url}"),
     )
     async with httpx.AsyncClient(timeout=TIMEOUT_S, transport=transport) as client:
         async for attempt in retrying:
@@ -66,15 +66,19 @@ async def register(descriptor: Descriptor, transport: httpx.AsyncBaseTransport |
     log.info("registered with appmgr at %s", settings.appmgr_url)
 
 
-async def deregister(descriptor: Descriptor, transport: httpx.AsyncBaseTransport | None = None
-                     ) -> None:
+async def deregister(descriptor: Descriptor, transport: httpx.AsyncBaseTransport | None = None,
+                     timeout_s: float = TIMEOUT_S) -> None:
     settings = descriptor.controls.registration
     url = deregister_url(settings.appmgr_url)
     try:
-        async with httpx.AsyncClient(timeout=TIMEOUT_S, transport=transport) as client:
+        async with (asyncio.timeout(timeout_s),  # the whole call, not each of its phases
+                    httpx.AsyncClient(timeout=timeout_s, transport=transport) as client):
             response = await client.post(url, json={"appName": descriptor.name,
                                                     "appInstanceName": descriptor.name})
             response.raise_for_status()
         log.info("deregistered from appmgr at %s", url)
     except httpx.HTTPError as exc:
-        log.warning("appmgr deregistration at %s failed: %s", url, exc)
+        log.warning("appmgr deregistration at %s failed: %s", url, describe(exc))
+    except TimeoutError:
+        log.warning("appmgr deregistration at %s failed: timeout, no answer within %.1f s",
+                    url, timeout_s)

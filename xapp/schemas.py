@@ -2,14 +2,64 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Annotated, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+)
+
+from model.config import MAX_KPI_VALUE
 
 MAX_VALUES = 100_000  # steps in one series: a year of 5-minute samples
 MAX_BATCH_ITEMS = 100_000
+MAX_CELL_ID = 256
 
-Kpi = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
+# Years a series may start in, as written with its own offset. Far enough from both ends of
+# what pandas' nanosecond timestamps hold (1677 to 2262) that a series and its forecast fit.
+FIRST_YEAR, LAST_YEAR = 1970, 2199
+YEAR_PATTERN = r"^(19[7-9][0-9]|2[01][0-9][0-9])-"  # the same years, for the OpenAPI document
+
+
+def _text(value: object) -> object:
+    # pydantic would take a number as seconds since 1970: the schema says a date-time string.
+    if not isinstance(value, str | dt.datetime):
+        raise ValueError("must be an ISO 8601 date-time string with its UTC offset")
+    return value
+
+
+def _year_in_range(value: dt.datetime) -> dt.datetime:
+    if not FIRST_YEAR <= value.year <= LAST_YEAR:
+        raise ValueError(f"year {value.year} is outside {FIRST_YEAR} to {LAST_YEAR}")
+    return value
+
+
+def _whole(value: object) -> object:
+    # JSON Schema's integer: 5 and 5.0, not true or "5" (pydantic's lax mode takes both).
+    if isinstance(value, bool | str) or (isinstance(value, float) and not value.is_integer()):
+        raise ValueError("must be a whole number")
+    return int(value) if isinstance(value, float) else value
+
+
+Start = Annotated[
+    AwareDatetime, BeforeValidator(_text), AfterValidator(_year_in_range),
+    Field(description=f"time of values[0], with its UTC offset; year {FIRST_YEAR} to "
+          f"{LAST_YEAR}", json_schema_extra={"pattern": YEAR_PATTERN}),
+]
+# Strict: a JSON true is not the number 1, nor "12" the number 12.
+Kpi = Annotated[float, Field(ge=0.0, le=MAX_KPI_VALUE, allow_inf_nan=False, strict=True)]
+# No "/": a cell is addressed in paths (/v1/cells/{id}/forecast), where one could not be.
+CellId = Annotated[str, Field(min_length=1, max_length=MAX_CELL_ID, pattern=r"^[^/]+$")]
+Horizon = Annotated[Annotated[int, Field(ge=1)] | None, BeforeValidator(_whole), Field(
+    default=None, description="steps to forecast; default from config, at most the model's "
+    "horizon")]
+FREQ_DESCRIPTION = "grid step, e.g. 1h or 15min; must be the model's"
 
 
 class SeriesIn(BaseModel):
@@ -17,17 +67,17 @@ class SeriesIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    start: AwareDatetime = Field(description="time of values[0], with its UTC offset")
-    freq: str = Field(description="grid step, e.g. 1h or 15min; must be the model's")
+    start: Start
+    freq: str = Field(description=FREQ_DESCRIPTION)
     values: list[Kpi | None] = Field(min_length=1, max_length=MAX_VALUES)
 
 
 class ForecastRequest(SeriesIn):
-    cell_id: str = Field(min_length=1, max_length=256)
-    horizon: int | None = Field(
-        default=None, ge=1, description="steps to forecast; default from config, at most the "
-        "model's horizon",
-    )
+    cell_id: CellId
+    # A forecast needs at least one observed value (``contains`` says so in the schema).
+    values: list[Kpi | None] = Field(min_length=1, max_length=MAX_VALUES,
+                                     json_schema_extra={"contains": {"type": "number"}})
+    horizon: Horizon
 
     model_config = ConfigDict(
         extra="forbid",
@@ -36,6 +86,13 @@ class ForecastRequest(SeriesIn):
             "values": [12.0, None, 14.0], "horizon": 24,
         }]},
     )
+
+    @field_validator("values")
+    @classmethod
+    def _observed(cls, values: list[float | None]) -> list[float | None]:
+        if all(value is None for value in values):
+            raise ValueError("no observed value: at least one must be a number")
+        return values
 
 
 class BatchRequest(BaseModel):
@@ -52,12 +109,8 @@ class CellsForecastRequest(BaseModel):
         json_schema_extra={"examples": [{"cell_ids": ["c1", "c2"], "horizon": 24}]},
     )
 
-    cell_ids: list[Annotated[str, Field(min_length=1, max_length=256)]] = Field(
-        min_length=1, max_length=MAX_BATCH_ITEMS)
-    horizon: int | None = Field(
-        default=None, ge=1, description="steps to forecast; default from config, at most the "
-        "model's horizon",
-    )
+    cell_ids: list[CellId] = Field(min_length=1, max_length=MAX_BATCH_ITEMS)
+    horizon: Horizon
 
 
 class ForecastResponse(BaseModel):
@@ -96,7 +149,7 @@ class HistoryAccepted(BaseModel):
 
 
 class CellHistoryIn(SeriesIn):
-    cell_id: str = Field(min_length=1, max_length=256)
+    cell_id: CellId
 
 
 class CellsHistoryRequest(BaseModel):

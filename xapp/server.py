@@ -1,4 +1,5 @@
-"""`kpi-forecast serve`: the xApp process (uvicorn, one worker, graceful SIGTERM)."""
+"""`kpi-forecast serve`: the xApp process (uvicorn, one worker, graceful SIGTERM); ``run`` serves
+the mock E2 node the same way."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import signal
 from pathlib import Path
 
 import uvicorn
+from starlette.types import ASGIApp
 
 from xapp.api import create_app
 from xapp.config import descriptor_path, load_descriptor
@@ -33,14 +35,19 @@ def serve(model: str | None, config: str | None, host: str, port: int,
         overrides["e2"] = e2
     descriptor = load_descriptor(path, overrides or None)
     log.info("config %s (%s %s)", path, descriptor.name, descriptor.version)
-    app = create_app(descriptor, overrides=overrides or None, http_port=port)
-    # uvicorn stops accepting on SIGTERM, lets in-flight requests finish, then runs the
-    # lifespan shutdown (which drains the batcher). It then re-raises the signal to whatever
-    # handler was there before: make that one a no-op, so that a drained, finished process
-    # exits with status 0 rather than as killed.
-    signal.signal(signal.SIGTERM, lambda signum, frame: None)
-    uvicorn.run(
-        app, host=host, port=port, log_level="warning", access_log=False,
-        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, lifespan="on",
-    )
+    run(create_app(descriptor, overrides=overrides or None, http_port=port), host, port)
+
+
+def run(app: ASGIApp, host: str, port: int, graceful_s: float = GRACEFUL_SHUTDOWN_S) -> None:
+    """Serve ``app`` until SIGTERM or SIGINT, then stop and return: the process exits 0.
+
+    uvicorn stops accepting on either signal, lets in-flight requests finish (for at most
+    ``graceful_s``), then runs the lifespan shutdown. It then re-raises the signal to whatever
+    handler was there before: make those no-ops, so that a drained, finished process exits
+    with status 0 rather than as killed (or with a KeyboardInterrupt's traceback).
+    """
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda signum, frame: None)
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False,
+                timeout_graceful_shutdown=graceful_s, lifespan="on")
     log.info("stopped")

@@ -4,7 +4,6 @@ the batcher, and what to answer when the model cannot answer within the latency 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import time
@@ -12,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
+from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
 from model.artifact import ArtifactError
 from model.runtime import OnnxForecaster, RuntimeOptions
@@ -21,6 +20,7 @@ from xapp.config import Controls, Descriptor, KpiSource, model_fields_changed
 from xapp.e2.ingest import Ingestor
 from xapp.e2.subscription import Subscriber
 from xapp.e2.transport import Frame, TcpTransport
+from xapp.failures import describe, log_retry
 from xapp.fallback import seasonal_naive
 from xapp.history import Aggregate, History, HistoryError, HistoryUnavailable, MemoryHistory
 from xapp.metrics import Metrics
@@ -29,6 +29,11 @@ from xapp.recalibrator import Recalibrator
 from xapp.sdl import RedisHistory
 
 log = logging.getLogger(__name__)
+
+# Each step of the shutdown (deregistration, unsubscribing, writing what E2 delivered,
+# finishing queued forecasts) is cut off after this long: four of them stay within the 5 s
+# every command gets from SIGTERM to its exit.
+STOP_STEP_S = 1.0
 
 
 
@@ -171,7 +176,8 @@ class Service:
         try:
             await self.recalibrator.take_shared(model)
         except (HistoryUnavailable, ValueError, KeyError) as exc:
-            log.warning("recalibration: the shared offsets cannot be read yet: %s", exc)
+            log.warning("recalibration: the shared offsets cannot be read yet: %s",
+                        describe(exc))
 
     def kpi_source(self) -> KpiSource | None:
         """The E2 measurement behind the served model's KPI (None: not mapped, or no model)."""
@@ -203,7 +209,8 @@ class Service:
         try:
             await self.reload()
         except (ArtifactError, ValueError, OSError, HistoryUnavailable) as exc:
-            log.error("model reload rejected, the previous model keeps serving: %s", exc)
+            log.error("model reload rejected, the previous model keeps serving: %s",
+                      describe(exc))
 
     async def _first_load(self) -> None:
         """The start-up load; while the shared history cannot be reached it is retried, and
@@ -211,11 +218,12 @@ class Service:
         try:
             async for attempt in AsyncRetrying(
                     retry=retry_if_exception_type(HistoryUnavailable),
-                    wait=wait_exponential(min=0.2, max=10), before_sleep=_log_store_wait):
+                    wait=wait_exponential(min=0.2, max=10),
+                    before_sleep=log_retry(log, "waiting for the history store")):
                 with attempt:
                     await self.reload()
         except (ArtifactError, ValueError, OSError) as exc:
-            log.error("model load rejected, the xApp stays unready: %s", exc)
+            log.error("model load rejected, the xApp stays unready: %s", describe(exc))
 
     # --- forecasts -------------------------------------------------------------------------
 
@@ -232,14 +240,15 @@ class Service:
         seconds = time.monotonic() - arrival + self.loop_lag.seconds
         self.admission.release(arrival, seconds if single else None, self.budget_s)
 
-    def _model_or_shed(self) -> OnnxForecaster:
+    def served(self) -> OnnxForecaster:
+        """The model in force, or a Shed while none is loaded."""
         if self.model is None:
             self.metrics.shed.labels(reason="not_ready").inc()
             raise Shed("not_ready", "no model loaded yet", retry_after_s=1.0)
         return self.model
 
     def check_request(self, freq: str, horizon: int | None) -> tuple[OnnxForecaster, int]:
-        model = self._model_or_shed()
+        model = self.served()
         meta = model.metadata
         step = parse_step(freq)
         if step is None:
@@ -331,7 +340,7 @@ class Service:
             log.info("e2: listening for rmr-data frames on port %d", self.e2_transport.port)
         tasks = []
         if e2.enabled and e2.submgr_url:
-            self.subscriber = Subscriber(e2.submgr_url, e2.client_host, self.e2_transport.port,
+            self.subscriber = Subscriber(e2.submgr_url, e2.endpoint_host(), self.e2_transport.port,
                                          self.http_port, self.ingestor)
             tasks.append(asyncio.create_task(self._subscribe_when_ready(), name="e2-subscribe"))
         return tasks + [
@@ -348,21 +357,33 @@ class Service:
         await self.ingestor.handle(frame)
 
     async def _subscribe_when_ready(self) -> None:
-        """Subscribe once a model says which KPI, and at which step, to ask for."""
+        """Subscribe once a model says which KPI, and at which step, to ask for; a model whose
+        KPI no measurement feeds (controls.e2.kpis) is said once, then waited out."""
+        told = None
         while (source := self.kpi_source()) is None:
+            if self.model is not None and self.model.metadata.model_version != told:
+                told = self.model.metadata.model_version
+                log.warning("e2: not subscribing: the model's KPI %r has no measurement in "
+                            "controls.e2.kpis (%s); waiting for a model or config that maps it",
+                            self.model.metadata.target, ", ".join(self.controls.e2.kpis))
             await asyncio.sleep(0.1)
         step_ms = int(self.model.step / pd.Timedelta("1ms"))
         period = self.controls.e2.reporting_period_ms or step_ms
         await self.subscriber.subscribe(source.measurement, period)
 
-    async def stop(self, tasks: list[asyncio.Task], drain_s: float = 5.0) -> None:
+    async def stop(self, tasks: list[asyncio.Task]) -> None:
+        """Unsubscribe, write what E2 delivered, finish queued forecasts, close: each step
+        bounded, so that the process exits within seconds of SIGTERM whatever is down."""
         if self.subscriber is not None:
-            await self.subscriber.unsubscribe()
+            await self.subscriber.unsubscribe(within_s=STOP_STEP_S)
         if self.e2_transport is not None:
             await self.e2_transport.close()
-        with contextlib.suppress(TimeoutError):  # what was received is written, if it can be
-            await asyncio.wait_for(self.ingestor.flush(), drain_s)
-        await self.batcher.drain(drain_s)
+        try:  # what was received is written, if it can be
+            await asyncio.wait_for(self.ingestor.flush(), STOP_STEP_S)
+        except TimeoutError:
+            log.warning("e2: stopping with indications unwritten: the history store did not "
+                        "take them within %.0f s", STOP_STEP_S)
+        await self.batcher.drain(STOP_STEP_S)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -378,11 +399,6 @@ async def open_history(controls: Controls, freq: str, aggregate: Aggregate,
     if settings.backend == "memory":
         return MemoryHistory(freq, controls.history_length, settings.max_cells, aggregate, kpi)
     return await RedisHistory.open(settings, freq, controls.history_length, aggregate, kpi)
-
-
-def _log_store_wait(state: RetryCallState) -> None:
-    log.warning("waiting for the history store (attempt %d): %s", state.attempt_number,
-                state.outcome.exception())
 
 
 def check_controls(controls: Controls, model: OnnxForecaster) -> None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from model.config import MAX_KPI_VALUE
 from xapp.config import KpiSource
 from xapp.e2 import e2ap, kpm
 from xapp.e2.transport import MESSAGE_TYPES, RIC_INDICATION, Frame
@@ -135,7 +136,8 @@ class Ingestor:
             raise _Rejected("measurement-missing", f"no {source.measurement} in the report")
         granularity = pd.Timedelta(message.granularity_ms or route.granularity_ms, "ms")
         stamp = pd.Timestamp(start)
-        bad = [v for v in values if v is not None and (not math.isfinite(v) or v < 0)]
+        bad = [v for v in values if v is not None and (
+            not math.isfinite(v) or v < 0 or v * source.scale > MAX_KPI_VALUE)]
         if bad:  # checked before writing anything: a report is taken whole or not at all
             raise _Rejected("value", f"{source.measurement} = {bad[0]}")
         # noValue / incomplete period: the step stays missing

@@ -14,9 +14,11 @@ duplicates, late (out-of-order) reports and lost reports (gaps).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 from collections import Counter
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,7 +28,15 @@ from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
 from training.panel import Panel
 from xapp.e2 import e2ap, kpm
+from xapp.e2.subscription import (
+    E2Node,
+    SubscriptionDetail,
+    SubscriptionInstance,
+    SubscriptionRequest,
+    SubscriptionResponse,
+)
 from xapp.e2.transport import RIC_INDICATION, RIC_SUB_FAILURE, RIC_SUB_RESP, Frame, TcpTransport
+from xapp.failures import log_retry
 
 log = logging.getLogger(__name__)
 
@@ -89,34 +99,34 @@ class MockE2Node:
 
     # --- subscriptions ---------------------------------------------------------------------
 
-    async def subscribe(self, body: dict) -> dict:
-        endpoint = body["ClientEndpoint"]
-        host, port = endpoint["Host"], int(endpoint["RMRPort"])
-        node = next((n for n in self.nodes() if n["meid"] == body["Meid"]), None)
+    def subscribe(self, request: SubscriptionRequest) -> SubscriptionResponse:
+        """Accept or refuse each entry and answer at once, as submgr does: the outcomes go to
+        the subscriber's rmr-data endpoint in the background, then the replay. An endpoint
+        that cannot be reached is retried, with its reason logged, until it can."""
+        node = next((n for n in self.nodes() if n["meid"] == request.meid), None)
         if node is None:
-            raise HTTPException(404, f"no E2 node {body['Meid']}")
+            raise HTTPException(404, f"no E2 node {request.meid}")
         subscription_id = f"sub-{len(self.subscriptions) + 1}"
-        streams, instances = [], []
-        for detail in body["SubscriptionDetails"]:
-            stream, outcome = self._accept(detail, node)
-            await self._send(host, port, outcome)
-            if stream is not None:
-                streams.append(stream)
-                instances.append({"XappEventInstanceId": stream.requestor_id,
-                                  "E2EventInstanceId": stream.instance_id})
-        subscription = Subscription(host, port, streams)
-        subscription.task = asyncio.create_task(self._replay(subscription))
+        accepted = [self._accept(detail, node) for detail in request.details]
+        endpoint = request.client_endpoint
+        subscription = Subscription(endpoint.host, endpoint.rmr_port,
+                                    [stream for stream, _ in accepted if stream is not None])
+        subscription.task = asyncio.create_task(
+            self._run(subscription, [outcome for _, outcome in accepted]))
         self.subscriptions[subscription_id] = subscription
-        return {"SubscriptionId": subscription_id, "SubscriptionInstances": instances}
+        return SubscriptionResponse(subscription_id=subscription_id, instances=[
+            SubscriptionInstance(xapp_event_instance_id=stream.requestor_id,
+                                 e2_event_instance_id=stream.instance_id)
+            for stream in subscription.streams])
 
-    def _accept(self, detail: dict, node: dict) -> tuple[Stream | None, Frame]:
-        requestor = int(detail["XappEventInstanceId"])
+    def _accept(self, detail: SubscriptionDetail, node: dict) -> tuple[Stream | None, Frame]:
+        requestor = detail.xapp_event_instance_id
         instance = self._next_instance
         self._next_instance += 1
-        action = detail["ActionToBeSetupList"][0]
+        action = detail.actions[0]
         try:
-            period = kpm.decode_event_trigger(bytes(detail["EventTriggers"]))
-            definition = kpm.decode_action_definition(bytes(action["ActionDefinition"]))
+            period = kpm.decode_event_trigger(bytes(detail.event_triggers))
+            definition = kpm.decode_action_definition(bytes(action.action_definition))
         except kpm.DecodeError:
             return None, self._failure(requestor, instance, "action-not-supported")
         served = {c["nrCellId"] for c in node["cells"]}
@@ -124,7 +134,7 @@ class MockE2Node:
         wanted = [m for m in definition.measurements if m in self._values]
         if cell not in served or not wanted:
             return None, self._failure(requestor, instance, "action-not-supported")
-        stream = Stream(cell, requestor, instance, int(action["ActionID"]), wanted,
+        stream = Stream(cell, requestor, instance, action.action_id, wanted,
                         max(period, self.step_ms))
         payload = e2ap.encode_subscription_response(requestor, instance, 2, [stream.action_id])
         return stream, Frame(RIC_SUB_RESP, instance, payload)
@@ -143,6 +153,11 @@ class MockE2Node:
         self.sent["deletions"] += 1
 
     # --- the replay ------------------------------------------------------------------------
+
+    async def _run(self, subscription: Subscription, outcomes: list[Frame]) -> None:
+        for outcome in outcomes:
+            await self._send(subscription.host, subscription.port, outcome)
+        await self._replay(subscription)
 
     async def _replay(self, subscription: Subscription) -> None:
         if not subscription.streams:
@@ -211,27 +226,36 @@ class MockE2Node:
         async for attempt in AsyncRetrying(
             wait=wait_exponential(multiplier=0.05, max=5.0),
             retry=retry_if_exception_type(OSError),
+            before_sleep=log_retry(log, f"e2sim: the subscriber's rmr-data endpoint "
+                                        f"{host}:{port}"),
         ):
             with attempt:
                 await self._transport.send(host, port, frame)
 
     async def close(self) -> None:
-        for subscription in self.subscriptions.values():
-            if subscription.task is not None:
-                subscription.task.cancel()
+        tasks = [s.task for s in self.subscriptions.values() if s.task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         await self._transport.close()
 
 
 def create_app(node: MockE2Node) -> FastAPI:
-    app = FastAPI(title="kpi-forecast mock E2 node and subscription manager")
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await node.close()  # the replays stop with the server
 
-    @app.get("/ric/v1/e2nodes")
+    app = FastAPI(title="kpi-forecast mock E2 node and subscription manager", lifespan=lifespan)
+
+    @app.get("/ric/v1/e2nodes", response_model=list[E2Node], response_model_by_alias=True)
     async def e2nodes() -> list[dict]:
         return node.nodes()
 
-    @app.post("/ric/v1/subscriptions", status_code=201)
-    async def subscribe(body: dict) -> dict:
-        return await node.subscribe(body)
+    @app.post("/ric/v1/subscriptions", status_code=201, response_model=SubscriptionResponse,
+              response_model_by_alias=True)
+    async def subscribe(body: SubscriptionRequest) -> SubscriptionResponse:
+        return node.subscribe(body)
 
     @app.delete("/ric/v1/subscriptions/{subscription_id}", status_code=204)
     async def unsubscribe(subscription_id: str) -> Response:

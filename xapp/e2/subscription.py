@@ -15,21 +15,108 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
+from typing import Annotated
 
 import httpx
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
 from xapp.e2 import e2ap, kpm
 from xapp.e2.ingest import Ingestor, Route
 from xapp.e2.transport import RIC_SUB_FAILURE, RIC_SUB_RESP, Frame
+from xapp.failures import describe, log_retry
 
 log = logging.getLogger(__name__)
 
 RAN_FUNCTION_ID = 2  # E2SM-KPM, as O-RAN SC E2 nodes number it
 ACTION_ID = 1
 TIMEOUT_S = 5.0
+
+# --- the REST bodies, in submgr's field names ---------------------------------------------------
+
+_REST = ConfigDict(populate_by_name=True, extra="ignore")
+Octets = list[Annotated[int, Field(ge=0, le=255)]]  # an encoded ASN.1 value, byte by byte
+
+
+class ClientEndpoint(BaseModel):
+    model_config = _REST
+
+    host: str = Field(alias="Host", min_length=1)
+    http_port: int | None = Field(None, alias="HTTPPort", ge=0, le=65535)
+    rmr_port: int = Field(alias="RMRPort", ge=1, le=65535)
+
+
+class SubsequentAction(BaseModel):
+    model_config = _REST
+
+    type: str = Field("continue", alias="SubsequentActionType")
+    time_to_wait: str = Field("zero", alias="TimeToWait")
+
+
+class ActionToBeSetup(BaseModel):
+    model_config = _REST
+
+    action_id: int = Field(alias="ActionID", ge=0, le=255)
+    action_type: str = Field("report", alias="ActionType")
+    action_definition: Octets = Field(alias="ActionDefinition")
+    subsequent_action: SubsequentAction | None = Field(None, alias="SubsequentAction")
+
+
+class SubscriptionDetail(BaseModel):
+    model_config = _REST
+
+    xapp_event_instance_id: int = Field(alias="XappEventInstanceId", ge=0, le=65535)
+    event_triggers: Octets = Field(alias="EventTriggers")
+    actions: list[ActionToBeSetup] = Field(alias="ActionToBeSetupList", min_length=1)
+
+
+class SubscriptionRequest(BaseModel):
+    """``POST /ric/v1/subscriptions``: one E2 node, one detail (here: one cell) per entry."""
+
+    model_config = _REST
+
+    subscription_id: str = Field("", alias="SubscriptionId")
+    client_endpoint: ClientEndpoint = Field(alias="ClientEndpoint")
+    meid: str = Field(alias="Meid", min_length=1)
+    ran_function_id: int = Field(RAN_FUNCTION_ID, alias="RANFunctionID")
+    details: list[SubscriptionDetail] = Field(alias="SubscriptionDetails", min_length=1)
+
+
+class NodeCell(BaseModel):
+    model_config = _REST
+
+    cell_id: str = Field(alias="cellId", min_length=1)
+    plmn: str = Field(pattern=r"^[0-9a-fA-F]{6}$")  # the PLMN identity's 3 octets, in hex
+    nr_cell_id: int = Field(alias="nrCellId", ge=0, lt=2**36)
+
+
+class E2Node(BaseModel):
+    """One entry of ``GET /ric/v1/e2nodes``: an E2 node and the cells it serves."""
+
+    model_config = _REST
+
+    meid: str = Field(min_length=1)
+    cells: list[NodeCell]
+
+
+NODES = TypeAdapter(list[E2Node])
+
+
+class SubscriptionInstance(BaseModel):
+    model_config = _REST
+
+    xapp_event_instance_id: int = Field(alias="XappEventInstanceId")
+    e2_event_instance_id: int = Field(alias="E2EventInstanceId")
+
+
+class SubscriptionResponse(BaseModel):
+    model_config = _REST
+
+    subscription_id: str = Field(alias="SubscriptionId")
+    instances: list[SubscriptionInstance] = Field(alias="SubscriptionInstances")
 
 
 @dataclass(frozen=True)
@@ -51,7 +138,7 @@ class Subscriber:
         ingestor: Ingestor, transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.submgr_url = submgr_url.rstrip("/")
-        self.client = {"Host": client_host, "HTTPPort": http_port, "RMRPort": rmr_port}
+        self.client = ClientEndpoint(host=client_host, http_port=http_port, rmr_port=rmr_port)
         self.ingestor = ingestor
         self._transport = transport
         self.subscription_ids: list[str] = []
@@ -59,20 +146,19 @@ class Subscriber:
 
     async def subscribe(self, measurement: str, period_ms: int, retry_max_s: float = 30.0
                         ) -> None:
-        """Subscribe to every cell of every node; HTTP failures are retried, never fatal."""
+        """Subscribe to every cell of every node; failures (HTTP, or an answer that is not
+        submgr's) are logged with their reason and retried, never fatal."""
         retrying = AsyncRetrying(
             wait=wait_exponential(multiplier=0.5, max=retry_max_s),
-            retry=retry_if_exception_type(httpx.HTTPError),
-            before_sleep=lambda state: log.warning(
-                "e2: subscription manager at %s: %s; retrying", self.submgr_url,
-                state.outcome.exception() if state.outcome else "?"),
+            retry=retry_if_exception_type((httpx.HTTPError, ValueError)),
+            before_sleep=log_retry(log, f"e2: subscription manager at {self.submgr_url}"),
         )
         async with httpx.AsyncClient(timeout=TIMEOUT_S, transport=self._transport) as client:
             async for attempt in retrying:
                 with attempt:
                     response = await client.get(f"{self.submgr_url}/ric/v1/e2nodes")
                     response.raise_for_status()
-                    nodes = response.json()
+                    nodes = NODES.validate_json(response.content)
             for node in nodes:
                 body = self._request(node, measurement, period_ms)
                 async for attempt in retrying:
@@ -80,31 +166,27 @@ class Subscriber:
                         response = await client.post(f"{self.submgr_url}/ric/v1/subscriptions",
                                                      json=body)
                         response.raise_for_status()
-                self.subscription_ids.append(response.json()["SubscriptionId"])
-                log.info("e2: subscribed to %d cell(s) of %s", len(node["cells"]), node["meid"])
+                        answer = SubscriptionResponse.model_validate_json(response.content)
+                self.subscription_ids.append(answer.subscription_id)
+                log.info("e2: subscribed to %d cell(s) of %s", len(node.cells), node.meid)
 
-    def _request(self, node: dict, measurement: str, period_ms: int) -> dict:
+    def _request(self, node: E2Node, measurement: str, period_ms: int) -> dict:
         trigger = list(kpm.encode_event_trigger(period_ms))
         details = []
-        for cell in node["cells"]:
+        for cell in node.cells:
             event_id = len(self._pending) + 1
-            target = Cell(cell["cellId"], bytes.fromhex(cell["plmn"]), int(cell["nrCellId"]))
+            target = Cell(cell.cell_id, bytes.fromhex(cell.plmn), cell.nr_cell_id)
             self._pending[event_id] = Pending(target, period_ms)
             definition = kpm.encode_action_definition(kpm.ActionDefinition(
                 [measurement], granularity_ms=period_ms,
                 cell=kpm.CellId(target.plmn, nr_cell=target.nr_cell)))
-            details.append({
-                "XappEventInstanceId": event_id,
-                "EventTriggers": trigger,
-                "ActionToBeSetupList": [{
-                    "ActionID": ACTION_ID, "ActionType": "report",
-                    "ActionDefinition": list(definition),
-                    "SubsequentAction": {"SubsequentActionType": "continue",
-                                         "TimeToWait": "zero"},
-                }],
-            })
-        return {"SubscriptionId": "", "ClientEndpoint": self.client, "Meid": node["meid"],
-                "RANFunctionID": RAN_FUNCTION_ID, "SubscriptionDetails": details}
+            details.append(SubscriptionDetail(
+                xapp_event_instance_id=event_id, event_triggers=trigger,
+                actions=[ActionToBeSetup(action_id=ACTION_ID, action_definition=list(definition),
+                                         subsequent_action=SubsequentAction())]))
+        request = SubscriptionRequest(client_endpoint=self.client, meid=node.meid,
+                                      details=details)
+        return request.model_dump(by_alias=True)
 
     async def handle(self, frame: Frame) -> bool:
         """Take a subscription outcome frame; False when the frame is not one."""
@@ -113,7 +195,7 @@ class Subscriber:
         try:
             pdu = e2ap.decode(frame.payload)
         except kpm.DecodeError as exc:
-            log.warning("e2: undecodable subscription outcome: %s", exc)
+            log.warning("e2: undecodable subscription outcome: %s", describe(exc))
             return True
         pending = self._pending.get(pdu.requestor_id)
         if pending is None:
@@ -128,14 +210,23 @@ class Subscriber:
             log.warning("e2: subscription for cell %s refused: %s", cell, cause)
         return True
 
-    async def unsubscribe(self) -> None:
-        """Delete every subscription made; failures are logged (the RIC times them out)."""
-        async with httpx.AsyncClient(timeout=TIMEOUT_S, transport=self._transport) as client:
-            for subscription_id in self.subscription_ids:
-                try:
-                    response = await client.delete(
-                        f"{self.submgr_url}/ric/v1/subscriptions/{subscription_id}")
-                    response.raise_for_status()
-                except httpx.HTTPError as exc:
-                    log.warning("e2: deleting subscription %s failed: %s", subscription_id, exc)
+    async def unsubscribe(self, within_s: float = TIMEOUT_S) -> None:
+        """Delete every subscription made, all within ``within_s``; failures are logged (the
+        RIC times out what is left)."""
+        left = list(self.subscription_ids)
         self.subscription_ids.clear()
+        try:
+            async with (asyncio.timeout(within_s),
+                        httpx.AsyncClient(timeout=within_s, transport=self._transport) as client):
+                while left:
+                    try:
+                        response = await client.delete(
+                            f"{self.submgr_url}/ric/v1/subscriptions/{left[0]}")
+                        response.raise_for_status()
+                    except httpx.HTTPError as exc:
+                        log.warning("e2: deleting subscription %s failed: %s", left[0],
+                                    describe(exc))
+                    left.pop(0)
+        except TimeoutError:
+            log.warning("e2: %d subscription(s) not deleted within %.1f s (the subscription "
+                        "manager did not answer): %s", len(left), within_s, ", ".join(left))

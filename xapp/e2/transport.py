@@ -17,6 +17,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from xapp.failures import describe
+
 log = logging.getLogger(__name__)
 
 RIC_SUB_REQ = 12010
@@ -33,6 +35,7 @@ MESSAGE_TYPES = {
 
 HEADER = struct.Struct(">IiI")
 MAX_PAYLOAD = 1 << 20  # RMR's own limit is far smaller; anything above is a broken stream
+CONNECT_TIMEOUT_S = 5.0
 
 
 class FrameError(ValueError):
@@ -103,7 +106,7 @@ class TcpTransport:
                 # Framing is lost: nothing after this point can be trusted; the peer
                 # reconnects and starts clean.
                 self._on_broken("framing")
-                log.warning("e2: dropping a connection: %s", exc)
+                log.warning("e2: dropping a connection: %s", describe(exc))
             except ConnectionError:
                 self._on_broken("connection")
             finally:
@@ -118,7 +121,9 @@ class TcpTransport:
     async def send(self, host: str, port: int, frame: Frame) -> None:
         writer = self._peers.get((host, port))
         if writer is None or writer.is_closing():
-            _, writer = await asyncio.open_connection(host, port)
+            # A peer that drops SYNs would hold a send for minutes: the caller is told.
+            _, writer = await asyncio.wait_for(asyncio.open_connection(host, port),
+                                               CONNECT_TIMEOUT_S)
             self._peers[(host, port)] = writer
         try:
             writer.write(encode_frame(frame))

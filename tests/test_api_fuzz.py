@@ -1,0 +1,46 @@
+"""A schema-driven fuzzer against a running xApp: schemathesis reads the xApp's own OpenAPI
+document and runs every phase (examples, coverage, fuzzing, stateful) with every check but one,
+in at most FUZZ_SECONDS. Nothing may fail and nothing may error.
+
+The check left out, positive_data_acceptance, asks that every schema-valid request be taken.
+Two kinds cannot be: an Arrow body is binary in the schema (no JSON Schema says which bytes are
+an Arrow stream), and a model directory named in a reload may exist and hold no model.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.processes import BIN, ROOT, answers, free_port, running
+from tests.xapp_helpers import make_model, write_descriptor
+
+FUZZ_SECONDS = 100
+PHASES = ("Examples", "Coverage", "Fuzzing", "Stateful")
+
+
+@pytest.mark.slow
+def test_schemathesis_finds_no_failure_and_no_error(tmp_path: Path) -> None:
+    config = write_descriptor(tmp_path / "config", make_model(tmp_path / "model"))
+    url = f"http://127.0.0.1:{free_port()}"
+    serve = [str(BIN / "kpi-forecast"), "serve", "--config", str(config), "--host", "127.0.0.1",
+             "--port", url.rsplit(":", 1)[1]]
+    fuzz = [str(BIN / "schemathesis"), "run", f"{url}/openapi.json", "--checks", "all",
+            "--exclude-checks", "positive_data_acceptance",
+            "--phases", ",".join(p.lower() for p in PHASES), "--max-time", str(FUZZ_SECONDS),
+            "--seed", "0", "--generation-database", "none", "--no-color",
+            "--report", "junit", "--report-junit-path", str(tmp_path / "junit.xml")]
+    env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.schemathesis_hooks", "PYTHONPATH": str(ROOT)}
+    with running(serve, answers(f"{url}/ric/v1/health/ready"), tmp_path / "xapp.log") as xapp:
+        done = subprocess.run(fuzz, cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=FUZZ_SECONDS + 60)
+    report = done.stdout + done.stderr
+    assert done.returncode == 0, report[-6000:]
+    for phase in PHASES:
+        assert f"✅  {phase}" in report, report[-6000:]
+    summary = report[report.rindex("SUMMARY"):]
+    assert "Failures:" not in summary and "Errors:" not in summary, summary
+    assert "Traceback" not in xapp.log, xapp.log[-6000:]

@@ -1,0 +1,108 @@
+"""Every long-running command exits 0 within STOP_WITHIN_S of SIGTERM, also while what it talks
+to is down or silent; and what it retried meanwhile was logged with its type and reason."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.processes import BIN, answers, free_port, running
+from tests.xapp_helpers import make_model, write_descriptor
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "data/sample/cells_hourly.csv.gz"
+UNRESOLVABLE = "service-ricxapp-kpi-forecast-rmr.ricxapp"  # an in-cluster name, off-cluster
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("sigterm")
+    # The test model's KPI is "kpi": the E2 controls say which measurement feeds it.
+    return write_descriptor(root / "config", make_model(root / "model"),
+                            e2={"kpis": {"kpi": {"measurement": "RRU.PrbUsedDl"}}})
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A port that accepts connections and never answers on them."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        yield listener.getsockname()[1]
+
+
+def serve(config: Path, port: int, *extra: str) -> list[str]:
+    return [str(BIN / "kpi-forecast"), "serve", "--config", str(config), "--host", "127.0.0.1",
+            "--port", str(port), *extra]
+
+
+def logged(server, text: str, seconds: float = 20.0) -> None:
+    deadline = time.monotonic() + seconds
+    while text not in server.log:
+        assert time.monotonic() < deadline, f"never logged {text!r}:\n{server.log[-3000:]}"
+        time.sleep(0.1)
+
+
+def test_serve_stops_on_sigterm(config: Path, tmp_path: Path) -> None:
+    port = free_port()
+    with running(serve(config, port), answers(f"http://127.0.0.1:{port}/ric/v1/health/ready"),
+                 tmp_path / "serve.log"):
+        pass  # leaving the block sends SIGTERM and checks the exit
+
+
+def test_serve_stops_while_its_subscription_manager_is_silent(config: Path, tmp_path: Path,
+                                                               silent_port: int) -> None:
+    port = free_port()
+    submgr = f"http://127.0.0.1:{silent_port}"
+    command = serve(config, port, "--submgr", submgr, "--e2-port", str(free_port()))
+    with running(command, answers(f"http://127.0.0.1:{port}/ric/v1/health/ready"),
+                 tmp_path / "serve.log") as xapp:
+        logged(xapp, f"e2: subscription manager at {submgr}: ReadTimeout: timeout, no answer "
+                     f"within 5 s for GET {submgr}/ric/v1/e2nodes; attempt 1 failed")
+
+
+def test_serve_says_why_a_subscription_manager_is_unreachable(config: Path,
+                                                              tmp_path: Path) -> None:
+    port, closed = free_port(), free_port()
+    submgr = f"http://127.0.0.1:{closed}"
+    command = serve(config, port, "--submgr", submgr, "--e2-port", str(free_port()))
+    with running(command, answers(f"http://127.0.0.1:{port}/ric/v1/health/ready"),
+                 tmp_path / "serve.log") as xapp:
+        logged(xapp, f"e2: subscription manager at {submgr}: ConnectError: ")
+
+
+def test_e2sim_answers_at_once_and_stops_while_the_subscriber_is_unreachable(
+        tmp_path: Path) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = [str(BIN / "kpi-forecast"), "e2sim", "--data", str(SAMPLE), "--kpi",
+               "traffic_mb=DRB.PdcpSduVolumeDL", "--listen", f"127.0.0.1:{port}", "--cells", "2"]
+    with running(command, answers(f"{url}/ric/v1/e2nodes"), tmp_path / "e2sim.log") as node:
+        cell = httpx.get(f"{url}/ric/v1/e2nodes").json()[0]["cells"][0]
+        request = {"ClientEndpoint": {"Host": UNRESOLVABLE, "RMRPort": 4560}, "Meid": "gnb-000",
+                   "SubscriptionDetails": [{"XappEventInstanceId": 1, "EventTriggers": [0],
+                                            "ActionToBeSetupList": [{
+                                                "ActionID": 1, "ActionDefinition": [0]}]}]}
+        started = time.monotonic()
+        response = httpx.post(f"{url}/ric/v1/subscriptions", json=request, timeout=5)
+        assert response.status_code == 201, response.text
+        assert time.monotonic() - started < 2.0  # answered, not held while it tries to send
+        assert cell["cellId"] == "cell-000"
+        logged(node, f"e2sim: the subscriber's rmr-data endpoint {UNRESOLVABLE}:4560: gaierror: ")
+        bad = httpx.post(f"{url}/ric/v1/subscriptions", json={"Meid": "gnb-000"}, timeout=5)
+        assert bad.status_code == 422  # a malformed request is the client's error, not a 500
+
+
+def test_serve_says_why_it_does_not_subscribe(tmp_path: Path) -> None:
+    config = write_descriptor(tmp_path / "config", make_model(tmp_path / "model"))
+    port = free_port()
+    command = serve(config, port, "--submgr", "http://127.0.0.1:9", "--e2-port", str(free_port()))
+    with running(command, answers(f"http://127.0.0.1:{port}/ric/v1/health/ready"),
+                 tmp_path / "serve.log") as xapp:
+        logged(xapp, "e2: not subscribing: the model's KPI 'kpi' has no measurement in "
+                     "controls.e2.kpis (prb_util, dl_throughput_mbps, active_ues, traffic_mb)")

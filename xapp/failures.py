@@ -1,0 +1,55 @@
+"""Failures as log lines say them: the exception's type and a reason, never an empty one.
+
+httpx's timeouts, for one, carry no message: a retry loop that logs ``str(exc)`` prints
+"subscription manager at http://...: ; retrying" for ever. Every retried or logged failure
+goes through ``describe``, and every tenacity retry loop logs through ``log_retry``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import httpx
+from tenacity import RetryCallState
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: reason``; a timeout says what it waited for and how long."""
+    name = type(exc).__name__
+    request = _request(exc)
+    if isinstance(exc, httpx.TimeoutException) and request is not None:
+        timeouts = request.extensions.get("timeout", {})
+        phase = {httpx.ConnectTimeout: "connect", httpx.ReadTimeout: "read",
+                 httpx.WriteTimeout: "write", httpx.PoolTimeout: "pool"}.get(type(exc), "read")
+        limit = timeouts.get(phase)
+        within = f" within {limit:g} s" if limit is not None else ""
+        return (f"{name}: timeout, no {'connection' if phase == 'connect' else 'answer'}"
+                f"{within} for {request.method} {request.url}")
+    # One line: httpx's status errors go on with a link to the status code's documentation.
+    reason = str(exc).strip().split("\n", 1)[0] or (
+        "timeout" if isinstance(exc, TimeoutError) else "no detail given")
+    if isinstance(exc, httpx.TransportError) and request is not None:
+        reason += f" ({request.method} {request.url})"
+    return f"{name}: {reason}"
+
+
+def _request(exc: BaseException) -> httpx.Request | None:
+    if not isinstance(exc, httpx.RequestError | httpx.HTTPStatusError):
+        return None
+    try:
+        return exc.request
+    except RuntimeError:  # raised without a request attached
+        return None
+
+
+def log_retry(log: logging.Logger, what: str | Callable[[], str]
+              ) -> Callable[[RetryCallState], None]:
+    """A tenacity ``before_sleep``: ``what: Type: reason; attempt N, next in S s``."""
+    def before_sleep(state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        wait = state.next_action.sleep if state.next_action else 0.0
+        log.warning("%s: %s; attempt %d failed, retrying in %.1f s",
+                    what() if callable(what) else what,
+                    describe(exc) if exc else "no outcome", state.attempt_number, wait)
+    return before_sleep
