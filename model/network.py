@@ -164,7 +164,7 @@ class Forecaster(nn.Module):
         steps = torch.cat([(window_ends - self.pad).clamp(max=patch).clamp(min=1),
                            (cfg.horizon - future_ends + patch).clamp(max=patch)])
         self.register_buffer("token_last_step", last_steps, persistent=False)
-        self.register_buffer("token_steps", steps.to(torch.float32), persistent=False)
+        self.register_buffer("token_steps", steps.to(torch.get_default_dtype()), persistent=False)
 
     def set_attention(self, kind: str) -> None:
         """Switch every layer between the fused and the plain-math attention."""

@@ -39,5 +39,8 @@ def mixed_precision(device: torch.device) -> contextlib.AbstractContextManager:
 
 
 def to_tensors(batch: tuple[np.ndarray, ...], device: torch.device) -> list[torch.Tensor]:
-    return [torch.from_numpy(np.ascontiguousarray(a)).to(device, non_blocking=True)
-            for a in batch]
+    """The arrays on ``device``; floating ones in torch's default dtype (float32, or float64
+    where a test sets it to check arithmetic beyond float32's rounding)."""
+    tensors = [torch.from_numpy(np.ascontiguousarray(a)) for a in batch]
+    return [t.to(device, dtype=torch.get_default_dtype() if t.is_floating_point() else t.dtype,
+                 non_blocking=True) for t in tensors]
