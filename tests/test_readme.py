@@ -1,0 +1,309 @@
+"""The README is executable: every command block runs as printed, in order, in a working
+directory holding the files it names (``kpis.csv.gz``: three cells and five weeks of the
+sample; ``recent.csv``: their last three weeks). Servers (``kpi-forecast serve``, ``e2sim``)
+start in the background, the commands after them are retried while the servers come up (as a
+user waits), and each server must exit 0 within seconds of SIGTERM at the end of its block.
+
+A block marked ``<!-- not run here: ... -->`` is checked as far as these machines allow: its
+commands are parsed by the CLI, the chart rendered with the same flags and validated, the
+Dockerfile read for the build's arguments and target, the routes it asks for looked up.
+``text`` blocks that start with a command are synopses: each is parsed by the CLI's parser.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import tarfile
+import time
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import jsonschema
+import pandas as pd
+import pytest
+import yaml
+
+from tests.processes import BIN, ROOT, Server, answers
+from tests.readme import Block, blocks, synopses
+from training.cli import build_parser
+
+SAMPLE = ROOT / "data/sample/cells_hourly.csv.gz"
+BLOCKS = blocks()
+COMMANDS = [b for b in BLOCKS if b.language == "bash"]
+SYNOPSES = [b for b in BLOCKS if b.language == "text" and synopses(b)]
+SERVERS = {("kpi-forecast", "serve"), ("kpi-forecast", "e2sim")}
+WAIT_FOR_SERVERS_S = 60.0
+
+
+@dataclass
+class Ran:
+    command: str
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("readme")
+    frame = pd.read_csv(SAMPLE)
+    frame = frame[frame["cell_id"].isin(sorted(frame["cell_id"].unique())[:3])]
+    stamps = pd.to_datetime(frame["timestamp"], utc=True)
+    frame = frame[stamps < stamps.min() + pd.Timedelta(days=35)]
+    frame.to_csv(root / "kpis.csv.gz", index=False)
+    recent = frame[stamps[frame.index] >= stamps.min() + pd.Timedelta(days=14)]
+    recent.to_csv(root / "recent.csv", index=False)
+    return root
+
+
+def environment() -> dict[str, str]:
+    # As after `. .venv/bin/activate`: kpi-forecast, python and torchrun are the venv's.
+    return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+def words(command: str) -> list[str]:
+    return shlex.split(command, comments=True)
+
+
+def ready_check(argv: list[str]) -> Callable[[], bool]:
+    """When a server of the README answers: the xApp's readiness, the mock's node list."""
+    def option(name: str, default: str) -> str:
+        return argv[argv.index(name) + 1] if name in argv else default
+
+    if argv[1] == "serve":
+        return answers(f"http://127.0.0.1:{option('--port', '8080')}/ric/v1/health/ready")
+    return answers(f"http://{option('--listen', '127.0.0.1:8090')}/ric/v1/e2nodes")
+
+
+def run(command: str, cwd: Path, retry_s: float) -> Ran:
+    """``command`` through bash, retried for ``retry_s`` while it fails (servers coming up)."""
+    deadline = time.monotonic() + retry_s
+    while True:
+        done = subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=cwd,
+                              env=environment(), capture_output=True, text=True, timeout=900)
+        if done.returncode == 0:
+            return Ran(command, done.stdout, done.stderr)
+        if time.monotonic() > deadline:
+            raise AssertionError(f"`{command}` exited {done.returncode}:\n"
+                                 f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+        time.sleep(0.5)
+
+
+def run_block(block: Block, cwd: Path, logs: Path) -> list[Ran]:
+    servers: list[Server] = []
+    ran: list[Ran] = []
+    try:
+        for command in block.commands:
+            argv = words(command)
+            if tuple(argv[:2]) in SERVERS:
+                server = Server(["bash", "-c", f"exec {command}"], logs / f"{argv[1]}.log",
+                                cwd, environment())
+                servers.append(server)
+                server.wait_until(ready_check(argv), WAIT_FOR_SERVERS_S)
+            elif argv == ["make", "test"]:
+                # The suite cannot run itself: its recipe must exist, and CI runs it.
+                ran.append(run("make -n test", ROOT, 0))
+                assert "make test" in (ROOT / ".ci/run").read_text()
+            else:
+                where = ROOT if argv[0] == "make" else cwd
+                ran.append(run(command, where, WAIT_FOR_SERVERS_S if servers else 0))
+    except BaseException:
+        for server in servers:
+            if server.process.poll() is None:
+                server.process.kill()
+        raise
+    for server in reversed(servers):
+        server.stop()  # exit 0 within seconds of SIGTERM, or the block fails
+    return ran
+
+
+# --- what each runnable block must have produced -------------------------------------------
+
+
+def demo(ran: list[Ran], cwd: Path) -> None:
+    out = ran[0].stdout
+    assert "artifacts: artifacts/demo/" in out and '"source": "model"' in out
+    assert (ROOT / "artifacts/demo/model.onnx").is_file()
+    assert len(pd.read_csv(ROOT / "artifacts/demo/forecast.csv")) == 24 * 24
+
+
+def trained(ran: list[Ran], cwd: Path) -> None:
+    meta = json.loads((cwd / "models/prb/metadata.json").read_text())
+    assert meta["target"] == "prb_util" and meta["training"]["ranks"] == 1
+    assert "model: models/prb/model.onnx" in ran[0].stdout
+
+
+def trained_at_scale(ran: list[Ran], cwd: Path) -> None:
+    assert len(list((cwd / "kpis").rglob("*.parquet"))) == 8
+    meta = json.loads((cwd / "models/t/metadata.json").read_text())
+    assert meta["training"]["ranks"] == 2 and meta["target"] == "traffic_mb"
+
+
+def train_job(ran: list[Ran], cwd: Path) -> None:
+    import kubernetes_validate
+
+    from tests.test_helm import KUBE_VERSIONS
+
+    documents = [d for d in yaml.safe_load_all(ran[0].stdout) if d]
+    assert {d["kind"] for d in documents} == {"Job", "Service"}
+    for document in documents:
+        kubernetes_validate.validate(document, KUBE_VERSIONS[1], strict=True)
+    assert "--max-minutes" in json.dumps(documents)
+
+
+def evaluated(ran: list[Ran], cwd: Path) -> None:
+    overall = pd.read_csv(cwd / "models/prb/backtest/overall.csv", index_col="model")
+    assert "kpi-forecast" in overall.index and overall.notna().any().all()
+    forecast = pd.read_csv(cwd / "forecast.csv")
+    assert list(forecast.columns) == ["cell_id", "timestamp", "p10", "p50", "p90"]
+    assert len(forecast) == 3 * 24 and (forecast["p10"] <= forecast["p90"]).all()
+    assert "model: models/prb/model.onnx" in ran[2].stdout
+
+
+def served(ran: list[Ran], cwd: Path) -> None:
+    assert json.loads(ran[0].stdout)["status"] == "ready"
+    answer = json.loads(ran[1].stdout)
+    assert answer["source"] == "model" and len(answer["forecasts"]) == 24
+
+
+def ingested(ran: list[Ran], cwd: Path) -> None:
+    answer = json.loads(ran[0].stdout)
+    assert answer["cell_id"] == "cell-000" and len(answer["forecasts"]) == 24
+    cells = json.loads(ran[1].stdout)  # one node serves the three: subscribed together
+    assert sorted(c["cell_id"] for c in cells["cells"]) == ["cell-000", "cell-001", "cell-002"]
+
+
+def packaged(ran: list[Ran], cwd: Path) -> None:
+    with tarfile.open(cwd / "prb-v2.tar.gz") as archive:
+        assert {"model.onnx", "metadata.json"} <= {Path(n).name for n in archive.getnames()}
+
+
+PRODUCED = {
+    "make demo": demo, "kpi-forecast train": trained, "python -m": trained_at_scale,
+    "kpi-forecast k8s train-job": train_job, "kpi-forecast backtest": evaluated,
+    "kpi-forecast serve": served, "kpi-forecast e2sim": ingested,
+    "kpi-forecast k8s package": packaged,
+}
+
+
+def produced(block: Block) -> Callable[[list[Ran], Path], None]:
+    first = " ".join(words(block.commands[0]))
+    matches = [check for start, check in PRODUCED.items() if first.startswith(start)]
+    assert len(matches) == 1, f"no check of what {first!r} produces: add one to PRODUCED"
+    return matches[0]
+
+
+# --- blocks that cannot run here -----------------------------------------------------------
+
+
+def parse_cli(argv: list[str]) -> None:
+    try:
+        build_parser().parse_args(argv)
+    except SystemExit as exc:
+        raise AssertionError(f"kpi-forecast {' '.join(argv)}: the CLI refuses it") from exc
+
+
+def check_docker_build(argv: list[str]) -> None:
+    from tests.test_image import DOCKERFILE, stages
+
+    text = DOCKERFILE.read_text()
+    names = {stage.name for stage in stages(text)}
+    for flag, value in zip(argv, argv[1:], strict=False):
+        if flag == "--build-arg":
+            assert f"ARG {value.split('=', 1)[0]}" in text, value
+        if flag == "--target":
+            assert value in names, f"no stage {value!r} in {DOCKERFILE}"
+    assert argv[-1] == "." and DOCKERFILE.parent == ROOT
+
+
+def helm_template(argv: list[str]) -> list[dict]:
+    import kubernetes_validate
+
+    from tests.k8s_tools import tool
+    from tests.test_helm import CRD_KINDS, KUBE_VERSIONS
+
+    helm = tool("helm")
+    assert helm is not None, "helm unavailable: install the dev extra"
+    done = subprocess.run([str(helm), "template", *argv[2:]], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    documents = [d for d in yaml.safe_load_all(done.stdout) if d]
+    for document in documents:
+        if document["kind"] not in CRD_KINDS:  # those are checked against their CRDs there
+            kubernetes_validate.validate(document, KUBE_VERSIONS[1], strict=True)
+    return documents
+
+
+def check_port_forward(argv: list[str], documents: list[dict]) -> None:
+    target = next(a for a in argv if a.startswith("service/")).split("/", 1)[1]
+    local, _, remote = argv[-1].partition(":")
+    service = next((d for d in documents if d["kind"] == "Service"
+                    and d["metadata"]["name"] == target), None)
+    assert service is not None, f"the chart renders no Service {target}"
+    assert int(remote) in {p["port"] for p in service["spec"]["ports"]}
+
+
+def check_request(command: str) -> None:
+    """The route a curl asks for exists, and its JSON body is one the route's schema takes."""
+    from xapp.api import create_app
+    from xapp.config import descriptor_path, load_descriptor
+
+    expanded = subprocess.run(["bash", "-c", "printf '%s\\0' " + command.split(" ", 1)[1]],
+                              capture_output=True, text=True, check=True).stdout.split("\0")
+    url = next(a for a in expanded if "localhost:" in a)
+    method = expanded[expanded.index("-X") + 1].lower() if "-X" in expanded else "get"
+    document = create_app(load_descriptor(descriptor_path()), watch_config=False).openapi()
+    operation = document["paths"][urllib.parse.urlsplit(f"http://{url}").path][method]
+    if "-d" in expanded:
+        body = json.loads(expanded[expanded.index("-d") + 1])
+        schema = operation["requestBody"]["content"]["application/json"]["schema"]
+        jsonschema.validate(body, {**schema, "components": document["components"]})
+
+
+def check_offline(block: Block) -> None:
+    documents: list[dict] = []
+    for command in block.commands:
+        argv = words(command)
+        if argv[0] == "kpi-forecast":
+            parse_cli(argv[1:])
+        elif argv[:2] == ["docker", "build"]:
+            check_docker_build(argv)
+        elif argv[:2] == ["helm", "install"]:
+            documents = helm_template(argv)
+        elif argv[0] == "kubectl" and "port-forward" in argv:
+            check_port_forward(argv, documents)
+        elif argv[0] == "curl":
+            check_request(command)
+        else:
+            raise AssertionError(f"no offline check for `{command}`: add one")
+
+
+# --- the tests -----------------------------------------------------------------------------
+
+
+def test_every_command_block_runs_or_says_what_it_needs() -> None:
+    assert COMMANDS and SYNOPSES
+    for block in COMMANDS:
+        assert " [--" not in block.text, f"line {block.line}: options belong in a text synopsis"
+        if block.needs:
+            assert block.checked, f"line {block.line}: say how it is checked instead"
+
+
+@pytest.mark.parametrize("block", SYNOPSES, ids=lambda b: b.name)
+def test_synopses_are_what_the_cli_takes(block: Block) -> None:
+    for argv in synopses(block):
+        parse_cli(argv)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("block", COMMANDS, ids=lambda b: b.name)
+def test_readme_block(block: Block, workdir: Path, tmp_path: Path) -> None:
+    if block.needs:
+        check_offline(block)
+        return
+    ran = run_block(block, workdir, tmp_path)
+    produced(block)([r for r in ran if not r.command.startswith("make -n")], workdir)
