@@ -3,19 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-import shutil
 import socket
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
-REDIS_SERVER = shutil.which("redis-server")
-needs_redis = pytest.mark.skipif(
-    REDIS_SERVER is None,
-    reason="redis-server is not installed (apt-get install redis-server; CI installs it)")
+from tests.system_tools import system_tool
 
 
 def free_port() -> int:
@@ -30,7 +24,7 @@ def redis_server(directory: Path, port: int | None = None) -> Iterator[int]:
     not Redis); yields the port once it answers PING."""
     port = port or free_port()
     process = subprocess.Popen(
-        [REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+        [system_tool("redis-server"), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
          "--appendonly", "no", "--dir", str(directory)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:

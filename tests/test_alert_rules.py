@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+from tests.system_tools import system_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "helm" / "kpi-forecast" / "files" / "prometheus-rules.yaml"
@@ -34,9 +35,7 @@ EXPECTED_ALERTS = {
 
 
 def promtool(*args: str) -> subprocess.CompletedProcess[str]:
-    path = shutil.which("promtool")
-    if path is None:
-        pytest.skip("promtool not installed (Debian package `prometheus`; .ci/run installs it)")
+    path = system_tool("promtool")
     # From the repository root: the unit-test file names the rules file relative to itself.
     return subprocess.run([path, *args], cwd=ROOT, capture_output=True, text=True, timeout=300,
                           check=False)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import copy
 import json
 import re
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -28,6 +27,7 @@ import pytest
 import yaml
 
 from tests.k8s_tools import tool
+from tests.system_tools import system_tool
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 from kubernetes_validate import utils as kv_utils  # noqa: E402  (only once it is known present)
@@ -324,13 +324,12 @@ def test_prometheusrule_carries_the_promtool_tested_rules(
     # Without alertLabels the spec is the file itself.
     plain = find(template(helm, "--set", "metrics.prometheusRule.enabled=true"), "PrometheusRule")
     assert plain["spec"] == yaml.safe_load(RULES.read_text())
-    promtool = shutil.which("promtool")
-    if promtool:  # the rules as deployed, not only as written, must load in Prometheus
-        deployed = tmp_path / "deployed-rules.yaml"
-        deployed.write_text(yaml.safe_dump(rule["spec"]))
-        proc = subprocess.run([promtool, "check", "rules", str(deployed)],
-                              capture_output=True, text=True, timeout=60, check=False)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
+    # The rules as deployed, not only as written, must load in Prometheus.
+    deployed = tmp_path / "deployed-rules.yaml"
+    deployed.write_text(yaml.safe_dump(rule["spec"]))
+    proc = subprocess.run([system_tool("promtool"), "check", "rules", str(deployed)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_servicemonitor_scrapes_the_metrics_path_of_the_http_service(

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.redis_server import REDIS_SERVER, redis_server
+from tests.redis_server import redis_server
 from xapp.config import HistoryStore
 from xapp.history import CellInfo, History, HistoryError, HistoryUnavailable, MemoryHistory
 from xapp.sdl import RedisHistory, address
@@ -25,8 +25,6 @@ Opener = Callable[..., "contextlib.AbstractAsyncContextManager[History]"]
 
 @pytest.fixture(scope="module")
 def redis_port(tmp_path_factory: pytest.TempPathFactory):
-    if REDIS_SERVER is None:
-        pytest.skip("redis-server is not installed (apt-get install redis-server; CI installs it)")
     with redis_server(tmp_path_factory.mktemp("redis")) as port:
         yield port
 

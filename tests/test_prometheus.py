@@ -3,7 +3,6 @@ the chart's alert rules work against the metrics the xApp really exports."""
 
 from __future__ import annotations
 
-import shutil
 import signal
 import subprocess
 import sys
@@ -14,13 +13,13 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.system_tools import system_tool
 from tests.test_xapp_process import NO_TORCH, free_port
 from tests.xapp_helpers import CONTEXT, make_model, write_descriptor
 from xapp.smoke import wait_ready
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "helm/kpi-forecast/files/prometheus-rules.yaml"
-PROMETHEUS = shutil.which("prometheus")
 
 
 def query(prometheus: str, expr: str) -> list[dict]:
@@ -41,8 +40,6 @@ def eventually(check, seconds: float = 30.0):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(PROMETHEUS is None, reason="prometheus is not installed (apt-get install "
-                    "prometheus; CI installs it)")
 def test_prometheus_scrapes_the_xapp_and_evaluates_the_alert_rules(tmp_path: Path) -> None:
     model_dir = make_model(tmp_path / "model")
     # A budget nothing can meet: 1 ms, less than reading a request and a model call, so the
@@ -64,7 +61,7 @@ scrape_configs:
     static_configs: [{{targets: ["127.0.0.1:{port}"]}}]
 """)
     prometheus = subprocess.Popen(
-        [PROMETHEUS, f"--config.file={tmp_path / 'prometheus.yml'}",
+        [system_tool("prometheus"), f"--config.file={tmp_path / 'prometheus.yml'}",
          f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{prom_port}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     prom = f"http://127.0.0.1:{prom_port}"

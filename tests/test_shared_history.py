@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from data.synthetic import generate
-from tests.redis_server import free_port, needs_redis, redis_server
+from tests.redis_server import free_port, redis_server
 from tests.test_xapp_process import NO_TORCH
 from tests.xapp_helpers import CONTEXT, descriptor, make_model, running, write_descriptor
 from training.ingest import load_panel
@@ -73,7 +73,6 @@ def eventually(check, seconds: float = 60.0, what=lambda: ""):
 
 
 @pytest.mark.slow
-@needs_redis
 def test_two_replicas_share_history_fed_to_one_and_a_restart_serves_at_once(
         tmp_path: Path) -> None:
     model_dir = make_model(tmp_path / "model")
@@ -169,7 +168,6 @@ def test_two_replicas_share_history_fed_to_one_and_a_restart_serves_at_once(
                     stop(process)
 
 
-@needs_redis
 def test_while_redis_is_away_cell_routes_answer_503_and_the_rest_keeps_serving(
         tmp_path: Path) -> None:
     model_dir = make_model(tmp_path / "model")
@@ -211,7 +209,6 @@ def test_while_redis_is_away_cell_routes_answer_503_and_the_rest_keeps_serving(
     asyncio.run(go())
 
 
-@needs_redis
 def test_held_cells_beyond_the_limit_get_a_422_and_the_store_cannot_change_live(
         tmp_path: Path) -> None:
     model_dir = make_model(tmp_path / "model")

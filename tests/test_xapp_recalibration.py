@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from model.recalibration import recalibration
-from tests.redis_server import needs_redis, redis_server
+from tests.redis_server import redis_server
 from tests.xapp_helpers import CONTEXT, HORIZON, descriptor, make_model, running
 from xapp.recalibrator import Recalibrator
 
@@ -179,7 +179,6 @@ def test_a_refresh_that_found_no_history_is_retried_before_its_schedule(
     asyncio.run(go())
 
 
-@needs_redis
 def test_replicas_on_one_redis_apply_the_same_offsets(tmp_path: Path) -> None:
     model_dir = make_model(tmp_path / "model")
     with redis_server(tmp_path) as port:

@@ -1,0 +1,36 @@
+"""Suite-wide reporting: which system tools the run used, and, in CI, no test left skipped."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from tests.system_tools import PACKAGES, USED
+
+# Set by .ci/run: there every tool is installed, so a skip means a check did not run.
+NO_SKIPS = os.environ.get("KPI_FORECAST_NO_SKIPS") == "1"
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    found = {name: shutil.which(name) for name in PACKAGES}
+    return ["system tools: " + ", ".join(f"{name} {path or 'absent'}"
+                                         for name, path in found.items())]
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    terminalreporter.write_sep("-", "system tools")
+    for name in PACKAGES:
+        terminalreporter.write_line(f"{name}: used ({USED[name]})" if name in USED
+                                    else f"{name}: not used by the tests that ran")
+    skipped = len(terminalreporter.stats.get("skipped", []))
+    if NO_SKIPS and skipped:
+        terminalreporter.write_line(f"KPI_FORECAST_NO_SKIPS=1: {skipped} test(s) skipped, and "
+                                    "CI runs every test", red=True)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if NO_SKIPS and reporter is not None and reporter.stats.get("skipped") and exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
