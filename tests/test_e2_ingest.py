@@ -10,7 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.xapp_helpers import CONTEXT, descriptor, make_model, running
+from model.config import ModelConfig
+from tests.tolerance import answer_tolerance
+from tests.xapp_helpers import CONTEXT, HORIZON, descriptor, make_model, running
 from xapp.config import KpiSource
 from xapp.e2 import e2ap, kpm
 from xapp.e2.ingest import Ingestor, Route
@@ -99,9 +101,10 @@ def test_replayed_reports_become_the_history_a_forecast_uses(model_dir: Path,
                 assert [p["timestamp"] for p in from_e2["forecasts"]] == [
                     pd.Timestamp(p["timestamp"]).tz_convert("Europe/Paris").isoformat()
                     for p in direct["forecasts"]]
+                within = answer_tolerance(ModelConfig(CONTEXT, HORIZON), np.abs(load[row]).max())
                 for a, b in zip(from_e2["forecasts"], direct["forecasts"], strict=True):
                     for q in ("p10", "p50", "p90"):
-                        assert a[q] == pytest.approx(b[q], abs=1e-3), q
+                        assert a[q] == pytest.approx(b[q], abs=within), q
 
     asyncio.run(go())
 

@@ -7,7 +7,12 @@ import torch
 
 from model.config import ModelConfig
 from model.features import HOLIDAY, N_CALENDAR
-from model.network import ByteDropout, Forecaster, instance_stats, pinball_loss
+from model.network import ByteDropout, Forecaster, pinball_loss
+from tests.tolerance import network_tolerance, rounding_tolerance
+
+
+def largest(values: torch.Tensor) -> float:
+    return float(values.nan_to_num().abs().max())
 
 
 def make(context: int = 96, horizon: int = 12, **kwargs: object) -> Forecaster:
@@ -32,9 +37,8 @@ def test_fused_and_math_attention_agree() -> None:
         fused = network(values, calendar)
         network.set_attention("math")
         plain = network(values, calendar)
-    scale = instance_stats(values)[2].unsqueeze(-1)
     assert torch.isfinite(fused).all()
-    assert ((fused - plain).abs() / scale).max().item() <= 1e-5
+    assert (fused - plain).abs().max().item() <= network_tolerance(network.cfg, largest(values))
 
 
 def test_forecasts_do_not_depend_on_batch_order() -> None:
@@ -45,8 +49,9 @@ def test_forecasts_do_not_depend_on_batch_order() -> None:
         together = network(values, calendar)
         shuffled = network(values[order], calendar[order])
         alone = network(values[5:6], calendar[5:6])
-    torch.testing.assert_close(shuffled, together[order], rtol=0, atol=1e-4)
-    torch.testing.assert_close(alone, together[5:6], rtol=0, atol=1e-4)
+    within = network_tolerance(network.cfg, largest(values))  # other batch sizes, other blocks
+    torch.testing.assert_close(shuffled, together[order], rtol=0, atol=within)
+    torch.testing.assert_close(alone, together[5:6], rtol=0, atol=within)
 
 
 def test_quantiles_never_cross_and_are_non_negative() -> None:
@@ -78,7 +83,8 @@ def test_forecast_scales_with_the_series() -> None:
     with torch.no_grad():
         small = network(values, calendar)
         large = network(values * 10.0, calendar)
-    torch.testing.assert_close(large, small * 10.0, rtol=1e-4, atol=1e-3)
+    torch.testing.assert_close(large, small * 10.0, rtol=0,
+                               atol=network_tolerance(network.cfg, largest(values * 10.0)))
 
 
 def test_pinball_loss_ignores_missing_targets() -> None:
@@ -100,7 +106,9 @@ def test_ensemble_forecast_is_the_mean_of_its_members() -> None:
     assert not torch.allclose(members[0], members[1])  # independently initialised
     # Members are averaged before the final clipping at zero: equal where nothing is clipped.
     unclipped = (members > 0).all(dim=0)
-    torch.testing.assert_close(combined[unclipped], members.mean(dim=0)[unclipped])
+    torch.testing.assert_close(  # the same sum of three, maybe in another order
+        combined[unclipped], members.mean(dim=0)[unclipped], rtol=0,
+        atol=rounding_tolerance(network.cfg.ensemble + 1, members.abs().max().item()))
 
 
 def test_patch_length_follows_the_context() -> None:
@@ -130,11 +138,16 @@ def test_byte_dropout_drops_at_its_rate_everywhere_and_keeps_the_mean() -> None:
     out = layer(x)
     rate = 26 / 256  # 0.1 rounded to 1/256
     dropped = (out == 0).float()
-    assert abs(dropped.mean().item() - rate) < 0.002
+    # Sampling, not rounding: each bound is six standard deviations of the binomial count
+    # (a seeded draw, so the same on every machine).
+    def six_sigma(n: int) -> float:
+        return 6 * (rate * (1 - rate) / n) ** 0.5
+
+    assert abs(dropped.mean().item() - rate) < six_sigma(len(x))
     # Every byte of a 64-bit draw is uniform (the top one too).
     per_byte = dropped[: 1_000_000].view(-1, 8).mean(dim=0)
-    assert torch.all((per_byte - rate).abs() < 0.005), per_byte
-    assert out.mean().item() == pytest.approx(1.0, abs=0.005)
+    assert torch.all((per_byte - rate).abs() < six_sigma(125_000)), per_byte
+    assert out.mean().item() == pytest.approx(1.0, abs=six_sigma(len(x)) / (1 - rate))
     assert out.unique().tolist() == pytest.approx([0.0, 1 / (1 - rate)])
     layer.eval()
     assert layer(x) is x

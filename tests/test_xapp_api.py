@@ -14,7 +14,9 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
+from model.config import ModelConfig
 from model.runtime import OnnxForecaster
+from tests.tolerance import ANSWER_ROUNDING, answer_tolerance, network_tolerance
 from tests.xapp_helpers import CONTEXT, HORIZON, descriptor, make_model, running
 from xapp import binary
 
@@ -24,6 +26,9 @@ START = "2013-12-01T00:00:00+01:00"
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_model(tmp_path_factory.mktemp("xapp") / "model")
+
+
+CONFIG = ModelConfig(CONTEXT, HORIZON)  # the test model's
 
 
 def series(n: int = CONTEXT, seed: int = 0) -> list[float | None]:
@@ -80,7 +85,8 @@ def test_forecast_is_the_models_own(model_dir: Path, tmp_path: Path) -> None:
             values = np.array([np.nan if v is None else v for v in series()], np.float32)
             expected = OnnxForecaster(model_dir).forecast(values[None], pd.DatetimeIndex([last]))
             got = np.array([[p["p10"], p["p50"], p["p90"]] for p in points])
-            np.testing.assert_allclose(got, expected[0, :12], atol=1e-3)
+            np.testing.assert_allclose(got, expected[0, :12], rtol=0,
+                                       atol=answer_tolerance(CONFIG, np.nanmax(values)))
             assert all(p["p10"] <= p["p50"] <= p["p90"] for p in points)
 
     run(go())
@@ -165,7 +171,8 @@ def test_json_batch_matches_single_calls(model_dir: Path, tmp_path: Path) -> Non
                 single = (await client.post("/v1/forecast", json=item)).json()
                 assert single["forecasts"][0]["timestamp"] == answer["forecasts"][0]["timestamp"]
                 for a, b in zip(single["forecasts"], answer["forecasts"], strict=True):
-                    assert a["p50"] == pytest.approx(b["p50"], abs=1e-3)
+                    assert a["p50"] == pytest.approx(b["p50"], abs=answer_tolerance(
+                        CONFIG, max(v for v in item["values"] if v is not None)))
             mixed = [items[0], {**items[1], "horizon": 3}]
             response = await client.post("/v1/forecast/batch", json={"items": mixed})
             assert [len(a["forecasts"]) for a in response.json()["items"]] == [HORIZON, 3]
@@ -203,7 +210,8 @@ def test_arrow_batch_of_1000_cells(model_dir: Path, tmp_path: Path) -> None:
             expected = OnnxForecaster(model_dir).forecast(
                 values, pd.DatetimeIndex([last] * 1000))
             np.testing.assert_allclose(table["p50"].to_numpy().reshape(1000, HORIZON),
-                                       expected[:, :, 1], rtol=1e-5, atol=1e-4)
+                                       expected[:, :, 1], rtol=0,
+                                       atol=network_tolerance(CONFIG, np.nanmax(values)))
             assert table["timestamp"].iloc[0] == last + pd.Timedelta("1h")
 
     run(go())
@@ -335,7 +343,9 @@ def test_a_late_model_gives_a_flagged_seasonal_naive_fallback(model_dir: Path,
             assert answer["model_version"] is None
             assert answer["latency_ms"] < 50
             week_ago = values[-7 * 24 : -7 * 24 + HORIZON]
-            assert [p["p50"] for p in answer["forecasts"]] == pytest.approx(week_ago, abs=1e-3)
+            # A copy of last week's values, rounded as answers are.
+            assert [p["p50"] for p in answer["forecasts"]] == pytest.approx(
+                week_ago, abs=ANSWER_ROUNDING)
             metrics = (await client.get("/ric/v1/metrics")).text
             assert 'kpi_forecast_fallbacks_total{reason="timeout"} 1.0' in metrics
 

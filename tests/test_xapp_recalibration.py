@@ -14,6 +14,7 @@ import pytest
 
 from model.recalibration import recalibration
 from tests.redis_server import redis_server
+from tests.tolerance import ANSWER_ROUNDING, rounding_tolerance
 from tests.xapp_helpers import CONTEXT, HORIZON, descriptor, make_model, running
 from xapp.recalibrator import Recalibrator
 
@@ -85,11 +86,17 @@ def test_forecasts_get_the_offsets_of_the_cells_recent_history(tmp_path: Path) -
             history = np.array([load(i) for i in range(CELLS)], np.float32)
             last = pd.DatetimeIndex([pd.Timestamp(START) + (STEPS - 1) * HOUR] * CELLS)
             expected = recalibration(service.model, history, last, 7)
-            np.testing.assert_allclose(fitted.offsets, expected.offsets, atol=1e-6)
+            # The same function on the same arrays in the same order (the store lists cells
+            # by their last report, ties in the order they came): the same result, exactly.
+            np.testing.assert_array_equal(fitted.offsets, expected.offsets)
             assert fitted.weight == expected.weight < 1  # an untrained network's median
-            # Answers carry 4 decimals.
-            np.testing.assert_allclose(moved, expected.apply(plain[None], history[3:4])[0],
-                                       rtol=1e-5, atol=1e-3)
+            # Answers carry DECIMALS places: `plain` comes rounded, and the adjustment (the
+            # median's blend, each outer quantile moved by its offset in band widths) carries
+            # that rounding on, scaled by at most 1 + 2 |offset|; `moved` is rounded again.
+            spread = 1 + 2 * np.abs(expected.offsets).max()
+            np.testing.assert_allclose(
+                moved, expected.apply(plain[None], history[3:4])[0], rtol=0,
+                atol=ANSWER_ROUNDING * (spread + 1) + rounding_tolerance(8, np.abs(moved).max()))
             assert not np.allclose(moved, plain)
 
             info = (await client.get("/v1/model")).json()["recalibration"]

@@ -59,6 +59,7 @@ from xapp.service import STOP_STEP_S, Answer, ClientError, Service, Shed
 log = logging.getLogger(__name__)
 
 ERRORS = {code: {"model": ErrorOut} for code in (400, 404, 409, 413, 422, 503)}
+DECIMALS = 4  # of the quantiles answered in JSON: a tenth of a thousandth of any KPI unit
 CellIdPath = Annotated[str, Path(min_length=1, max_length=MAX_CELL_ID, pattern=r"^[^/]+$")]
 
 
@@ -306,7 +307,7 @@ def _series(body: SeriesIn, model: OnnxForecaster) -> tuple[np.ndarray, pd.Times
 
 def _points(answer: Answer, row: int, last: dt.datetime, step: dt.timedelta,
             horizon: int | None) -> list[dict]:
-    rows = np.round(answer.quantiles[row, :horizon].astype(np.float64), 4).tolist()
+    rows = np.round(answer.quantiles[row, :horizon].astype(np.float64), DECIMALS).tolist()
     stamps = _timestamps(last, step, len(rows))
     return [
         {"timestamp": stamp, **dict(zip(answer.names, values, strict=True))}
