@@ -3,6 +3,8 @@ calendar is worth tokens."""
 
 from __future__ import annotations
 
+import math
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -81,6 +83,29 @@ def test_no_epoch_is_started_that_would_end_past_the_budget(
     assert result.stopped_by == "time-budget"
     assert loop_s <= budget_s - reserve_s
     assert loop_s + per_epoch > budget_s - reserve_s  # ...and did not stop an epoch early
+
+
+def test_a_stop_request_ends_the_run_after_the_step_under_way(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    stop = threading.Event()
+    steps: list[int] = []
+
+    def counted(*args, **kwargs):  # the request comes during the third optimiser step
+        if kwargs["members"]:  # a training step; validation asks without
+            steps.append(1)
+            if len(steps) == 3:
+                stop.set()
+        return real_terms(*args, **kwargs)
+
+    real_terms = training.train._terms
+    monkeypatch.setattr(training.train, "_terms", counted)
+    cfg = TrainConfig(max_minutes=10, max_epochs=100, steps_per_epoch=5, batch_size=16,
+                      patience=100)
+    result = train(panel(), ModelConfig(context=7 * 24, horizon=24), cfg, progress=False,
+                   stop=stop)
+    assert (result.stopped_by, result.epochs, len(steps)) == ("signal", 1, 3)
+    assert len(result.curve) == 1  # the stopped epoch was validated
+    assert math.isfinite(result.best_validation_loss)
 
 
 def test_fit_counts_the_time_spent_before_it_against_the_budget(tmp_path: Path) -> None:

@@ -7,9 +7,13 @@ run with the `serve` extra alone.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -72,23 +76,46 @@ def cmd_train(args: argparse.Namespace) -> None:
     group = join(resolve_device(args.device))
     if not group.main:
         logging.getLogger().setLevel(logging.WARNING)
-    try:
+    with contextlib.ExitStack() as cleanup:
+        cleanup.callback(group.close)
+        stop = cleanup.enter_context(stop_on_signals())
         if Path(args.data).is_dir():  # a Parquet dataset: each rank reads only its files
             shard = load_panel(args.data, args.target, freq=args.freq, tz=args.tz,
                                shard=(group.rank, group.world))
             shard.holidays = args.holidays
             panel = aligned(shard, group)
-            _train(args, group, panel, started, block=panel)
+            _train(args, group, panel, started, stop, block=panel)
         else:  # one file: every rank reads it and trains on its block of cells
             panel = load_panel(args.data, args.target, freq=args.freq, tz=args.tz)
             panel.holidays = args.holidays
-            _train(args, group, panel, started)
+            _train(args, group, panel, started, stop)
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[threading.Event]:
+    """SIGTERM or Ctrl-C asks a training run to stop: it ends after the step under way and
+    writes the model it has, as at the end of its budget, then exits 0. A second one stops
+    the process at once."""
+    stop = threading.Event()
+
+    def ask(signum: int, frame: object) -> None:
+        if stop.is_set():
+            signal.signal(signum, signal.SIG_DFL)
+            signal.raise_signal(signum)
+        stop.set()
+        log.warning("%s: stopping after the step under way and writing the model so far "
+                    "(again to stop at once)", signal.Signals(signum).name)
+
+    previous = {signum: signal.signal(signum, ask) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield stop
     finally:
-        group.close()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _train(args: argparse.Namespace, group: Group, panel: Panel, started: float,
-           block: Panel | None = None) -> None:
+           stop: threading.Event, block: Panel | None = None) -> None:
     from model.config import ModelConfig
     from training.fit import fit
     from training.train import TrainConfig, validation_steps
@@ -110,7 +137,8 @@ def _train(args: argparse.Namespace, group: Group, panel: Panel, started: float,
     train_cfg = TrainConfig(max_minutes=args.max_minutes, max_epochs=args.max_epochs,
                             batch_size=args.batch_size, seed=args.seed, device=args.device)
     fitted = fit(panel, Path(args.out), model_cfg, train_cfg, str(args.data),
-                 progress=not args.quiet, group=group, block=block, started=started)
+                 progress=not args.quiet, group=group, block=block, started=started,
+                 stop=stop)
     if fitted is None:  # not rank 0: rank 0 writes and reports
         return
     meta, validation = fitted

@@ -7,6 +7,7 @@ import datetime as dt
 import hashlib
 import importlib.metadata
 import logging
+import threading
 import time
 from pathlib import Path
 
@@ -77,6 +78,7 @@ def fit(
     group: Group | None = None,
     block: Panel | None = None,
     started: float | None = None,
+    stop: threading.Event | None = None,
 ) -> tuple[ModelMetadata, BacktestResult] | None:
     """Train and write the model directory; None on every rank but rank 0, which writes.
 
@@ -84,7 +86,8 @@ def fit(
     now) to the written directory.
 
     Under data parallelism ``block`` is this rank's cells (by default its block of ``panel``);
-    rank 0 validates and reports on ``panel``, the cells it holds.
+    rank 0 validates and reports on ``panel``, the cells it holds. ``stop`` set ends training
+    early (see ``train``); the directory is written all the same.
     """
     group = group or Group(device=resolve_device(train_cfg.device))
     if block is None:
@@ -97,7 +100,8 @@ def fit(
                  "the horizon's calendar is left out", panel.holidays)
     spent = 0.0 if started is None else time.monotonic() - started
     result = train(block, model_cfg, train_cfg, progress=progress, group=group,
-                   checkpoint=out_dir / CHECKPOINT_FILE, reserve_s=spent + FINISHING_S)
+                   checkpoint=out_dir / CHECKPOINT_FILE, reserve_s=spent + FINISHING_S,
+                   stop=stop)
     if not group.main:
         return None
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -50,7 +51,7 @@ class TrainResult:
     best_validation_loss: float
     epochs: int
     seconds: float
-    stopped_by: str  # "early-stopping", "time-budget" or "max-epochs"
+    stopped_by: str  # "early-stopping", "time-budget", "max-epochs" or "signal"
     train_windows: int
     validation_windows: int
     validation_start: int  # first step whose values only validation windows forecast
@@ -124,6 +125,7 @@ def split_windows(
 def train(
     panel: Panel, model_cfg: ModelConfig, cfg: TrainConfig, progress: bool = True,
     group: Group | None = None, checkpoint: Path | None = None, reserve_s: float = 0.0,
+    stop: threading.Event | None = None,
 ) -> TrainResult:
     """Fit a forecaster on ``panel``; the last ``validation_fraction`` of time validates.
 
@@ -134,6 +136,10 @@ def train(
     With a distributed ``group``, ``panel`` is this rank's block of cells (every rank on the
     same time grid) and the result is the same on every rank. With ``checkpoint`` the state is
     saved there after each epoch, and a run with the same data and settings resumes from it.
+
+    ``stop`` set (SIGTERM, Ctrl-C) ends the run after the optimiser step under way, on every
+    rank at the same step: that epoch is validated, and the best weights so far are kept as
+    at the end of the budget.
     """
     group = group or Group(device=resolve_device(cfg.device))
     device = group.device
@@ -202,9 +208,11 @@ def train(
         initial=(first_epoch - 1) * steps_per_epoch,
     )
     epoch = first_epoch - 1
+    steps_taken = epoch * steps_per_epoch
     for epoch in range(first_epoch, cfg.max_epochs + 1):
         network.train()
         losses = []
+        stopping = False
         for _ in range(steps_per_epoch):
             tick = time.monotonic()
             picked = train_pairs.take(rng.integers(0, len(train_pairs), batch_size))
@@ -212,8 +220,11 @@ def train(
             if len(picked) == 0:  # no part of this batch is ours: join the reduction anyway
                 picked, weight = train_pairs.local[:1], 0.0
             total, count = _terms(model, windows.batch(picked), quantiles, members=True)
-            pooled_total, pooled_count = group.sum(
-                [weight * total.item(), weight * count.item()])
+            # The stop request rides on the reduction every step makes anyway: one rank told
+            # is every rank told, at the same step.
+            asked = float(stop is not None and stop.is_set())
+            pooled_total, pooled_count, stops = group.sum(
+                [weight * total.item(), weight * count.item(), asked])
             # Each rank's share of the global mean; DDP averages over ranks, hence the world.
             loss = total * (weight * group.world / max(pooled_count, 1.0))
             optimiser.zero_grad(set_to_none=True)
@@ -223,15 +234,22 @@ def train(
             if averaged is not None:
                 averaged.update()
             step_seconds += time.monotonic() - tick
+            steps_taken += 1
             losses.append(pooled_total / max(pooled_count, 1.0))
             bar.update(1)
             bar.set_postfix(loss=f"{losses[-1]:.4f}", val=f"{best_loss:.4f}", epoch=epoch)
+            if stops > 0:
+                stopping = True
+                break
         val_loss = evaluate_loss(kept, windows, val_pairs, quantiles, EVALUATION_BATCH, group)
         curve.append((float(np.mean(losses)), val_loss))
         scheduler.step(val_loss)
         if val_loss < best_loss:
             best_loss, best_epoch = val_loss, epoch
             best_state = {k: v.detach().clone() for k, v in kept.state_dict().items()}
+        if stopping:
+            stopped_by = "signal"
+            break
         if saver is not None:
             torch_rng = group.gather(torch.get_rng_state())  # a collective: every rank joins
         if saver is not None and group.main:
@@ -272,7 +290,7 @@ def train(
         )
     return TrainResult(
         network.cpu(), best_loss, epoch, seconds, stopped_by, len(train_pairs), len(val_pairs),
-        val_start, curve, epoch * steps_per_epoch * batch_size / max(step_seconds, 1e-9),
+        val_start, curve, steps_taken * batch_size / max(step_seconds, 1e-9),
         batch_size,
     )
 
