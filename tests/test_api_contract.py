@@ -212,3 +212,35 @@ def test_a_json_batch_takes_items_of_any_offset_and_horizon(model_dir: Path,
                 assert response.status_code == 422, query
 
     asyncio.run(go())
+
+
+def test_answers_step_through_a_dst_switch_in_their_own_offset(model_dir: Path,
+                                                              tmp_path: Path) -> None:
+    # The history ends at 00:00 UTC on 31 March 2024: Paris moves from +01:00 to +02:00 an
+    # hour later, inside the forecast.
+    end = pd.Timestamp("2024-03-31T00:00:00Z")
+    start = end - (CONTEXT - 1) * pd.Timedelta("1h")
+
+    async def go() -> None:
+        async with running(descriptor(tmp_path, model_dir)) as client:
+            answers = {}
+            for zone in ("UTC", "Europe/Paris"):  # one instant, two offsets, asked in turn
+                body = item(start=start.tz_convert(zone).isoformat())
+                answers[zone] = (await client.post("/v1/forecast", json=body)).json()
+            stamps = {zone: [pd.Timestamp(p["timestamp"]) for p in answer["forecasts"]]
+                      for zone, answer in answers.items()}
+            expected = list(pd.date_range(end + pd.Timedelta("1h"), periods=HORIZON, freq="1h"))
+            assert stamps["UTC"] == stamps["Europe/Paris"] == expected  # the same instants
+            # Each in the offset its request came in (a date-time carries an offset, no zone).
+            assert answers["UTC"]["forecasts"][0]["timestamp"] == "2024-03-31T01:00:00+00:00"
+            assert answers["Europe/Paris"]["forecasts"][1]["timestamp"] == (
+                "2024-03-31T03:00:00+01:00")
+            # A held cell is answered in the model's zone, Europe/Paris: across the switch.
+            history = {k: v for k, v in item(start=start.isoformat()).items() if k != "cell_id"}
+            assert (await client.post("/v1/cells/c1/history", json=history)).status_code == 200
+            held = (await client.get("/v1/cells/c1/forecast")).json()["forecasts"]
+            assert [p["timestamp"] for p in held[:2]] == ["2024-03-31T03:00:00+02:00",
+                                                          "2024-03-31T04:00:00+02:00"]
+            assert [pd.Timestamp(p["timestamp"]) for p in held] == expected
+
+    asyncio.run(go())

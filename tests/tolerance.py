@@ -10,6 +10,11 @@ roundoff. So they lie within twice that of each other.
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
 from model.config import ModelConfig
 from xapp.api import DECIMALS
 
@@ -25,10 +30,12 @@ def gamma(roundings: int, unit: float = UNIT_ROUNDOFF_32) -> float:
     return roundings * unit / (1 - roundings * unit)
 
 
-def rounding_tolerance(roundings: int, magnitude: float) -> float:
+def rounding_tolerance(roundings: int, magnitude: ArrayLike) -> Any:
     """Two float32 evaluations of a computation of ``roundings`` operations on values of
-    ``magnitude``: each within gamma of the exact result, so within twice that of each other."""
-    return 2 * gamma(roundings) * magnitude
+    ``magnitude``: each within gamma of the exact result, so within twice that of each other.
+    A float for one magnitude (what pytest.approx takes), an array for several."""
+    bound = 2 * gamma(roundings) * np.asarray(magnitude, dtype=np.float64)
+    return float(bound) if bound.ndim == 0 else bound
 
 
 def network_roundings(cfg: ModelConfig) -> int:
@@ -49,14 +56,14 @@ def network_roundings(cfg: ModelConfig) -> int:
             + cfg.ensemble + 2)  # the members' mean, calibration and de-normalisation
 
 
-def network_tolerance(cfg: ModelConfig, magnitude: float) -> float:
+def network_tolerance(cfg: ModelConfig, magnitude: ArrayLike) -> Any:
     """Two float32 forecasts of the same window, for windows whose values reach
     ``magnitude``: every quantity on the way is of that size or normalised by the window's
     scale, which the values bound."""
     return rounding_tolerance(network_roundings(cfg), magnitude)
 
 
-def answer_tolerance(cfg: ModelConfig, magnitude: float) -> float:
+def answer_tolerance(cfg: ModelConfig, magnitude: ArrayLike) -> Any:
     """Two forecasts as the API answers them, rounded to DECIMALS places."""
     return network_tolerance(cfg, magnitude) + ANSWER_ROUNDING
 

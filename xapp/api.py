@@ -308,7 +308,7 @@ def _series(body: SeriesIn, model: OnnxForecaster) -> tuple[np.ndarray, pd.Times
 def _points(answer: Answer, row: int, last: dt.datetime, step: dt.timedelta,
             horizon: int | None) -> list[dict]:
     rows = np.round(answer.quantiles[row, :horizon].astype(np.float64), DECIMALS).tolist()
-    stamps = _timestamps(last, step, len(rows))
+    stamps = _timestamps(last.astimezone(dt.UTC), last.tzinfo, step, len(rows))
     return [
         {"timestamp": stamp, **dict(zip(answer.names, values, strict=True))}
         for stamp, values in zip(stamps, rows, strict=True)
@@ -316,9 +316,16 @@ def _points(answer: Answer, row: int, last: dt.datetime, step: dt.timedelta,
 
 
 @functools.lru_cache(maxsize=256)
-def _timestamps(last: dt.datetime, step: dt.timedelta, horizon: int) -> tuple[str, ...]:
-    """The forecast steps' ISO timestamps: the same few windows are asked for all hour long."""
-    return tuple((last + (k + 1) * step).isoformat() for k in range(horizon))
+def _timestamps(last: dt.datetime, zone: dt.tzinfo, step: dt.timedelta, horizon: int
+                ) -> tuple[str, ...]:
+    """The forecast steps' ISO timestamps in ``zone``, from ``last`` in UTC: the same few
+    windows are asked for all hour long.
+
+    Steps are added in UTC: an aware datetime adds on the wall clock, which across a DST
+    switch would label two steps with one instant. The zone is part of the key because
+    datetimes of one instant in two zones are equal, and hash alike.
+    """
+    return tuple((last + (k + 1) * step).astimezone(zone).isoformat() for k in range(horizon))
 
 
 def _response(cell_id: str, answer: Answer, row: int, last: dt.datetime, step: dt.timedelta,
