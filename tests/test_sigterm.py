@@ -1,5 +1,8 @@
 """Every long-running command exits 0 within STOP_WITHIN_S of SIGTERM, also while what it talks
-to is down or silent; and what it retried meanwhile was logged with its type and reason."""
+to is down or silent; and what it retried meanwhile was logged with its type and reason.
+
+(A plain `serve` is stopped so in test_xapp_process.py, with a request in flight, and the
+README's servers at the end of each of its blocks.)"""
 
 from __future__ import annotations
 
@@ -47,13 +50,6 @@ def logged(server, text: str, seconds: float = 20.0) -> None:
     while text not in server.log:
         assert time.monotonic() < deadline, f"never logged {text!r}:\n{server.log[-3000:]}"
         time.sleep(0.1)
-
-
-def test_serve_stops_on_sigterm(config: Path, tmp_path: Path) -> None:
-    port = free_port()
-    with running(serve(config, port), answers(f"http://127.0.0.1:{port}/ric/v1/health/ready"),
-                 tmp_path / "serve.log"):
-        pass  # leaving the block sends SIGTERM and checks the exit
 
 
 def test_serve_stops_while_its_subscription_manager_is_silent(config: Path, tmp_path: Path,
