@@ -8,6 +8,7 @@ import copy
 import subprocess
 import sys
 import tarfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from tests import api_standin
 from tests.k8s_tools import tool
 from tests.xapp_helpers import make_model
 from training.cli import main
+from xapp import k8s
 from xapp.k8s import FETCHER, VERSION_ANNOTATION
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
@@ -189,6 +191,25 @@ def test_a_failed_rollout_is_rolled_back(cluster, tmp_path: Path, capsys) -> Non
     assert template["metadata"]["annotations"][VERSION_ANNOTATION] == "v1"
     fetcher = next(c for c in template["spec"]["initContainers"] if c["name"] == FETCHER)
     assert {"name": "MODEL_URL", "value": "https://models.example/v1.tar.gz"} in fetcher["env"]
+
+
+def test_a_stopped_rollout_stops_watching_and_leaves_the_cluster_rolling(
+        cluster, tmp_path: Path) -> None:
+    from kubernetes import config
+
+    server, kubeconfig = cluster
+    model = make_model(tmp_path / "model", version="v5")
+    stop = threading.Event()
+    stop.set()  # as SIGTERM sets it: the watch ends after its first look
+    # A model whose pods never come up: watched on, the rollout would stall and be rolled back
+    # (the test above); no longer watched, it is left to the cluster.
+    state = k8s.rollout(config.new_client_from_config(config_file=str(kubeconfig)), NAMESPACE,
+                        NAME, model, "https://models.example/broken-v5.tar.gz", timeout_s=30,
+                        poll_s=0.01, stop=stop)
+    assert {p.model_version for p in state.pods} == {"v1"}  # not rolled
+    assert len(server.patches) == 1  # the new template, and no roll back
+    annotations = server.deployment["spec"]["template"]["metadata"]["annotations"]
+    assert annotations[VERSION_ANNOTATION] == "v5"
 
 
 def test_a_model_baked_into_the_image_cannot_be_rolled_this_way(cluster, tmp_path: Path,

@@ -78,7 +78,8 @@ def cmd_train(args: argparse.Namespace) -> None:
         logging.getLogger().setLevel(logging.WARNING)
     with contextlib.ExitStack() as cleanup:
         cleanup.callback(group.close)
-        stop = cleanup.enter_context(stop_on_signals())
+        stop = cleanup.enter_context(stop_on_signals(
+            "stopping after the step under way and writing the model so far"))
         if Path(args.data).is_dir():  # a Parquet dataset: each rank reads only its files
             shard = load_panel(args.data, args.target, freq=args.freq, tz=args.tz,
                                shard=(group.rank, group.world))
@@ -92,10 +93,9 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 
 @contextlib.contextmanager
-def stop_on_signals() -> Iterator[threading.Event]:
-    """SIGTERM or Ctrl-C asks a training run to stop: it ends after the step under way and
-    writes the model it has, as at the end of its budget, then exits 0. A second one stops
-    the process at once."""
+def stop_on_signals(doing: str) -> Iterator[threading.Event]:
+    """SIGTERM or Ctrl-C asks a long-running command to stop: the event is set, the command
+    winds down (``doing`` says how) and exits 0. A second signal stops the process at once."""
     stop = threading.Event()
 
     def ask(signum: int, frame: object) -> None:
@@ -103,8 +103,7 @@ def stop_on_signals() -> Iterator[threading.Event]:
             signal.signal(signum, signal.SIG_DFL)
             signal.raise_signal(signum)
         stop.set()
-        log.warning("%s: stopping after the step under way and writing the model so far "
-                    "(again to stop at once)", signal.Signals(signum).name)
+        log.warning("%s: %s (again to stop at once)", signal.Signals(signum).name, doing)
 
     previous = {signum: signal.signal(signum, ask) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -333,9 +332,14 @@ def cmd_k8s(args: argparse.Namespace) -> None:
             return
         api = kubernetes_client(args)
         if args.k8s_command == "rollout":
-            state = k8s.rollout(api, args.namespace, args.name, Path(args.model),
-                                args.model_url, timeout_s=args.timeout)
-            print(f"{args.namespace}/{args.name}: every pod serves {state.model_version}")
+            with stop_on_signals("no longer watching; the rollout goes on in the cluster") as stop:
+                state = k8s.rollout(api, args.namespace, args.name, Path(args.model),
+                                    args.model_url, timeout_s=args.timeout, stop=stop)
+            if stop.is_set():
+                print(f"{args.namespace}/{args.name}: stopped watching the rollout; "
+                      "'kpi-forecast k8s status' follows it")
+            else:
+                print(f"{args.namespace}/{args.name}: every pod serves {state.model_version}")
         state = k8s.status(api, args.namespace, args.name)
     except (ConfigException, k8s.RolloutError) as exc:
         raise DataError(str(exc)) from None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import tarfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,8 +118,11 @@ def template_patch(model_url: str, version: str) -> dict:
 
 
 def rollout(api: client.ApiClient, namespace: str, name: str, model_dir: Path, model_url: str,
-            timeout_s: float = 600.0, poll_s: float = 2.0) -> DeploymentState:
-    """Roll ``name`` to the model in ``model_dir`` (published at ``model_url``)."""
+            timeout_s: float = 600.0, poll_s: float = 2.0,
+            stop: threading.Event | None = None) -> DeploymentState:
+    """Roll ``name`` to the model in ``model_dir`` (published at ``model_url``). With ``stop``
+    set (SIGTERM, Ctrl-C) it stops watching and returns the state then: the rollout goes on
+    in the cluster, as after ``kubectl rollout status`` is interrupted."""
     version = load_metadata(model_dir).model_version
     apps = client.AppsV1Api(api)
     deployment = apps.read_namespaced_deployment(name, namespace)
@@ -133,7 +137,7 @@ def rollout(api: client.ApiClient, namespace: str, name: str, model_dir: Path, m
         VERSION_ANNOTATION, "")
     apps.patch_namespaced_deployment(name, namespace, template_patch(model_url, version))
     try:
-        return _wait(api, namespace, name, version, timeout_s, poll_s)
+        return _wait(api, namespace, name, version, timeout_s, poll_s, stop or threading.Event())
     except RolloutError as exc:
         apps.patch_namespaced_deployment(
             name, namespace, template_patch(previous_url, previous_version))
@@ -142,7 +146,7 @@ def rollout(api: client.ApiClient, namespace: str, name: str, model_dir: Path, m
 
 
 def _wait(api: client.ApiClient, namespace: str, name: str, version: str, timeout_s: float,
-          poll_s: float) -> DeploymentState:
+          poll_s: float, stop: threading.Event) -> DeploymentState:
     apps = client.AppsV1Api(api)
     deadline = time.monotonic() + timeout_s
     while True:
@@ -158,4 +162,5 @@ def _wait(api: client.ApiClient, namespace: str, name: str, version: str, timeou
             serving = sorted({str(p.model_version) for p in state.pods})
             raise RolloutError(f"rollout of {version} not done after {timeout_s:.0f} s "
                                f"(pods serve {', '.join(serving)})")
-        time.sleep(poll_s)
+        if stop.wait(poll_s):
+            return state
