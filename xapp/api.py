@@ -526,8 +526,10 @@ async def _batch_json(service: Service, batch: BatchRequest, arrival: float,
     call at the longest horizon asked for, each answer cut to its own."""
     for spelling in {item.freq for item in batch.items} | ({freq} if freq is not None else set()):
         model, _ = service.check_request(spelling, horizon)  # each the model's step
-    horizons = [service.check_request(item.freq, item.horizon or horizon)[1]
-                for item in batch.items]
+    # Each distinct horizon checked once, not once per item of up to 10^5.
+    asked = {item.horizon or horizon for item in batch.items}
+    resolved = {h: service.check_request(model.metadata.freq, h)[1] for h in asked}
+    horizons = [resolved[item.horizon or horizon] for item in batch.items]
     series = [_series(item, model) for item in batch.items]
     longest = max(len(values) for values, _ in series)
     history = np.full((len(series), longest), np.nan, np.float32)
