@@ -9,13 +9,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests.processes import free_port
 from tests.system_tools import system_tool
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @contextlib.contextmanager

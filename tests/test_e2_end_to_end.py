@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ import uvicorn
 
 from data.synthetic import generate
 from model.config import ModelConfig
+from tests.processes import free_port
 from tests.tolerance import answer_tolerance
 from tests.xapp_helpers import CONTEXT, HORIZON, descriptor, make_model, running
 from training.ingest import load_panel
@@ -38,11 +38,6 @@ def one_cell_two_days(tmp_path: Path) -> Path:
              missing=False).to_csv(data, index=False)
     return data
 
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 async def subscribe_first_cell(node: MockE2Node, rmr_port: int,

@@ -9,7 +9,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.processes import free_port
 from tests.xapp_helpers import CONTEXT, make_model, write_descriptor
 from xapp.smoke import wait_ready
 
@@ -177,11 +177,6 @@ def test_training_stage_takes_torch_from_the_cpu_index(parsed: dict[str, Stage])
 
 # --- the serving venv, built as the image builds it --------------------------------------------
 
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 # Run inside the new venv, from outside the repository: where the packages were imported from,

@@ -16,7 +16,8 @@ import pytest
 
 from data.synthetic import generate
 from model.config import ModelConfig
-from tests.redis_server import free_port, redis_server
+from tests.processes import free_port
+from tests.redis_server import redis_server
 from tests.test_xapp_process import NO_TORCH
 from tests.tolerance import answer_tolerance
 from tests.xapp_helpers import (

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -16,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.processes import free_port
 from tests.xapp_helpers import CONTEXT, make_model, write_descriptor
 from xapp.smoke import wait_ready
 
@@ -31,11 +31,6 @@ NO_TORCH = (
     "sys.exit(main(sys.argv[1:]))\n"
 )
 
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.mark.slow

@@ -35,6 +35,7 @@ from xapp import binary, openapi, registration
 from xapp.config import ConfigWatcher, Descriptor
 from xapp.history import History, HistoryError, HistoryUnavailable
 from xapp.schemas import (
+    CELL_ID_PATTERN,
     FIRST_YEAR,
     FREQ_DESCRIPTION,
     LAST_YEAR,
@@ -60,7 +61,8 @@ log = logging.getLogger(__name__)
 
 ERRORS = {code: {"model": ErrorOut} for code in (400, 404, 409, 413, 422, 503)}
 DECIMALS = 4  # of the quantiles answered in JSON: a tenth of a thousandth of any KPI unit
-CellIdPath = Annotated[str, Path(min_length=1, max_length=MAX_CELL_ID, pattern=r"^[^/]+$")]
+CellIdPath = Annotated[str, Path(min_length=1, max_length=MAX_CELL_ID,
+                                  pattern=CELL_ID_PATTERN)]
 
 
 def create_app(

@@ -55,7 +55,8 @@ Start = Annotated[
 # Strict: a JSON true is not the number 1, nor "12" the number 12.
 Kpi = Annotated[float, Field(ge=0.0, le=MAX_KPI_VALUE, allow_inf_nan=False, strict=True)]
 # No "/": a cell is addressed in paths (/v1/cells/{id}/forecast), where one could not be.
-CellId = Annotated[str, Field(min_length=1, max_length=MAX_CELL_ID, pattern=r"^[^/]+$")]
+CELL_ID_PATTERN = r"^[^/]+$"
+CellId = Annotated[str, Field(min_length=1, max_length=MAX_CELL_ID, pattern=CELL_ID_PATTERN)]
 Horizon = Annotated[Annotated[int, Field(ge=1)] | None, BeforeValidator(_whole), Field(
     default=None, description="steps to forecast; default from config, at most the model's "
     "horizon")]
