@@ -29,6 +29,7 @@ EXPECTED_ALERTS = {
     "KpiForecastLatencyBudgetBurn",
     "KpiForecastFallbackRate",
     "KpiForecastShedRate",
+    "KpiForecastShedWithoutQueueing",
     "KpiForecastNotReady",
     "KpiForecastNoE2Indications",
 }

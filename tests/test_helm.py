@@ -428,7 +428,8 @@ def test_descriptor_controls_follow_values(rendered: Callable[[str], Docs]) -> N
     assert controls["defaultHorizon"] == 24
     assert controls["quantiles"] == [0.1, 0.5, 0.9]
     assert controls["batching"] == {"maxBatchSize": 128, "maxQueueDelayMs": 1.5,
-                                    "maxQueueSize": 2048}
+                                    "maxQueueSize": 2048, "admission": "off"}
+    assert default["batching"]["admission"] == "adaptive"
     assert controls["historyLength"] == 2016
     assert default["historyStore"] == {"backend": "memory", "namespace": "kpi-forecast",
                                        "timeoutMs": 500, "maxCells": 100000}

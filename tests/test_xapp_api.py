@@ -19,6 +19,7 @@ from model.runtime import OnnxForecaster
 from tests.tolerance import ANSWER_ROUNDING, answer_tolerance, network_tolerance
 from tests.xapp_helpers import CONTEXT, HORIZON, descriptor, make_model, running
 from xapp import binary
+from xapp.overload import WINDOW_ANSWERS
 
 START = "2013-12-01T00:00:00+01:00"
 
@@ -391,31 +392,76 @@ def test_a_failing_model_falls_back_and_keeps_serving(model_dir: Path, tmp_path:
     run(go())
 
 
-def test_once_answers_run_late_the_excess_is_shed_with_503(model_dir: Path,
-                                                            tmp_path: Path) -> None:
+def test_requests_that_wait_beyond_the_allowance_are_shed_with_503(model_dir: Path,
+                                                                   tmp_path: Path) -> None:
+    async def go() -> None:
+        # One series per model call of 10 ms or more: a burst of 16 queues up to 160 ms
+        # against a 60 ms budget, far beyond its allowance (55 ms less the service time).
+        desc = descriptor(tmp_path, model_dir, latencyBudgetMs=60,
+                          batching={"maxBatchSize": 1, "maxQueueDelayMs": 0,
+                                    "maxQueueSize": 24})
+        async with running(desc) as client:
+            slow_down(client, 0.01)
+            admission = client.app.state.service.admission
+            assert admission.limit == 24  # open until requests wait
+            shed, waves = None, 0
+            while shed is None:
+                responses = await asyncio.gather(*[
+                    client.post("/v1/forecast", json=body(cell_id=f"w{i}")) for i in range(16)
+                ])
+                assert {r.status_code for r in responses} <= {200, 503}
+                shed = next((r for r in responses if r.status_code == 503
+                             and r.json()["reason"] == "overload"), None)
+                waves += 1
+                assert waves < 100, "the limit did not close"
+            assert admission.limit < 16 and admission.delay > 0
+            assert shed.headers["retry-after"] == "1"
+            metrics = (await client.get("/ric/v1/metrics")).text
+            assert f"kpi_forecast_admission_limit {admission.limit}" in metrics
+            assert f"kpi_forecast_queueing_delay_seconds {admission.delay}" in metrics
+            assert 'kpi_forecast_shed_requests_total{reason="overload"} 0.0' not in metrics
+            assert (await client.get("/ric/v1/health/ready")).status_code == 200  # not shed
+
+    run(go())
+
+
+def test_late_answers_without_waiting_shed_nothing(model_dir: Path, tmp_path: Path) -> None:
     async def go() -> None:
         desc = descriptor(tmp_path, model_dir, latencyBudgetMs=20,
                           batching={"maxBatchSize": 64, "maxQueueDelayMs": 2,
                                     "maxQueueSize": 64})
         async with running(desc) as client:
-            slow_down(client, 0.1)  # model calls of 100 ms against a 20 ms budget: all late
-            reasons = [  # the in-flight limit closes from 64 towards its floor
-                (await client.post("/v1/forecast", json=body(cell_id=f"w{i}"))).json()["reason"]
-                for i in range(40)
-            ]
-            assert reasons.count("timeout") >= 30  # the rest caught a batch as it closed
-            responses = await asyncio.gather(
-                *[client.post("/v1/forecast", json=body(cell_id=f"c{i}")) for i in range(12)]
-            )
-            codes = [r.status_code for r in responses]
-            assert set(codes) == {200, 503} and codes.count(503) >= 8
-            shed = next(r for r in responses if r.status_code == 503)
-            assert shed.headers["retry-after"] == "1"
-            assert shed.json()["reason"] == "overload"
+            # Every model call late, but one request at a time, each after the call before it
+            # has finished: none waits behind another.
+            slow_down(client, 0.025)
+            for i in range(WINDOW_ANSWERS + 5):
+                answer = await client.post("/v1/forecast", json=body(cell_id=f"s{i}"))
+                assert answer.status_code == 200 and answer.json()["reason"] == "timeout"
+                await asyncio.sleep(0.01)
+            admission = client.app.state.service.admission
+            assert admission.limit == 64 and admission.delay < admission.allowance
             metrics = (await client.get("/ric/v1/metrics")).text
-            assert (f'kpi_forecast_shed_requests_total{{reason="overload"}} '
-                    f'{codes.count(503)}.0') in metrics
-            assert (await client.get("/ric/v1/health/ready")).status_code == 200  # not shed
+            assert 'kpi_forecast_shed_requests_total{reason="overload"} 0.0' in metrics
+            assert 'kpi_forecast_goodput_requests_total{route="/v1/forecast"} 0.0' in metrics
+
+    run(go())
+
+
+def test_a_loop_later_than_the_budget_refuses_before_reading(model_dir: Path,
+                                                             tmp_path: Path) -> None:
+    async def go() -> None:
+        desc = descriptor(tmp_path, model_dir, latencyBudgetMs=20)
+        async with running(desc) as client:
+            service = client.app.state.service
+            # As if the loop had been a minute late: a request now has waited about as long
+            # in its socket. (The probe smooths towards the truth from its next tick.)
+            service.loop_lag.seconds = 60.0
+            refused = await client.post("/v1/forecast", content=b"not even JSON",
+                                        headers={"content-type": "application/json"})
+            assert refused.status_code == 503 and refused.json()["reason"] == "deadline"
+            assert (await client.get("/ric/v1/health/ready")).status_code == 200
+            service.loop_lag.seconds = 0.0
+            assert (await client.post("/v1/forecast", json=body())).status_code == 200
 
     run(go())
 

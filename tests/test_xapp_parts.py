@@ -121,27 +121,64 @@ def test_the_batcher_bounds_its_queue_and_skips_abandoned_requests() -> None:
     asyncio.run(go())
 
 
-def test_the_concurrency_limit_shrinks_on_late_answers_and_grows_back() -> None:
-    from xapp.overload import MIN_LIMIT, ConcurrencyLimit
+def test_the_concurrency_limit_follows_queueing_delay_against_the_allowance() -> None:
+    from xapp.overload import (
+        MAX_GRADIENT,
+        MIN_GRADIENT,
+        MIN_LIMIT,
+        SMOOTHING,
+        WINDOW_ANSWERS,
+        ConcurrencyLimit,
+    )
 
-    limit = ConcurrencyLimit(initial=8, maximum=10)
-    assert all(limit.try_acquire() for _ in range(8)) and not limit.try_acquire()
-    for _ in range(8):  # late together, for one cause: one cut
-        limit.release(arrival=0.0, seconds=0.5, budget_s=0.1)
-    assert limit.limit == pytest.approx(8 * 0.9) and limit.in_flight == 0
-    assert limit.try_acquire()
-    limit.release(arrival=0.0, seconds=0.5, budget_s=0.1)  # in flight at the cut: no cut
-    assert limit.try_acquire()
-    limit.release(arrival=0.1, seconds=0.055, budget_s=0.1)  # neither early nor late
-    assert limit.limit == pytest.approx(8 * 0.9)
-    now = 1.0
-    for _ in range(50):  # late one after another: a cut each
-        assert limit.try_acquire()
-        limit.release(arrival=now, seconds=0.5, budget_s=0.1)
-        now += 0.5
+    def window(limit: ConcurrencyLimit, waited: float, latency: float, now: float,
+               concurrency: int = 100) -> float:
+        """One window of identical answers over one round, the last arriving at ``now``, with
+        ``concurrency`` requests in flight (as many as the limit lets in)."""
+        held = sum(limit.try_acquire() for _ in range(concurrency))
+        for k in range(WINDOW_ANSWERS):
+            limit.record(waited, latency, budget_left=0.010,
+                         now=now - latency * (WINDOW_ANSWERS - 1 - k) / (WINDOW_ANSWERS - 1))
+        for _ in range(held):
+            limit.release()
+        return limit.limit
+
+    limit = ConcurrencyLimit(maximum=1000)
+    assert limit.limit == 1000  # open until requests wait
+    # Waits twice the allowance (10 ms budget - 2 ms service = 8 ms): the gradient's floor,
+    # applied to the 100 in flight rather than to the open limit.
+    cut = window(limit, waited=0.016, latency=0.018, now=1.0)
+    assert cut == pytest.approx(100 * (1 - SMOOTHING + SMOOTHING * MIN_GRADIENT))
+    assert (limit.delay, limit.service) == (0.016, 0.018 - 0.016)
+    assert limit.allowance == 0.010 - (0.018 - 0.016)
+    # Waits of exactly the allowance: the fixed point, the limit stays.
+    assert window(limit, waited=0.008, latency=0.010, now=2.0) == pytest.approx(cut)
+    # A third of the allowance (9 ms): the gradient 3, bounded to 2.
+    grown = window(limit, waited=0.003, latency=0.004, now=3.0)
+    assert grown == pytest.approx(cut * (1 - SMOOTHING + SMOOTHING * MAX_GRADIENT))
+    # Nothing waits: it grows as fast, up to the maximum and no further.
+    for now in range(4, 30):
+        window(limit, waited=0.0, latency=0.001, now=float(now))
+    assert limit.limit == 1000
+    for now in range(30, 200):  # waits far beyond the allowance: down to the floor, no lower
+        window(limit, waited=0.5, latency=0.5, now=float(now), concurrency=1000)
     assert limit.limit == MIN_LIMIT
-    for _ in range(200):
-        assert limit.try_acquire()
-        limit.release(arrival=now, seconds=0.01, budget_s=0.1)  # all on time
-        now += 0.01
-    assert 10 >= limit.limit > 8
+    # A window lasts one round at least: its answers of 50 ms within no time close none.
+    for _ in range(WINDOW_ANSWERS):
+        limit.record(0.0, 0.050, budget_left=0.010, now=300.0)
+    assert limit.limit == MIN_LIMIT
+    limit.record(0.0, 0.050, budget_left=0.010, now=300.05)
+    assert limit.limit > MIN_LIMIT
+    # A limit cut by part of a request admits as many as before.
+    limit.limit = 3.6
+    assert [limit.try_acquire() for _ in range(5)] == [True] * 4 + [False]
+
+
+def test_admission_off_admits_everything_and_still_measures() -> None:
+    from xapp.overload import WINDOW_ANSWERS, ConcurrencyLimit
+
+    limit = ConcurrencyLimit(maximum=4, enabled=False)
+    assert all(limit.try_acquire() for _ in range(50))
+    for k in range(WINDOW_ANSWERS):
+        limit.record(0.5, 0.5, budget_left=0.010, now=k * 0.5)
+    assert limit.limit < 4 and limit.try_acquire()

@@ -43,6 +43,7 @@ class ModelUnavailable(Exception):
 class Result:
     quantiles: np.ndarray  # [rows, horizon, Q]
     model: OnnxForecaster  # the model that answered (its metadata names version, quantiles)
+    started: float  # monotonic time its model call began: a request's wait ends there
 
 
 @dataclass
@@ -80,6 +81,8 @@ class DynamicBatcher:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inference")
         # Seconds per model call, smoothed: what a new request should expect to wait.
         self.batch_seconds = 0.0
+        self._running: list[_Job] = []  # the batch in the model now, and when it began
+        self._running_since = 0.0
 
     def configure(self, max_batch_size: int, max_queue_delay_s: float, max_queue_size: int
                   ) -> None:
@@ -96,6 +99,12 @@ class DynamicBatcher:
         """Seconds until a request queued now would have its answer."""
         batches_ahead = self.depth // max(self.max_batch_size, 1)
         return (batches_ahead + 1) * self.batch_seconds + self.max_queue_delay_s
+
+    def call_started(self, future: asyncio.Future[Result]) -> float | None:
+        """When the model call that holds ``future``'s request began; None while it waits."""
+        if any(job.future is future for job in self._running):
+            return self._running_since
+        return None
 
     def submit(self, history: np.ndarray, last: pd.DatetimeIndex) -> asyncio.Future[Result]:
         if self.depth + len(last) > self.max_queue_size and self._queue:
@@ -160,6 +169,7 @@ class DynamicBatcher:
         started = time.monotonic()
         for job in jobs:
             self._metrics.queue_wait.observe(started - job.enqueued)
+        self._running, self._running_since = jobs, started
         try:
             quantiles = await loop.run_in_executor(self._executor, model.forecast, history, last)
         except Exception as exc:  # the model failing must not take the loop down with it
@@ -167,6 +177,8 @@ class DynamicBatcher:
             for job in jobs:
                 _fail(job, ModelUnavailable(f"model call failed: {exc}"))
             return
+        finally:
+            self._running = []
         seconds = time.monotonic() - started
         self.batch_seconds = seconds if not self.batch_seconds else (
             0.8 * self.batch_seconds + 0.2 * seconds)
@@ -176,7 +188,7 @@ class DynamicBatcher:
         for job in jobs:
             rows = len(job.last)
             if not job.future.done():
-                job.future.set_result(Result(quantiles[row : row + rows], model))
+                job.future.set_result(Result(quantiles[row : row + rows], model, started))
             row += rows
 
     async def drain(self, timeout: float) -> None:

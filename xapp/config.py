@@ -65,6 +65,9 @@ class Batching(BaseModel):
     max_batch_size: int = Field(64, ge=1, le=4096)
     max_queue_delay_ms: float = Field(2.0, ge=0, le=1000)
     max_queue_size: int = Field(1024, ge=1, le=100_000)
+    # adaptive: an in-flight limit that follows the queueing delay (xapp/overload.py); off:
+    # every request is admitted up to max_queue_size (a RIC that sheds load upstream).
+    admission: Literal["adaptive", "off"] = "adaptive"
 
 
 class Registration(BaseModel):

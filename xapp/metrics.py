@@ -55,6 +55,11 @@ class Metrics:
             f"{PREFIX}_fallbacks", "Forecasts answered by the seasonal-naive fallback.",
             ["reason"], registry=r,
         )
+        self.goodput = Counter(
+            f"{PREFIX}_goodput_requests",
+            "Forecast requests answered by the model within their latency budget.",
+            ["route"], registry=r,
+        )
         self.shed = Counter(
             f"{PREFIX}_shed_requests", "Requests refused with 503 to protect the budget.",
             ["reason"], registry=r,
@@ -64,6 +69,7 @@ class Metrics:
         for route in FORECAST_ROUTES:
             self.request_latency.labels(route=route)
             self.budget_violations.labels(route=route)
+            self.goodput.labels(route=route)
         for reason in FALLBACK_REASONS:
             self.fallbacks.labels(reason=reason)
         for reason in SHED_REASONS:
@@ -114,4 +120,25 @@ class Metrics:
         )
         self.model_ready = Gauge(
             f"{PREFIX}_model_ready", "1 when a verified, warmed-up model is serving.", registry=r,
+        )
+        self.admission_limit = Gauge(
+            f"{PREFIX}_admission_limit",
+            "Single forecasts admitted in flight before new ones are shed (adaptive).",
+            registry=r,
+        )
+        self.queueing_delay = Gauge(
+            f"{PREFIX}_queueing_delay_seconds",
+            "99th percentile of the time single forecasts waited before their model call "
+            "(and the event loop's lag), last window.", registry=r,
+        )
+        self.service_time = Gauge(
+            f"{PREFIX}_service_time_seconds",
+            "99th percentile of single forecasts' time from their model call to the answer "
+            "(the no-load latency at the batch size the load makes), last window.", registry=r,
+        )
+        self.queueing_allowance = Gauge(
+            f"{PREFIX}_queueing_delay_allowance_seconds",
+            "How long a single forecast may wait and still be answered by the model within "
+            "the budget: the budget, less the fallback's slice, less the service time.",
+            registry=r,
         )

@@ -1,27 +1,43 @@
 """Admission control: how many forecast requests may be in flight before new ones are shed.
 
 Under overload, queueing anywhere (in the socket, the event loop, the batcher) only makes every
-answer late. The limit adapts like TCP's congestion window (additive increase, multiplicative
-decrease, as in Netflix's concurrency-limits): each answer well within the budget lets the
-limit grow by about one per round, a late answer cuts it by a tenth, once per round: answers
-late together are late for one cause (a burst, a GC pause) and cut once. The event loop's
-own lateness counts towards an answer's latency, because the time a request waits in the
-socket before the app reads it is invisible to per-request timers.
+answer late, so the excess is refused before its body is read. How much is excess is not fixed
+in advance, nor a share of the budget: it follows the queueing delay, as Netflix's
+concurrency-limits (Gradient2) and Envoy's adaptive concurrency filter do.
+
+Each single forecast's latency splits in two, both measured by the xApp on every request:
+
+- its **queueing delay**: arrival to the start of its model call, plus the event loop's own
+  lateness (the time a request waits in the socket before the app reads it is invisible to
+  per-request timers, and grows with the loop's lag). A request answered by the fallback
+  waited all its time;
+- its **service time**: the model call and the answer, what it takes once nothing is ahead of
+  it (the no-load latency at the batch size the load makes).
+
+The **allowance** is how long a request may wait and still be answered by the model within the
+budget: the budget, less the slice kept back for the fallback, less the service time (and never
+less than one service time: waiting for the call in progress is how batching works). After each
+window of answers the limit moves by the gradient allowance / queueing delay (the window's 99th
+percentiles; bounded to [1/2, 2] and smoothed): it grows while requests wait less than the
+allowance, so it never sheds while requests are not waiting, and once they wait longer it shrinks
+from the concurrency the window actually had. The
+fixed point is the largest concurrency whose answers still fit the budget, on a slow machine and
+a fast one alike, since every term is measured where it runs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 
 TICK_S = 0.002
 LAG_SMOOTHING = 0.3  # weight of the newest tick: reacts within a few milliseconds
-# The budget is the caller's, end to end; the xApp sees only its own part of it. The socket
-# queues, the network and a busy client take the rest: on two cores shared with the load
-# generator, about 3 ms at the 99th percentile. So the limit steers on 60 % of the budget.
-LATE_FRACTION = 0.6  # answers later than this share of the budget are late
-EARLY_FRACTION = 0.5  # answers earlier than this share are early: they let the limit grow
-BACKOFF = 0.9
+WINDOW_ANSWERS = 100  # answers per window: enough for its 99th percentile to be a real one
+DELAY_QUANTILE = 0.99  # the window's delay that must fit the allowance: the p99 in budget
+MAX_GRADIENT = 2.0  # per window, at most double the limit (nothing waits) ...
+MIN_GRADIENT = 0.5  # ... or halve it (requests wait twice the allowance)
+SMOOTHING = 0.2  # weight of the newest window's limit, as in Gradient2
 MIN_LIMIT = 2.0
 
 
@@ -40,28 +56,67 @@ class LoopLag:
 
 
 class ConcurrencyLimit:
-    def __init__(self, initial: float, maximum: float) -> None:
-        self.limit = max(MIN_LIMIT, min(initial, maximum))
+    """The in-flight limit for single forecasts; ``enabled=False`` admits everything (it still
+    measures, so the metrics tell what the limit would be)."""
+
+    def __init__(self, maximum: float, enabled: bool = True) -> None:
+        self.limit = maximum  # start open: the limit only closes once requests wait
         self.maximum = maximum
+        self.enabled = enabled
         self.in_flight = 0
-        self.last_cut = float("-inf")
+        # The last window's 99th percentiles (s); NaN until a window has closed.
+        self.delay = math.nan
+        self.service = math.nan
+        self.allowance = math.nan
+        self._waits: list[float] = []
+        self._services: list[float] = []
+        self._window_started = 0.0
+        self._peak = 0  # the most in flight during the window
 
     def try_acquire(self) -> bool:
-        if self.in_flight >= int(self.limit):
+        # Rounded up: one window's cut by a fraction of a request sheds nothing yet.
+        if self.enabled and self.in_flight >= math.ceil(self.limit):
             return False
         self.in_flight += 1
+        self._peak = max(self._peak, self.in_flight)
         return True
 
-    def release(self, arrival: float, seconds: float | None, budget_s: float) -> None:
-        """One admitted request done: it arrived at ``arrival`` (monotonic) and took
-        ``seconds`` (plus the loop's lateness); None leaves the limit as it is."""
+    def release(self) -> None:
         self.in_flight -= 1
-        if seconds is None:
-            return
-        if seconds < EARLY_FRACTION * budget_s:
-            self.limit = min(self.maximum, self.limit + 1.0 / self.limit)
-        elif seconds > LATE_FRACTION * budget_s and arrival >= self.last_cut:
-            # One cut per round, as TCP does per window: requests already in flight at a cut
-            # must not cut again.
-            self.limit = max(MIN_LIMIT, self.limit * BACKOFF)
-            self.last_cut = arrival + seconds
+
+    def record(self, waited: float, latency: float, budget_left: float, now: float) -> None:
+        """A single forecast answered after ``latency`` s, ``waited`` s of them before its
+        model call began; ``budget_left`` is how long it could take in all and still be the
+        model's answer (the budget less the fallback's slice)."""
+        if not self._waits:
+            self._window_started = now
+        self._waits.append(waited)
+        self._services.append(max(latency - waited, 0.0))
+        # A window is at least one round: what was admitted when it opened has answered.
+        if len(self._waits) >= WINDOW_ANSWERS and now - self._window_started >= latency:
+            self._close_window(budget_left)
+
+    def _close_window(self, budget_left: float) -> None:
+        self.delay, self.service = quantile(self._waits), quantile(self._services)
+        self._waits.clear()
+        self._services.clear()
+        # Waiting for the model call in progress is the price of batching, not a queue: a
+        # request may always wait one service time, even when the service alone is too slow
+        # for the budget (shedding would not make it faster).
+        self.allowance = max(budget_left - self.service, self.service)
+        if self.delay <= 0.0:
+            gradient = MAX_GRADIENT
+        else:
+            gradient = min(MAX_GRADIENT, max(MIN_GRADIENT, self.allowance / self.delay))
+        # A cut applies to the concurrency there was: a limit far above it (the open start,
+        # a quiet spell) would otherwise take many windows to come down to where it bites.
+        base = self.limit if gradient >= 1.0 else min(self.limit, max(self._peak, MIN_LIMIT))
+        self._peak = self.in_flight
+        self.limit = min(self.maximum, max(
+            MIN_LIMIT, (1.0 - SMOOTHING) * base + SMOOTHING * base * gradient))
+
+
+def quantile(samples: list[float]) -> float:
+    """The ``DELAY_QUANTILE`` of ``samples`` (nearest rank)."""
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(DELAY_QUANTILE * len(ordered)))]

@@ -54,6 +54,11 @@ class Shed(Exception):
         self.retry_after_s = retry_after_s
 
 
+# Routes of one series per request: their answers steer the admission limit (batch calls are
+# slower by design).
+SINGLE_ROUTES = ("/v1/forecast", "/v1/cells/{cell_id}/forecast")
+
+
 @dataclass
 class Answer:
     quantiles: np.ndarray  # [rows, horizon, Q]
@@ -61,6 +66,8 @@ class Answer:
     model_version: str | None
     source: str  # "model" or "fallback"
     reason: str | None
+    # Seconds from arrival to its model call; for a fallback, what it waited or would have.
+    waited: float = 0.0
 
 
 def quantile_name(q: float) -> str:
@@ -98,9 +105,9 @@ class Service:
         self.recalibrator = Recalibrator(lambda: self.model, lambda: self.history,
                                          lambda: self.controls.recalibration, self.metrics)
         self.e2_transport: TcpTransport | None = None
-        # Start open, at the queue's bound: the limit only closes once answers run late.
-        self.admission = ConcurrencyLimit(initial=controls.batching.max_queue_size,
-                                          maximum=controls.batching.max_queue_size)
+        # At most the queue's bound; "off" admits everything (the queue's bound still holds).
+        self.admission = ConcurrencyLimit(maximum=controls.batching.max_queue_size,
+                                          enabled=controls.batching.admission == "adaptive")
 
     @property
     def controls(self) -> Controls:
@@ -109,6 +116,12 @@ class Service:
     @property
     def budget_s(self) -> float:
         return self.controls.latency_budget_ms / 1000.0
+
+    @property
+    def fallback_reserve_s(self) -> float:
+        """The slice of a single forecast's budget kept back to answer from the fallback,
+        should the model be late."""
+        return min(0.1 * self.budget_s, 0.005)
 
     def budget_for(self, rows: int) -> float:
         """A batch call of many series is held to the budget of the model calls it needs."""
@@ -197,6 +210,9 @@ class Service:
         batching = new.controls.batching
         self.batcher.configure(batching.max_batch_size, batching.max_queue_delay_ms / 1000.0,
                                batching.max_queue_size)
+        self.admission.maximum = batching.max_queue_size
+        self.admission.limit = min(self.admission.limit, batching.max_queue_size)
+        self.admission.enabled = batching.admission == "adaptive"
         self.metrics.budget.set(self.budget_s)
         if self.model is not None:  # recalibration turned on or off
             self.recalibrator.show(self.model)
@@ -228,17 +244,30 @@ class Service:
     # --- forecasts -------------------------------------------------------------------------
 
     def admit(self) -> None:
-        """Take an in-flight slot for a forecast request, or refuse it before it is read."""
-        if not self.admission.try_acquire():
+        """Take an in-flight slot for a forecast request, or refuse it before it is read:
+        when the limit is reached, or when the event loop runs later than the budget (the
+        request has waited in the socket for about as long: it could only be answered late).
+        """
+        admission = self.admission
+        if admission.enabled and self.loop_lag.seconds > self.budget_s - self.fallback_reserve_s:
+            self.metrics.shed.labels(reason="deadline").inc()
+            raise Shed("deadline", f"the event loop runs {self.loop_lag.seconds * 1000:.1f} ms "
+                       "late: the request could not be answered within the budget",
+                       retry_after_s=1.0)
+        if not admission.try_acquire():
             self.metrics.shed.labels(reason="overload").inc()
-            raise Shed("overload", f"{self.admission.in_flight} forecasts in flight, the "
-                       "limit that keeps answers within the budget", retry_after_s=1.0)
+            raise Shed("overload", f"{admission.in_flight} forecasts in flight: the limit "
+                       "at which requests wait no longer than the budget allows",
+                       retry_after_s=1.0)
 
-    def release(self, arrival: float, single: bool) -> None:
-        """Give back the slot; only single forecasts steer the limit (batch calls are slower
-        by design)."""
-        seconds = time.monotonic() - arrival + self.loop_lag.seconds
-        self.admission.release(arrival, seconds if single else None, self.budget_s)
+    def show_admission(self) -> None:
+        """The admission's state on its gauges (NaN until single forecasts have measured it);
+        set when scraped, so the hot path pays nothing for them."""
+        admission, metrics = self.admission, self.metrics
+        metrics.admission_limit.set(admission.limit)
+        metrics.queueing_delay.set(admission.delay)
+        metrics.queueing_allowance.set(admission.allowance)
+        metrics.service_time.set(admission.service)
 
     def served(self) -> OnnxForecaster:
         """The model in force, or a Shed while none is loaded."""
@@ -281,13 +310,14 @@ class Service:
         if remaining <= 0:
             self.metrics.shed.labels(reason="deadline").inc()
             raise Shed("deadline", "the latency budget was spent before the request was read")
-        # Keep back a slice of the budget for the fallback, should the model be late.
-        reserve = min(0.1 * self.budget_s, 0.005) if len(history) == 1 else 0.0
+        reserve = self.fallback_reserve_s if len(history) == 1 else 0.0
         # With a full batch or more already waiting, the wait can be told in advance; short
         # of that the request joins the next batch and the timeout below guards it.
         if (len(history) == 1 and self.batcher.depth >= self.batcher.max_batch_size
-                and self.batcher.expected_wait() > remaining - reserve):
-            return self._fallback(model, history, horizon, "queue_delay")
+                and (wait := self.batcher.expected_wait()) > remaining - reserve):
+            answer = self._fallback(model, history, horizon, "queue_delay")
+            answer.waited = time.monotonic() - arrival + wait  # what it was spared
+            return answer
         try:
             future = self.batcher.submit(history, last)
         except QueueFull as exc:
@@ -299,13 +329,18 @@ class Service:
             else:
                 result = await future  # a batch call has no cheaper answer: it waits its turn
         except TimeoutError:
-            return self._fallback(model, history, horizon, "timeout")
+            answer = self._fallback(model, history, horizon, "timeout")
+            answer.waited = (self.batcher.call_started(future) or time.monotonic()) - arrival
+            return answer
         except ModelUnavailable:
-            return self._fallback(model, history, horizon, "model_error")
+            answer = self._fallback(model, history, horizon, "model_error")
+            answer.waited = time.monotonic() - arrival
+            return answer
         columns, names = self.selected(result.model)
         quantiles = self.recalibrator.for_model(result.model).apply(result.quantiles, history)
         return Answer(quantiles[:, :horizon, columns], names,
-                      result.model.metadata.model_version, "model", None)
+                      result.model.metadata.model_version, "model", None,
+                      result.started - arrival)
 
     def _fallback(self, model: OnnxForecaster, history: np.ndarray, horizon: int,
                   reason: str) -> Answer:
@@ -318,12 +353,20 @@ class Service:
         ])
         return Answer(forecast, names, None, "fallback", reason)
 
-    def observe(self, route: str, arrival: float, rows: int = 1) -> float:
-        """Record a forecast response's latency; returns it in milliseconds."""
-        seconds = time.monotonic() - arrival
+    def observe(self, route: str, arrival: float, answer: Answer, rows: int = 1) -> float:
+        """Record a forecast response's latency and whether it was goodput (the model's answer
+        within the budget); a single forecast's wait and latency steer the admission limit.
+        Returns the latency in milliseconds."""
+        now = time.monotonic()
+        seconds = now - arrival
         self.metrics.request_latency.labels(route=route).observe(seconds)
         if seconds > self.budget_for(rows):
             self.metrics.budget_violations.labels(route=route).inc()
+        elif answer.source == "model":
+            self.metrics.goodput.labels(route=route).inc()
+        if route in SINGLE_ROUTES:
+            self.admission.record(answer.waited, max(seconds, answer.waited),
+                                  self.budget_s - self.fallback_reserve_s, now)
         return seconds * 1000.0
 
     # --- life cycle ------------------------------------------------------------------------
