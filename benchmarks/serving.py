@@ -55,6 +55,9 @@ RAMP = (25, 50, 75, 100, 150, 200, 300)  # requests/s per connection
 OVERLOAD = (1.0, 1.5, 2.0, 4.0)  # multiples of capacity
 BELOW = (0.5, 1.0)  # fractions of the capacity's per-connection rate, admission on
 STEADY = (4, 50)  # connections x requests/s each: 200 requests/s
+# A step's rate counts as offered when this share of it was sent: hey rounds its pacing, and
+# a short run loses its last interval.
+DELIVERED = 0.95
 
 
 def free_port() -> int:
@@ -145,9 +148,10 @@ def measured(url: str, body: Path, seconds: float, connections: int, rate: int) 
 
 def capacity_of(ramp: list[dict]) -> dict | None:
     """The ramp step of the highest offered rate whose accepted p99 is within the budget,
-    with nothing refused or failed: the capacity (None: not even the first step)."""
+    with nothing refused or failed, and the rate delivered: `hey`'s connections wait for
+    their answers, so a rate they could not keep up was never offered (None: no step)."""
     within = [r for r in ramp if r["p99_ms"] <= BUDGET_MS and r["shed_503"] == 0
-              and r["other_errors"] == 0]
+              and r["other_errors"] == 0 and r["ok_rps"] >= DELIVERED * r["offered_rps"]]
     return max(within, key=lambda r: r["offered_rps"]) if within else None
 
 
@@ -175,7 +179,9 @@ def arrow_body(cells: int) -> bytes:
         list(rng.gamma(2.0, 10.0, (cells, CONTEXT)).astype(np.float32)))
 
 
-def batch_calls(url: str, cells: int, repeats: int) -> list[dict]:
+def batch_calls(url: str, cells: int, repeats: int, bare: BareGraph) -> list[dict]:
+    """Each body's calls, every one right after a bare graph call on the same rows in this
+    process: the two are measured side by side, through the same moments of the machine."""
     arrow = arrow_body(cells)
     rng = np.random.default_rng(0)
     items = [{"cell_id": f"cell-{i:05d}", "start": "2024-03-01T00:00:00+00:00", "freq": "1h",
@@ -188,8 +194,9 @@ def batch_calls(url: str, cells: int, repeats: int) -> list[dict]:
             ("Arrow IPC", arrow, "application/vnd.apache.arrow.stream", "?freq=1h"),
             ("JSON", json_body, "application/json", ""),
         ):
-            times, server = [], []
+            times, server, graph = [], [], []
             for _ in range(repeats + 2):
+                graph.append(bare.call_ms())
                 started = time.perf_counter()
                 response = client.post(f"{url}/v1/forecast/batch{query}", content=payload,
                                        headers={"content-type": content_type})
@@ -197,32 +204,35 @@ def batch_calls(url: str, cells: int, repeats: int) -> list[dict]:
                 response.raise_for_status()
                 server.append(float(response.headers.get("x-latency-ms")
                                     or response.json()["latency_ms"]))
-            times, server = times[2:], server[2:]  # the first calls warm the larger shapes
+            # The first calls warm the larger shapes.
+            times, server, graph = times[2:], server[2:], graph[2:]
             rows.append({
                 "body": name, "cells": cells, "request_mb": round(len(payload) / 2**20, 2),
                 "p50_ms": float(np.percentile(times, 50)), "p99_ms": float(np.max(times)),
-                "server_p50_ms": float(np.percentile(server, 50)), "calls": repeats,
+                "server_p50_ms": float(np.percentile(server, 50)),
+                "bare_graph_p50_ms": float(np.percentile(graph, 50)), "calls": repeats,
             })
     return rows
 
 
+class BareGraph:
+    """The model's graph alone (``OnnxForecaster.run``, split across the cores as the xApp's
+    batch call does) on the rows and calendar of the batch benchmark's Arrow body."""
 
-def bare_graph_ms(model_dir: Path, cells: int, threads: int, repeats: int) -> float:
-    """p50 of the model's graph alone (``OnnxForecaster.run``, split across the cores as the
-    xApp's batch call does) on the rows and calendar of the batch benchmark's Arrow body."""
-    forecaster = OnnxForecaster(model_dir, RuntimeOptions(intra_op_threads=threads))
-    meta = forecaster.metadata
-    values = np.random.default_rng(0).gamma(2.0, 10.0, (cells, CONTEXT)).astype(np.float32)
-    start = pd.Timestamp("2024-03-01", tz="UTC")
-    last = pd.DatetimeIndex([start + (CONTEXT - 1) * forecaster.step] * cells)
-    calendar = forecast_calendar(last, meta.context, meta.horizon, forecaster.step,
-                                 meta.calendar_tz, meta.holidays)
-    times = []
-    for _ in range(repeats + 2):
+    def __init__(self, model_dir: Path, cells: int, threads: int) -> None:
+        self.forecaster = OnnxForecaster(model_dir, RuntimeOptions(intra_op_threads=threads))
+        meta, step = self.forecaster.metadata, self.forecaster.step
+        self.values = np.random.default_rng(0).gamma(2.0, 10.0, (cells, CONTEXT)).astype(
+            np.float32)
+        last = pd.DatetimeIndex([pd.Timestamp("2024-03-01", tz="UTC") + (CONTEXT - 1) * step]
+                                * cells)
+        self.calendar = forecast_calendar(last, meta.context, meta.horizon, step,
+                                          meta.calendar_tz, meta.holidays)
+
+    def call_ms(self) -> float:
         started = time.perf_counter()
-        forecaster.run(values, calendar)
-        times.append((time.perf_counter() - started) * 1000)
-    return float(np.percentile(times[2:], 50))
+        self.forecaster.run(self.values, self.calendar)
+        return (time.perf_counter() - started) * 1000
 
 
 def main() -> int:
@@ -265,11 +275,9 @@ def run_scenarios(tmp: Path, model_dir: Path, body: Path, args: argparse.Namespa
     seconds = args.seconds
     with serving(xapp_command(tmp, model_dir, "off", args.threads)) as (url, _):
         hey(url, body, 2, *STEADY)  # warm-up
-        ramp = []
-        for rate in RAMP:
-            ramp.append(measured(url, body, seconds / 2, CONNECTIONS, rate))
-            if capacity_of(ramp[-1:]) is None:
-                break
+        # The whole ramp: latency is not monotonic in the rate (after an idle gap a model call
+        # takes twice as long on these VMs), so a slow low step does not end it.
+        ramp = [measured(url, body, seconds / 2, CONNECTIONS, rate) for rate in RAMP]
         capacity = capacity_of(ramp)
         if capacity is None:
             raise RuntimeError(f"not even {CONNECTIONS * RAMP[0]} requests/s were answered "
@@ -290,16 +298,15 @@ def run_scenarios(tmp: Path, model_dir: Path, body: Path, args: argparse.Namespa
             run["goodput_ratio"] = run["goodput_rps"] / capacity["goodput_rps"]
             overload.append(run)
         rss_after = rss_mb(pid)
-        batches = batch_calls(url, 1000, 20)
+        batches = batch_calls(url, 1000, 20, BareGraph(model_dir, 1000, args.threads))
     (tmp / "answer.json").write_bytes(answer)
     with serving([sys.executable, "-m", "benchmarks.noop_server", str(tmp / "answer.json")]
                  ) as (noop_url, _):
         hey(noop_url, body, 2, *STEADY)
         noop = hey(noop_url, body, seconds, *STEADY)
-    bare_ms = bare_graph_ms(model_dir, 1000, args.threads, 20)
     return {"ramp": ramp, "capacity": capacity, "steady": steady, "below": below,
             "overload": overload, "rss": (rss_before, rss_after), "noop": noop,
-            "batches": batches, "bare_ms": bare_ms}
+            "batches": batches}
 
 
 def write_results(results: dict, args: argparse.Namespace) -> None:
@@ -312,8 +319,7 @@ def write_results(results: dict, args: argparse.Namespace) -> None:
     overload = pd.DataFrame(results["overload"])[
         ["x_capacity", *load_columns, "goodput_ratio", "shed_fraction"]]
     batches = pd.DataFrame(results["batches"])
-    bare_ms = results["bare_ms"]
-    batches["x_bare_graph"] = batches["server_p50_ms"] / bare_ms
+    batches["x_bare_graph"] = batches["server_p50_ms"] / batches["bare_graph_p50_ms"]
     RAW.mkdir(parents=True, exist_ok=True)
     pd.concat([ramp.assign(phase="capacity ramp, admission off"),
                below.assign(phase="below capacity, admission on"),
@@ -355,7 +361,8 @@ def write_results(results: dict, args: argparse.Namespace) -> None:
         "",
         f"**Capacity: {capacity['offered_rps']} requests/s** ({CONNECTIONS} x "
         f"{capacity['offered_rps'] // CONNECTIONS}), the highest rate whose accepted p99 "
-        f"({capacity['p99_ms']:.1f} ms) was within the budget with nothing refused; goodput "
+        f"({capacity['p99_ms']:.1f} ms) was within the budget with nothing refused and "
+        f"{DELIVERED:.0%} of it sent or more; goodput "
         f"there {capacity['goodput_rps']:g}/s. Every ratio below is to this run's figures.",
         "",
         "### Admission on: below capacity",
@@ -378,7 +385,9 @@ def write_results(results: dict, args: argparse.Namespace) -> None:
         f"{1.2 * BUDGET_MS:g} ms: "
         f"{verdict(all(r['p99_ms'] <= 1.2 * BUDGET_MS for r in overloaded))}); at the xApp "
         f"{min(r['server_within_budget'] for r in overloaded):.1%} or more within "
-        f"the budget; refusals other than 503: "
+        f"the budget (target: its p99 within it, 99 % or more: "
+        f"{verdict(all(r['server_within_budget'] >= 0.99 for r in overloaded))}); "
+        f"refusals other than 503: "
         f"{sum(r['other_errors'] for r in overloaded)} (target none: "
         f"{verdict(sum(r['other_errors'] for r in overloaded) == 0)}). Server memory (RSS) "
         f"{rss_before:.0f} MB before these runs, {rss_after:.0f} MB after.",
@@ -397,8 +406,10 @@ def write_results(results: dict, args: argparse.Namespace) -> None:
         "",
         batches.to_markdown(index=False, floatfmt=".3g"),
         "",
-        f"The model's graph alone on the same 1000 rows (`OnnxForecaster.run`, split across "
-        f"the cores as the xApp does): {bare_ms:.1f} ms (p50). The Arrow call at the xApp is "
+        f"`bare_graph_p50_ms` is the model's graph alone on the same 1000 rows "
+        f"(`OnnxForecaster.run` in the benchmark's process, split across the cores as the xApp "
+        f"does), each call right before one to the xApp: {arrow['bare_graph_p50_ms']:.1f} ms "
+        f"beside the Arrow calls. The Arrow call at the xApp is "
         f"**{arrow['x_bare_graph']:.2f}x** that (target at most 1.3x: "
         f"{verdict(arrow['x_bare_graph'] <= 1.3)}). `p99_ms` is the slowest call; "
         "`server_p50_ms` is the xApp's own latency (arrival to response body).",

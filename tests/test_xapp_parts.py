@@ -153,9 +153,12 @@ def test_the_concurrency_limit_follows_queueing_delay_against_the_allowance() ->
     assert limit.allowance == 0.010 - (0.018 - 0.016)
     # Waits of exactly the allowance: the fixed point, the limit stays.
     assert window(limit, waited=0.008, latency=0.010, now=2.0) == pytest.approx(cut)
-    # A third of the allowance (9 ms): the gradient 3, bounded to 2.
+    # Three quarters of the allowance: near the fixed point, one request more per window.
+    assert window(limit, waited=0.006, latency=0.008, now=2.5) == pytest.approx(cut + 1)
+    # A third of the allowance (9 ms): the gradient 3, bounded to 2, grows the limit by a
+    # fifth (the smoothed doubling).
     grown = window(limit, waited=0.003, latency=0.004, now=3.0)
-    assert grown == pytest.approx(cut * (1 - SMOOTHING + SMOOTHING * MAX_GRADIENT))
+    assert grown == pytest.approx((cut + 1) * (1 - SMOOTHING + SMOOTHING * MAX_GRADIENT))
     # Nothing waits: it grows as fast, up to the maximum and no further.
     for now in range(4, 30):
         window(limit, waited=0.0, latency=0.001, now=float(now))

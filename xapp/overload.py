@@ -18,9 +18,10 @@ The **allowance** is how long a request may wait and still be answered by the mo
 budget: the budget, less the slice kept back for the fallback, less the service time (and never
 less than one service time: waiting for the call in progress is how batching works). After each
 window of answers the limit moves by the gradient allowance / queueing delay (the window's 99th
-percentiles; bounded to [1/2, 2] and smoothed): it grows while requests wait less than the
-allowance, so it never sheds while requests are not waiting, and once they wait longer it shrinks
-from the concurrency the window actually had. The
+percentiles; bounded to [1/2, 2] and smoothed). It grows while requests wait less than the
+allowance, so it never sheds while requests are not waiting: fast while they wait less than half
+of it, by at most one request per window nearer to it. Once they wait longer it shrinks from the
+concurrency the window actually had. The
 fixed point is the largest concurrency whose answers still fit the budget, on a slow machine and
 a fast one alike, since every term is measured where it runs.
 """
@@ -108,12 +109,20 @@ class ConcurrencyLimit:
             gradient = MAX_GRADIENT
         else:
             gradient = min(MAX_GRADIENT, max(MIN_GRADIENT, self.allowance / self.delay))
-        # A cut applies to the concurrency there was: a limit far above it (the open start,
-        # a quiet spell) would otherwise take many windows to come down to where it bites.
-        base = self.limit if gradient >= 1.0 else min(self.limit, max(self._peak, MIN_LIMIT))
+        if gradient >= 1.0:
+            # Growth is gentle near the fixed point (at most one request per window, as TCP's
+            # congestion avoidance probes), fast only while requests wait less than half
+            # their allowance.
+            grown = self.limit * (1.0 - SMOOTHING + SMOOTHING * gradient)
+            self.limit = grown if gradient >= MAX_GRADIENT else min(grown, self.limit + 1.0)
+        else:
+            # A cut applies to the concurrency there was: a limit far above it (the open
+            # start, a quiet spell) would otherwise take many windows to come down to where
+            # it bites.
+            base = min(self.limit, max(self._peak, MIN_LIMIT))
+            self.limit = base * (1.0 - SMOOTHING + SMOOTHING * gradient)
+        self.limit = min(self.maximum, max(MIN_LIMIT, self.limit))
         self._peak = self.in_flight
-        self.limit = min(self.maximum, max(
-            MIN_LIMIT, (1.0 - SMOOTHING) * base + SMOOTHING * base * gradient))
 
 
 def quantile(samples: list[float]) -> float:
