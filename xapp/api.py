@@ -89,7 +89,7 @@ def create_app(
                                           timeout_s=STOP_STEP_S)
         await service.stop(tasks)
 
-    app = FastAPI(
+    app = ForecastApp(
         generate_unique_id_function=lambda route: route.name,  # operationIds: the handlers
         title="kpi-forecast xApp",
         description="Per-cell KPI forecasts for the near-RT RIC.",
@@ -115,7 +115,8 @@ class _TooLarge(Exception):
 
 
 class Boundary:
-    """Pure ASGI (no per-request task): stamps arrival, caps the body, counts requests."""
+    """Pure ASGI (no per-request task): stamps arrival, caps the body, counts requests (those
+    ``ForecastApp`` refuses before they reach it are counted there)."""
 
     def __init__(self, app, service: Service) -> None:
         self.app = app
@@ -156,30 +157,45 @@ class Boundary:
         try:
             if declared is not None and declared.isdigit() and int(declared) > limit:
                 raise _TooLarge
-            if not _is_forecast(scope["path"]):
-                await self.app(scope, receive_capped, send_counted)
-                return
-            try:
-                self.service.admit()
-            except Shed as exc:
-                await shed_response(exc)(scope, receive, send_counted)
-                return
-            try:
-                await self.app(scope, receive_capped, send_counted)
-            finally:
-                self.service.admission.release()
+            await self.app(scope, receive_capped, send_counted)
         except _TooLarge:
             if started:
                 raise
             await too_large(limit)(scope, receive, send_counted)
         finally:
-            route = getattr(scope.get("route"), "path", None) or (
-                "/v1/cells/{cell_id}/forecast" if scope["path"].startswith("/v1/cells/")
-                else scope["path"] if _is_forecast(scope["path"]) else "unmatched")
             self.service.metrics.requests.labels(
-                route=route, method=scope["method"],
-                status=str(status),
-            ).inc()
+                route=_route_label(scope), method=scope["method"], status=str(status)).inc()
+
+
+class ForecastApp(FastAPI):
+    """FastAPI with admission control in front of all of it: a forecast refused for overload
+    never enters the framework. Under overload most requests are refusals, and in front of
+    FastAPI's layers one costs a third to a quarter of what it costs inside them
+    (docs/benchmarks.md), time the admitted requests then have."""
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http" or not _is_forecast(scope["path"]):
+            await super().__call__(scope, receive, send)
+            return
+        service: Service = self.state.service
+        try:
+            service.admit()
+        except Shed as exc:
+            await shed_response(exc)(scope, receive, send)
+            service.metrics.requests.labels(
+                route=_route_label(scope), method=scope["method"], status="503").inc()
+            return
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            service.admission.release()
+
+
+def _route_label(scope) -> str:
+    """The route template a request is counted under ("unmatched" for no route)."""
+    return getattr(scope.get("route"), "path", None) or (
+        "/v1/cells/{cell_id}/forecast" if scope["path"].startswith("/v1/cells/")
+        else scope["path"] if _is_forecast(scope["path"]) else "unmatched")
 
 
 def _is_forecast(path: str) -> bool:
