@@ -74,6 +74,11 @@ class ConcurrencyLimit:
         self._window_started = 0.0
         self._peak = 0  # the most in flight during the window
 
+    def configure(self, maximum: float, enabled: bool) -> None:
+        """Apply new controls (a config reload); the limit keeps what it has learnt."""
+        self.maximum, self.enabled = maximum, enabled
+        self.limit = min(self.limit, maximum)
+
     def try_acquire(self) -> bool:
         # Rounded up: one window's cut by a fraction of a request sheds nothing yet.
         if self.enabled and self.in_flight >= math.ceil(self.limit):

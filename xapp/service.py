@@ -67,7 +67,7 @@ class Answer:
     source: str  # "model" or "fallback"
     reason: str | None
     # Seconds from arrival to its model call; for a fallback, what it waited or would have.
-    waited: float = 0.0
+    waited: float
 
 
 def quantile_name(q: float) -> str:
@@ -210,9 +210,7 @@ class Service:
         batching = new.controls.batching
         self.batcher.configure(batching.max_batch_size, batching.max_queue_delay_ms / 1000.0,
                                batching.max_queue_size)
-        self.admission.maximum = batching.max_queue_size
-        self.admission.limit = min(self.admission.limit, batching.max_queue_size)
-        self.admission.enabled = batching.admission == "adaptive"
+        self.admission.configure(batching.max_queue_size, batching.admission == "adaptive")
         self.metrics.budget.set(self.budget_s)
         if self.model is not None:  # recalibration turned on or off
             self.recalibrator.show(self.model)
@@ -315,9 +313,9 @@ class Service:
         # of that the request joins the next batch and the timeout below guards it.
         if (len(history) == 1 and self.batcher.depth >= self.batcher.max_batch_size
                 and (wait := self.batcher.expected_wait()) > remaining - reserve):
-            answer = self._fallback(model, history, horizon, "queue_delay")
-            answer.waited = time.monotonic() - arrival + wait  # what it was spared
-            return answer
+            # It counts the wait it was spared.
+            return self._fallback(model, history, horizon, "queue_delay",
+                                  time.monotonic() - arrival + wait)
         try:
             future = self.batcher.submit(history, last)
         except QueueFull as exc:
@@ -329,13 +327,11 @@ class Service:
             else:
                 result = await future  # a batch call has no cheaper answer: it waits its turn
         except TimeoutError:
-            answer = self._fallback(model, history, horizon, "timeout")
-            answer.waited = (self.batcher.call_started(future) or time.monotonic()) - arrival
-            return answer
+            return self._fallback(model, history, horizon, "timeout", (
+                self.batcher.call_started(future) or time.monotonic()) - arrival)
         except ModelUnavailable:
-            answer = self._fallback(model, history, horizon, "model_error")
-            answer.waited = time.monotonic() - arrival
-            return answer
+            return self._fallback(model, history, horizon, "model_error",
+                                  time.monotonic() - arrival)
         columns, names = self.selected(result.model)
         quantiles = self.recalibrator.for_model(result.model).apply(result.quantiles, history)
         return Answer(quantiles[:, :horizon, columns], names,
@@ -343,7 +339,7 @@ class Service:
                       result.started - arrival)
 
     def _fallback(self, model: OnnxForecaster, history: np.ndarray, horizon: int,
-                  reason: str) -> Answer:
+                  reason: str, waited: float) -> Answer:
         self.metrics.fallbacks.labels(reason=reason).inc(len(history))
         columns, names = self.selected(model)
         quantiles = [model.metadata.quantiles[c] for c in columns]
@@ -351,7 +347,7 @@ class Service:
         forecast = np.stack([
             seasonal_naive(row, horizon, quantiles, steps_per_day) for row in history
         ])
-        return Answer(forecast, names, None, "fallback", reason)
+        return Answer(forecast, names, None, "fallback", reason, waited)
 
     def observe(self, route: str, arrival: float, answer: Answer, rows: int = 1) -> float:
         """Record a forecast response's latency and whether it was goodput (the model's answer
