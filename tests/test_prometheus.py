@@ -81,14 +81,22 @@ scrape_configs:
         time.sleep(2.5)  # a few scrapes before the traffic, so that rates see it start
         request = {"cell_id": "c1", "start": "2024-01-01T00:00:00+00:00", "freq": "1h",
                    "values": [float(i % 24) for i in range(CONTEXT)]}
-        with httpx.Client() as client, ThreadPoolExecutor(6) as senders:
-            # Six at a time: the event loop reads them one after another, later than their
-            # deadline allows.
-            answers = list(senders.map(
-                lambda _: client.post(f"{url}/v1/forecast", json=request), range(120)))
-        answered = [a.json() for a in answers if a.status_code == 200]
-        late = sum(a["latency_ms"] > 1.0 for a in answered)
-        assert sum(a["source"] == "fallback" for a in answered) >= 10 and late >= 10
+        # How many at a time make the model late depends on the machine: alone, a slow one
+        # misses the budget; several at a time queue for the model, but too many make the event
+        # loop so late that requests are shed at the deadline before they are read. So the
+        # concurrency rises a step per round until enough answers were fallbacks, and late.
+        answers: list[httpx.Response] = []
+        with httpx.Client() as client:
+            for senders in (1, 2, 3, 4, 6):
+                with ThreadPoolExecutor(senders) as pool:
+                    answers += pool.map(lambda _: client.post(f"{url}/v1/forecast", json=request),
+                                        range(40))
+                answered = [a.json() for a in answers if a.status_code == 200]
+                fallbacks = sum(a["source"] == "fallback" for a in answered)
+                late = sum(a["latency_ms"] > 1.0 for a in answered)
+                if fallbacks >= 10 and late >= 10:
+                    break
+        assert fallbacks >= 10 and late >= 10, (fallbacks, late)
         assert {a.status_code for a in answers} <= {200, 503}  # 503: shed at the deadline
 
         def p99() -> list[dict]:
