@@ -7,11 +7,15 @@ following two weeks, which hold Christmas and New Year. As statsforecast's confo
 do, we forecast the last few horizons of the history the caller already has, where the actuals
 are known, and adjust the forecast so that it holds there again, in two steps:
 
-1. The median is blended with the last day's values (seasonal naive over one day) at the
-   weight, on a grid from 1 (the model alone) to 0.5, that gave the lowest absolute error on
-   those windows; the other quantiles move with it. A network fitted on weeks of ordinary
-   days follows a sudden change of level (the day after a holiday began) more slowly than
-   yesterday's values do; on ordinary days the grid keeps the model alone or nearly so.
+1. The median is blended with the values one day and one week before each step (seasonal
+   naive over a day and over a week) at the shares, on a grid 0.05 apart from the model
+   alone to either naive alone, that gave the lowest absolute error on those windows; the
+   other quantiles move with it. A network fitted on weeks of ordinary days follows a
+   sudden change of level (the day after a holiday began) more slowly than yesterday's
+   values do, and on a series whose weeks repeat, or a short history that cannot teach a
+   network much, last week's values are the forecast to beat: a user could have copied
+   them. Where the model is better, on ordinary days of well-known data, the grid keeps it
+   alone or nearly so.
 2. Each quantile level except the median is moved to hold on the windows:
    ``q_i + k_i * width``, where ``width`` is the forecast's own outermost band (P10-P90 by
    default) and ``k_i`` is the ``q_i``-quantile of the recent residuals
@@ -37,7 +41,11 @@ import pandas as pd
 from model.runtime import OnnxForecaster
 
 DAY, WEEK = pd.Timedelta("1D"), pd.Timedelta("7D")
-WEIGHTS = np.linspace(1.0, 0.5, 11)  # the model's share of the median, 0.05 apart
+_PARTS = 20  # shares 1/20 = 0.05 apart
+# (model, last day, last week) shares of the median, every split on that grid; the model's
+# largest first, then the last day's, so that a tie keeps as much of the model as it can.
+SHARES = np.array([(m, _PARTS - m - w, w) for m in range(_PARTS, -1, -1)
+                   for w in range(_PARTS - m + 1)]) / _PARTS
 # Fewer residuals than this leave the model's own calibration in place: the 10 % tail of a
 # few dozen points is mostly noise.
 MIN_RESIDUALS = 100
@@ -54,8 +62,13 @@ class Recalibration:
     median: int = 0  # index of the level that is blended, not offset
     windows: int = 0  # recent windows behind it; 0 = none (no change)
     residuals: int = 0  # observed (cell, step) points behind it
-    weight: float = 1.0  # the model's share of the median; the rest is the last day's
+    weight: float = 1.0  # the model's share of the median
+    week_weight: float = 0.0  # last week's share; the rest is the last day's
     steps_per_day: int = 0
+
+    @property
+    def day_weight(self) -> float:
+        return max(0.0, 1.0 - self.weight - self.week_weight)
 
     def apply(self, forecast: np.ndarray, history: np.ndarray) -> np.ndarray:
         """``forecast`` [B, H, Q] after the last step of ``history`` [B, n], adjusted; KPIs stay
@@ -63,9 +76,14 @@ class Recalibration:
         if self.windows == 0:
             return forecast
         if self.weight < 1.0:
-            day = last_day(history, forecast.shape[1], self.steps_per_day)
-            shift = (1.0 - self.weight) * (day - forecast[..., self.median])
-            forecast = forecast + np.nan_to_num(shift)[..., None].astype(forecast.dtype)
+            shift = np.zeros(forecast.shape[:2], np.float32)
+            model = forecast[..., self.median]
+            for share, days in ((self.day_weight, 1), (self.week_weight, 7)):
+                if share > 0.0:
+                    naive = last_season(history, forecast.shape[1], days * self.steps_per_day)
+                    # Where the naive has no value the model keeps its share.
+                    shift += share * np.nan_to_num(naive - model)
+            forecast = forecast + shift[..., None].astype(forecast.dtype)
         width = forecast[..., -1:] - forecast[..., :1]
         moved = np.maximum(forecast + self.offsets * width, 0.0).astype(forecast.dtype)
         m = self.median
@@ -78,17 +96,19 @@ class Recalibration:
             return "not recalibrated (no recent window used)"
         shifts = ", ".join(f"{n} {k:+.3f}" for n, k in zip(names, self.offsets, strict=True))
         return (f"recalibrated on the last {self.windows} window(s), {self.residuals} points: "
-                f"median {self.weight:.2f} model + {1 - self.weight:.2f} last day; "
+                f"median {self.weight:.2f} model + {self.day_weight:.2f} last day + "
+                f"{self.week_weight:.2f} last week; "
                 f"{shifts} x band")
 
 
-def last_day(history: np.ndarray, horizon: int, steps_per_day: int) -> np.ndarray:
-    """Seasonal naive over one day: each step repeats the value one day before it (NaN where
-    that is missing, or the history is shorter than a day)."""
+def last_season(history: np.ndarray, horizon: int, season: int) -> np.ndarray:
+    """Seasonal naive: each step repeats the value one ``season`` (in steps) before it, the
+    last season again for a longer horizon (NaN where that is missing, or the history is
+    shorter than a season)."""
     n_steps = history.shape[1]
-    if steps_per_day < 1 or n_steps < steps_per_day:
+    if season < 1 or n_steps < season:
         return np.full((history.shape[0], horizon), np.nan, np.float32)
-    return history[:, n_steps - steps_per_day + np.arange(horizon) % steps_per_day]
+    return history[:, n_steps - season + np.arange(horizon) % season]
 
 
 def week_of_windows(horizon: int, step: pd.Timedelta) -> int:
@@ -99,7 +119,7 @@ def week_of_windows(horizon: int, step: pd.Timedelta) -> int:
 
 def recalibration(forecaster: OnnxForecaster, history: np.ndarray, last: pd.DatetimeIndex,
                   windows: int, max_cells: int | None = MAX_CELLS) -> Recalibration:
-    """The median's weight and the offsets that hold on up to ``windows`` forecasts ending at
+    """The median's shares and the offsets that hold on up to ``windows`` forecasts ending at
     the last step of ``history`` [cells, steps] (the last step of row b falls at ``last[b]``),
     one horizon apart; from ``max_cells`` of the rows at most (a seeded sample; None: all).
 
@@ -128,21 +148,27 @@ def recalibration(forecaster: OnnxForecaster, history: np.ndarray, last: pd.Date
         return Recalibration()
     median = int(np.argmin(np.abs(levels - 0.5)))
     steps_per_day = int(DAY // forecaster.step)
-    day = np.concatenate([last_day(history[:, :end], horizon, steps_per_day) for end in ends])
-    weight = best_weight(forecast[..., median], day, actual, scored)
-    forecast = forecast + (1.0 - weight) * np.nan_to_num(day - forecast[..., median])[..., None]
+    model = forecast[..., median]
+    # From the context the model saw, as at serving time: a season longer than it has none.
+    day, week = (last_season(contexts, horizon, days * steps_per_day) for days in (1, 7))
+    weight, day_weight, week_weight = best_shares(model, day, week, actual, scored)
+    shift = (day_weight * np.nan_to_num(day - model) + week_weight * np.nan_to_num(week - model))
+    forecast = forecast + shift[..., None]
     residual = (actual[..., None] - forecast)[scored] / width[scored][:, None]  # [points, Q]
     offsets = np.array([np.quantile(residual[:, i], q) for i, q in enumerate(levels)])
     offsets[median] = 0.0
     return Recalibration(offsets.astype(np.float32), median, usable, int(scored.sum()),
-                         weight, steps_per_day)
+                         weight, week_weight, steps_per_day)
 
 
-def best_weight(model: np.ndarray, day: np.ndarray, actual: np.ndarray,
-                scored: np.ndarray) -> float:
-    """The model's share of the median, from WEIGHTS, with the lowest absolute error on the
-    ``scored`` points (the model alone where the last day is missing); ties keep the model."""
-    day = np.where(np.isnan(day), model, day)[scored]
+def best_shares(model: np.ndarray, day: np.ndarray, week: np.ndarray, actual: np.ndarray,
+                scored: np.ndarray) -> tuple[float, float, float]:
+    """The (model, last day, last week) shares of the median, from SHARES, with the lowest
+    absolute error on the ``scored`` points (where a naive is missing, the model stands in for
+    it); ties keep the most of the model."""
     model, actual = model[scored], actual[scored]
-    errors = [np.abs(w * model + (1.0 - w) * day - actual).sum() for w in WEIGHTS]
-    return float(WEIGHTS[int(np.argmin(errors))])
+    day = np.where(np.isnan(day[scored]), model, day[scored])
+    week = np.where(np.isnan(week[scored]), model, week[scored])
+    errors = [np.abs(m * model + d * day + w * week - actual).sum() for m, d, w in SHARES]
+    m, d, w = SHARES[int(np.argmin(errors))]
+    return float(m), float(d), float(w)

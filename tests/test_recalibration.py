@@ -1,16 +1,18 @@
 """Quantiles recalibrated on the recent windows of a history (model.recalibration)."""
 
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from model.recalibration import (
     MIN_RESIDUALS,
-    WEIGHTS,
+    SHARES,
     Recalibration,
-    best_weight,
-    last_day,
+    best_shares,
+    last_season,
     recalibration,
     week_of_windows,
 )
@@ -65,27 +67,57 @@ def test_each_level_holds_again_on_the_windows_it_came_from(forecaster: OnnxFore
     assert np.abs(below_before - LEVELS)[[0, 2]].max() > 0.1
     assert np.abs(below_after - LEVELS)[[0, 2]].max() < 0.01
     # Its median does worse than yesterday's values: the blend takes some of them, at the
-    # grid weight with the lowest error on these windows.
-    day = last_day(contexts, HORIZON, 24)
-    assert fitted.weight == best_weight(forecast[..., 1], day, actual, ~np.isnan(actual)) < 1
-    blend = fitted.weight * forecast[..., 1] + (1 - fitted.weight) * day
+    # grid shares with the lowest error on these windows. A week is longer than the
+    # context: that naive has no value, so it gets no share.
+    day, week = last_season(contexts, HORIZON, 24), last_season(contexts, HORIZON, 168)
+    assert np.isnan(week).all() and fitted.week_weight == 0.0
+    shares = best_shares(forecast[..., 1], day, week, actual, ~np.isnan(actual))
+    assert shares == pytest.approx((fitted.weight, fitted.day_weight, 0.0))
+    assert fitted.weight < 1
+    blend = fitted.weight * forecast[..., 1] + fitted.day_weight * day
     # Two products and a sum in float32, of numbers no larger than the larger of the two.
     np.testing.assert_allclose(adjusted[..., 1], blend, rtol=0, atol=rounding_tolerance(
         3, np.nanmax(np.abs(np.stack([forecast[..., 1], day])))))
-    error = {w: np.abs(w * forecast[..., 1] + (1 - w) * day - actual).mean() for w in WEIGHTS}
+    error = {m: np.abs(m * forecast[..., 1] + d * day - actual).mean()
+             for m, d, w in SHARES if w == 0}
     assert min(error, key=error.get) == fitted.weight
 
 
-def test_the_weight_is_the_grid_point_closest_to_the_actuals() -> None:
+def test_the_shares_are_the_grid_point_closest_to_the_actuals() -> None:
     rng = np.random.default_rng(1)
-    model, day = rng.random((50, HORIZON)), rng.random((50, HORIZON))
+    model, day, week = (rng.random((50, HORIZON)) for _ in range(3))
     scored = np.ones_like(model, bool)
-    assert best_weight(model, day, 0.7 * model + 0.3 * day, scored) == pytest.approx(0.7)
-    assert best_weight(model, day, model, scored) == 1.0
-    assert best_weight(model, day, day, scored) == 0.5  # the grid's end
-    # Where the last day is missing the model stands alone, so it cannot pull the weight.
+    mixed = 0.5 * model + 0.2 * day + 0.3 * week
+    assert best_shares(model, day, week, mixed, scored) == pytest.approx((0.5, 0.2, 0.3))
+    assert best_shares(model, day, week, model, scored) == (1.0, 0.0, 0.0)
+    # Either naive alone: the grid runs to the model's share 0.
+    assert best_shares(model, day, week, day, scored) == (0.0, 1.0, 0.0)
+    assert best_shares(model, day, week, week, scored) == (0.0, 0.0, 1.0)
+    # Where a naive is missing the model stands in for it, so it cannot pull the shares.
     gappy = np.where(rng.random(day.shape) < 0.5, np.nan, day)
-    assert best_weight(model, gappy, model, scored) == 1.0
+    assert best_shares(model, gappy, np.full_like(week, np.nan), model, scored) == (1.0, 0, 0)
+
+
+def test_on_weeks_that_repeat_the_median_is_last_week(tmp_path: Path) -> None:
+    """A forecast that loses to last week's values, on data whose weeks repeat, is replaced by
+    them: the forecast a user could have copied."""
+    context = 2 * 168
+    model = exported(tmp_path / "model", context, HORIZON)[1]
+    t = np.arange(context + 7 * HORIZON)
+    rng = np.random.default_rng(2)
+    level = rng.uniform(20, 200, (20, 1))
+    weekly = level * (2 + np.sin(2 * np.pi * t / 24) * (0.5 + 0.5 * (t // 24 % 7 >= 5)))
+    history = (weekly * rng.lognormal(0, 0.01, weekly.shape)).astype(np.float32)
+    last = pd.DatetimeIndex([pd.Timestamp("2024-03-30 23:00", tz="UTC")] * 20)
+    fitted = recalibration(model, history, last, windows=7)
+    assert fitted.week_weight >= 0.9 and fitted.weight == 0.0
+    assert "last week" in fitted.describe(["p10", "p50", "p90"])
+    # Applied to the next forecast, the median is (nearly) last week's values again.
+    window = history[:, -context:]
+    median = fitted.apply(model.forecast(window, last), window)[..., 1]
+    naive = last_season(window, HORIZON, 168)
+    own = model.forecast(window, last)[..., 1]
+    assert np.abs(median - naive).mean() < 0.1 * np.abs(own - naive).mean()
 
 
 def test_the_median_is_blended_not_offset_and_the_quantiles_never_cross(
@@ -105,7 +137,8 @@ def test_the_median_is_blended_not_offset_and_the_quantiles_never_cross(
                                atol=rounding_tolerance(4, np.abs(forecast).max()))
     np.testing.assert_array_equal(widened[..., 1], forecast[..., 1])
     assert (np.diff(widened, axis=-1) >= 0).all() and (widened >= 0).all()
-    # Blended: the whole forecast moves with its median, towards yesterday's values.
+    # Blended: the whole forecast moves with its median, towards yesterday's values; the
+    # week's share is 0, and a week is longer than this history: it has no value anyway.
     history[0, -24:-20] = np.nan
     blended = Recalibration(np.zeros(3, np.float32), 1, 1, 500, weight=0.8,
                             steps_per_day=24).apply(forecast, history)

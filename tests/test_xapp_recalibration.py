@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -12,11 +13,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from model.recalibration import recalibration
+from model.recalibration import Recalibration, recalibration
 from tests.redis_server import redis_server
 from tests.tolerance import ANSWER_ROUNDING, rounding_tolerance
 from tests.xapp_helpers import CONTEXT, HORIZON, descriptor, make_model, running
-from xapp.recalibrator import Recalibrator
+from xapp.recalibrator import Offsets, Recalibrator
 
 START = "2024-03-04T00:00:00+01:00"
 HOUR = pd.Timedelta("1h")
@@ -89,7 +90,9 @@ def test_forecasts_get_the_offsets_of_the_cells_recent_history(tmp_path: Path) -
             # The same function on the same arrays in the same order (the store lists cells
             # by their last report, ties in the order they came): the same result, exactly.
             np.testing.assert_array_equal(fitted.offsets, expected.offsets)
-            assert fitted.weight == expected.weight < 1  # an untrained network's median
+            # An untrained network's median: the naives take some of it.
+            assert (fitted.weight, fitted.week_weight) == (expected.weight, expected.week_weight)
+            assert fitted.weight < 1
             # Answers carry DECIMALS places: `plain` comes rounded, and the adjustment (the
             # median's blend, each outer quantile moved by its offset in band widths) carries
             # that rounding on, scaled by at most 1 + 2 |offset|; `moved` is rounded again.
@@ -103,6 +106,10 @@ def test_forecasts_get_the_offsets_of_the_cells_recent_history(tmp_path: Path) -
             assert info["windows"] == 7 and info["cells"] == CELLS and info["refreshed_at"]
             assert info["offsets"]["p10"] == round(float(fitted.offsets[0]), 6)
             assert info["model_weight"] == fitted.weight
+            assert info["last_week_weight"] == fitted.week_weight
+            assert info["last_day_weight"] == fitted.day_weight
+            assert sum(info[f"{n}_weight"] for n in ("model", "last_day", "last_week")) == \
+                pytest.approx(1.0, rel=0, abs=4 * np.finfo(float).eps)  # two sums in float64
             metrics = (await client.get("/ric/v1/metrics")).text
             assert "kpi_forecast_recalibration_windows 7.0" in metrics
             line = next(x for x in metrics.splitlines()
@@ -212,3 +219,17 @@ def test_replicas_on_one_redis_apply_the_same_offsets(tmp_path: Path) -> None:
                 assert (await b.get("/v1/model")).json()["recalibration"] == info
 
         asyncio.run(go())
+
+
+def test_shared_offsets_keep_the_week_share_and_read_an_earlier_replicas() -> None:
+    fitted = Recalibration(np.array([-0.1, 0.0, 0.2], np.float32), 1, 7, 500, weight=0.25,
+                           week_weight=0.7, steps_per_day=24)
+    blob = Offsets("v1", fitted, 10, 1.0e9).to_json()
+    read = Offsets.from_json(blob).recalibration
+    np.testing.assert_array_equal(read.offsets, fitted.offsets)
+    assert (read.weight, read.week_weight, read.windows) == (0.25, 0.7, 7)
+    # A replica of the version before shares no week share: it blended the last day alone.
+    raw = json.loads(blob)
+    del raw["week_weight"]
+    earlier = Offsets.from_json(json.dumps(raw).encode()).recalibration
+    assert (earlier.weight, earlier.week_weight, earlier.day_weight) == (0.25, 0.0, 0.75)

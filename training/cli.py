@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from model.artifact import ArtifactError
+from training.defaults import DEFAULT_HORIZON, default_context
 from training.panel import DataError
 
 if TYPE_CHECKING:
@@ -29,8 +30,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEFAULT_CONTEXTS = ("14D", "7D")  # the first that the data is long enough for
-DEFAULT_HORIZON = "1D"
 
 
 def parse_steps(text: str, step: pd.Timedelta, option: str) -> int:
@@ -117,17 +116,15 @@ def _train(args: argparse.Namespace, group: Group, panel: Panel, started: float,
            stop: threading.Event, block: Panel | None = None) -> None:
     from model.config import ModelConfig
     from training.fit import fit
-    from training.train import TrainConfig, validation_steps
+    from training.train import TrainConfig
 
     step = panel.step
     horizon = parse_steps(args.horizon or DEFAULT_HORIZON, step, "--horizon")
     if args.context:
         context = parse_steps(args.context, step, "--context")
     else:
-        val = validation_steps(panel.n_steps, horizon, TrainConfig.validation_fraction)
-        candidates = [parse_steps(c, step, "--context") for c in DEFAULT_CONTEXTS]
-        fits = [c for c in candidates if c + 2 * horizon + val <= panel.n_steps]
-        context = fits[0] if fits else candidates[-1]
+        context, why = default_context(panel, horizon, TrainConfig.validation_fraction)
+        log.info("%s", why)
     try:
         model_cfg = ModelConfig(context=context, horizon=horizon, quantiles=args.quantiles,
                                 attention=args.attention, dropout=args.dropout)

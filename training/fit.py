@@ -22,11 +22,12 @@ from model.network import Forecaster
 from model.runtime import OnnxForecaster
 from training.backtest import MODEL_NAME, BacktestResult, backtest
 from training.checkpoint import CHECKPOINT_FILE
+from training.defaults import validation_steps
 from training.device import resolve_device
 from training.distributed import Group
 from training.panel import Panel
 from training.report import write_report
-from training.train import TrainConfig, train, validation_steps
+from training.train import TrainConfig, train
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ def holidays_ahead_to_learn(panel: Panel, model_cfg: ModelConfig, train_cfg: Tra
     """
     if not panel.holidays:
         return False
-    validation_start = panel.n_steps - validation_steps(panel.n_steps, model_cfg.horizon,
+    validation_start = panel.n_steps - validation_steps(int(panel.spans.max()), model_cfg.horizon,
                                                         train_cfg.validation_fraction)
     targets = panel.index[model_cfg.context:validation_start]
     local = targets.tz_convert(calendar_zone(panel.calendar_tz)).tz_localize(None)

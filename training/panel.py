@@ -12,6 +12,16 @@ class DataError(ValueError):
     """A problem with the user's input data; its message is one readable line."""
 
 
+def observed_spans(values: np.ndarray) -> np.ndarray:
+    """[n_cells] steps from each row's first observed step to its last, both counted (0 for a
+    row with none): cells from different periods share a grid but not its length."""
+    observed = ~np.isnan(values)
+    n_steps = values.shape[1]
+    first = observed.argmax(axis=1)
+    last = n_steps - 1 - observed[:, ::-1].argmax(axis=1)
+    return np.where(observed.any(axis=1), last - first + 1, 0)
+
+
 @dataclass
 class Panel:
     """Per-cell series of one target KPI on a shared regular UTC grid.
@@ -41,6 +51,11 @@ class Panel:
     @property
     def step(self) -> pd.Timedelta:
         return pd.Timedelta(pd.tseries.frequencies.to_offset(self.freq))
+
+    @property
+    def spans(self) -> np.ndarray:
+        """Steps from each cell's first observed step to its last, both counted (0: none)."""
+        return observed_spans(self.values)
 
     def steps_per(self, period: str) -> int:
         """How many grid steps make up ``period`` ("1D", "7D"); at least 1."""

@@ -18,9 +18,10 @@ from model.network import Forecaster, instance_stats, pinball_terms
 from training.averaging import WeightAverage
 from training.calibrate import calibrate
 from training.checkpoint import Checkpoint
+from training.defaults import validation_steps
 from training.device import mixed_precision, resolve_device, seed_everything, to_tensors
 from training.distributed import Group, ShardedPairs
-from training.panel import DataError, Panel
+from training.panel import DataError, Panel, observed_spans
 from training.windows import Windows
 
 log = logging.getLogger(__name__)
@@ -75,10 +76,6 @@ def auto_batch_size(train_windows: int, steps_per_epoch: int) -> int:
     return batch
 
 
-def validation_steps(n_steps: int, horizon: int, fraction: float) -> int:
-    return max(horizon, round(fraction * n_steps))
-
-
 def _terms(
     model: torch.nn.Module, batch: tuple[np.ndarray, ...], quantiles: torch.Tensor,
     members: bool,
@@ -104,7 +101,8 @@ def split_windows(
 ) -> tuple[int, ShardedPairs, ShardedPairs]:
     """First validation step, training pairs, validation pairs: split in time, no overlap."""
     n_steps, context, horizon = windows.values.shape[1], windows.context, windows.horizon
-    val_steps = validation_steps(n_steps, horizon, cfg.validation_fraction)
+    longest = max(group.gather(int(observed_spans(windows.values).max(initial=0))))
+    val_steps = validation_steps(longest, horizon, cfg.validation_fraction)
     val_start = n_steps - val_steps
     train_pairs = ShardedPairs.across(windows.pairs(0, val_start - horizon), group)
     val_pairs = ShardedPairs.across(
@@ -112,7 +110,7 @@ def split_windows(
     if len(train_pairs) == 0 or len(val_pairs) == 0:
         raise DataError(
             f"too little usable history for context {context} + horizon {horizon} + "
-            f"validation {val_steps} steps: the longest series has {n_steps} steps, at least "
+            f"validation {val_steps} steps: the longest series spans {longest} steps, at least "
             f"{context + horizon + val_steps} with half of them observed are needed "
             "(lower --context or --horizon)"
         )

@@ -52,16 +52,17 @@ class Offsets:
         return json.dumps({
             "model_version": self.model_version, "offsets": r.offsets.tolist(),
             "median": r.median, "windows": r.windows, "residuals": r.residuals,
-            "weight": r.weight, "steps_per_day": r.steps_per_day,
+            "weight": r.weight, "week_weight": r.week_weight, "steps_per_day": r.steps_per_day,
             "cells": self.cells, "refreshed_at": self.refreshed_at,
         }).encode()
 
     @classmethod
     def from_json(cls, blob: bytes) -> Offsets:
         raw = json.loads(blob)
+        # A replica of an earlier version shares no week's share: it blended the last day only.
         fitted = Recalibration(np.asarray(raw["offsets"], np.float32), raw["median"],
                                raw["windows"], raw["residuals"], raw["weight"],
-                               raw["steps_per_day"])
+                               raw.get("week_weight", 0.0), raw["steps_per_day"])
         return cls(raw["model_version"], fitted, raw["cells"], raw["refreshed_at"])
 
 
@@ -94,7 +95,8 @@ class Recalibrator:
         names = model.metadata.quantile_names()
         values = applied.offsets if applied.windows else np.zeros(len(names))
         return RecalibrationOut(
-            model_weight=applied.weight,
+            model_weight=applied.weight, last_day_weight=applied.day_weight,
+            last_week_weight=applied.week_weight,
             offsets={n: round(float(k), 6) for n, k in zip(names, values, strict=True)},
             windows=applied.windows, residuals=applied.residuals,
             cells=offsets.cells if offsets and applied.windows else 0,
@@ -139,6 +141,7 @@ class Recalibrator:
         m, applied = self.metrics, self.for_model(model)
         m.recalibration_windows.set(applied.windows)
         m.recalibration_weight.set(applied.weight)
+        m.recalibration_week_weight.set(applied.week_weight)
         values = applied.offsets if applied.windows else np.zeros(len(model.metadata.quantiles))
         m.recalibration_offset.clear()
         for name, offset in zip(model.metadata.quantile_names(), values, strict=True):

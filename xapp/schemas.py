@@ -174,7 +174,10 @@ class ReloadRequest(BaseModel):
 class RecalibrationOut(BaseModel):
     """The offsets applied to the served model's quantiles (``model.recalibration``)."""
 
-    model_weight: float  # the model's share of the median; the rest is the last day's
+    # The shares of the median: the model's, the last day's values', the last week's.
+    model_weight: float
+    last_day_weight: float
+    last_week_weight: float
     offsets: dict[str, float]  # pNN -> offset in units of the forecast's outer band
     windows: int  # recent horizons they come from; 0: the model's own calibration
     residuals: int
