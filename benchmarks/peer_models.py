@@ -173,9 +173,10 @@ def run_ours(task: Task, holidays: bool = True) -> Outcome:
     }
 
     def at(origin: int, cells: slice = slice(None)) -> np.ndarray:
-        history = panel.values[cells, origin - task.context : origin]
+        history = panel.values[cells, :origin]
         last = pd.DatetimeIndex([panel.index[origin - 1]] * len(history))
-        return recalibrated[origin].apply(forecaster.forecast(history, last), history)
+        return recalibrated[origin].apply(
+            forecaster.forecast(history[:, -task.context :], last), history)
 
     forecasts = np.stack([at(origin) for origin in task.origins])
     last_origin = task.origins[-1]

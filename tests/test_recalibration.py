@@ -7,12 +7,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from model.naive import last_season, naive_forecasts
 from model.recalibration import (
     MIN_RESIDUALS,
     SHARES,
     Recalibration,
     best_shares,
-    last_season,
     recalibration,
     week_of_windows,
 )
@@ -67,35 +67,38 @@ def test_each_level_holds_again_on_the_windows_it_came_from(forecaster: OnnxFore
     assert np.abs(below_before - LEVELS)[[0, 2]].max() > 0.1
     assert np.abs(below_after - LEVELS)[[0, 2]].max() < 0.01
     # Its median does worse than yesterday's values: the blend takes some of them, at the
-    # grid shares with the lowest error on these windows. A week is longer than the
-    # context: that naive has no value, so it gets no share.
-    day, week = last_season(contexts, HORIZON, 24), last_season(contexts, HORIZON, 168)
-    assert np.isnan(week).all() and fitted.week_weight == 0.0
-    shares = best_shares(forecast[..., 1], day, week, actual, ~np.isnan(actual))
-    assert shares == pytest.approx((fitted.weight, fitted.day_weight, 0.0))
+    # grid shares with the lowest error on these windows. The history is shorter than a
+    # week: the last week and the weekly profile have no value, so they get no share.
+    naives = naive_forecasts(contexts, HORIZON, 24)
+    assert np.isnan(naives[1:]).all() and fitted.shares[2:] == (0.0, 0.0)
+    assert fitted.shares == best_shares(forecast[..., 1], naives, actual, ~np.isnan(actual))
     assert fitted.weight < 1
-    blend = fitted.weight * forecast[..., 1] + fitted.day_weight * day
+    day = naives[0]
+    blend = fitted.weight * forecast[..., 1] + fitted.shares[1] * day
     # Two products and a sum in float32, of numbers no larger than the larger of the two.
     np.testing.assert_allclose(adjusted[..., 1], blend, rtol=0, atol=rounding_tolerance(
         3, np.nanmax(np.abs(np.stack([forecast[..., 1], day])))))
     error = {m: np.abs(m * forecast[..., 1] + d * day - actual).mean()
-             for m, d, w in SHARES if w == 0}
+             for m, d, w, p in SHARES if w == p == 0}
     assert min(error, key=error.get) == fitted.weight
 
 
 def test_the_shares_are_the_grid_point_closest_to_the_actuals() -> None:
     rng = np.random.default_rng(1)
-    model, day, week = (rng.random((50, HORIZON)) for _ in range(3))
+    model, day, week, profile = (rng.random((50, HORIZON)) for _ in range(4))
+    naives = np.stack([day, week, profile])
     scored = np.ones_like(model, bool)
-    mixed = 0.5 * model + 0.2 * day + 0.3 * week
-    assert best_shares(model, day, week, mixed, scored) == pytest.approx((0.5, 0.2, 0.3))
-    assert best_shares(model, day, week, model, scored) == (1.0, 0.0, 0.0)
-    # Either naive alone: the grid runs to the model's share 0.
-    assert best_shares(model, day, week, day, scored) == (0.0, 1.0, 0.0)
-    assert best_shares(model, day, week, week, scored) == (0.0, 0.0, 1.0)
+    mixed = 0.4 * model + 0.2 * day + 0.3 * week + 0.1 * profile
+    assert best_shares(model, naives, mixed, scored) == pytest.approx((0.4, 0.2, 0.3, 0.1))
+    assert best_shares(model, naives, model, scored) == (1.0, 0.0, 0.0, 0.0)
+    # Any naive alone: the grid runs to the model's share 0.
+    for i, naive in enumerate(naives):
+        assert best_shares(model, naives, naive, scored) == tuple(
+            float(k == i + 1) for k in range(4))
     # Where a naive is missing the model stands in for it, so it cannot pull the shares.
     gappy = np.where(rng.random(day.shape) < 0.5, np.nan, day)
-    assert best_shares(model, gappy, np.full_like(week, np.nan), model, scored) == (1.0, 0, 0)
+    none = np.full_like(week, np.nan)
+    assert best_shares(model, np.stack([gappy, none, none]), model, scored) == (1.0, 0, 0, 0)
 
 
 def test_on_weeks_that_repeat_the_median_is_last_week(tmp_path: Path) -> None:
@@ -110,8 +113,11 @@ def test_on_weeks_that_repeat_the_median_is_last_week(tmp_path: Path) -> None:
     history = (weekly * rng.lognormal(0, 0.01, weekly.shape)).astype(np.float32)
     last = pd.DatetimeIndex([pd.Timestamp("2024-03-30 23:00", tz="UTC")] * 20)
     fitted = recalibration(model, history, last, windows=7)
-    assert fitted.week_weight >= 0.9 and fitted.weight == 0.0
-    assert "last week" in fitted.describe(["p10", "p50", "p90"])
+    shares = fitted.naive_shares()
+    # Last week's values, or the profile of the last weeks, which repeat them: the model's
+    # own median takes no share.
+    assert shares["last_week"] + shares["weekly_profile"] >= 0.9 and fitted.weight == 0.0
+    assert "0.00 model + " in fitted.describe(["p10", "p50", "p90"])
     # Applied to the next forecast, the median is (nearly) last week's values again.
     window = history[:, -context:]
     median = fitted.apply(model.forecast(window, last), window)[..., 1]
@@ -140,7 +146,7 @@ def test_the_median_is_blended_not_offset_and_the_quantiles_never_cross(
     # Blended: the whole forecast moves with its median, towards yesterday's values; the
     # week's share is 0, and a week is longer than this history: it has no value anyway.
     history[0, -24:-20] = np.nan
-    blended = Recalibration(np.zeros(3, np.float32), 1, 1, 500, weight=0.8,
+    blended = Recalibration(np.zeros(3, np.float32), 1, 1, 500, shares=(0.8, 0.2, 0.0, 0.0),
                             steps_per_day=24).apply(forecast, history)
     day = np.tile(history[:, -24:], (1, 1))[:, :HORIZON]
     shift = np.nan_to_num(0.2 * (day - forecast[..., 1]))

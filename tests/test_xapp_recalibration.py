@@ -84,15 +84,16 @@ def test_forecasts_get_the_offsets_of_the_cells_recent_history(tmp_path: Path) -
             assert fitted.windows == 7 and fitted.residuals == CELLS * 7 * HORIZON
             moved = await quantiles(client, "c3")
             # The same adjustment as `kpi-forecast predict` would find on these windows.
-            history = np.array([load(i) for i in range(CELLS)], np.float32)
+            # As the store holds it: its whole length, NaN before the first value.
+            history = np.full((CELLS, service.controls.history_length), np.nan, np.float32)
+            history[:, -STEPS:] = [load(i) for i in range(CELLS)]
             last = pd.DatetimeIndex([pd.Timestamp(START) + (STEPS - 1) * HOUR] * CELLS)
             expected = recalibration(service.model, history, last, 7)
             # The same function on the same arrays in the same order (the store lists cells
             # by their last report, ties in the order they came): the same result, exactly.
             np.testing.assert_array_equal(fitted.offsets, expected.offsets)
             # An untrained network's median: the naives take some of it.
-            assert (fitted.weight, fitted.week_weight) == (expected.weight, expected.week_weight)
-            assert fitted.weight < 1
+            assert fitted.shares == expected.shares and fitted.weight < 1
             # Answers carry DECIMALS places: `plain` comes rounded, and the adjustment (the
             # median's blend, each outer quantile moved by its offset in band widths) carries
             # that rounding on, scaled by at most 1 + 2 |offset|; `moved` is rounded again.
@@ -106,10 +107,10 @@ def test_forecasts_get_the_offsets_of_the_cells_recent_history(tmp_path: Path) -
             assert info["windows"] == 7 and info["cells"] == CELLS and info["refreshed_at"]
             assert info["offsets"]["p10"] == round(float(fitted.offsets[0]), 6)
             assert info["model_weight"] == fitted.weight
-            assert info["last_week_weight"] == fitted.week_weight
-            assert info["last_day_weight"] == fitted.day_weight
-            assert sum(info[f"{n}_weight"] for n in ("model", "last_day", "last_week")) == \
-                pytest.approx(1.0, rel=0, abs=4 * np.finfo(float).eps)  # two sums in float64
+            assert info["naive_weights"] == fitted.naive_shares()
+            # Shares of twentieths, each rounded once to float64, summed in it.
+            assert info["model_weight"] + sum(info["naive_weights"].values()) == \
+                pytest.approx(1.0, rel=0, abs=4 * np.finfo(float).eps)
             metrics = (await client.get("/ric/v1/metrics")).text
             assert "kpi_forecast_recalibration_windows 7.0" in metrics
             line = next(x for x in metrics.splitlines()
@@ -221,15 +222,17 @@ def test_replicas_on_one_redis_apply_the_same_offsets(tmp_path: Path) -> None:
         asyncio.run(go())
 
 
-def test_shared_offsets_keep_the_week_share_and_read_an_earlier_replicas() -> None:
-    fitted = Recalibration(np.array([-0.1, 0.0, 0.2], np.float32), 1, 7, 500, weight=0.25,
-                           week_weight=0.7, steps_per_day=24)
+def test_shared_offsets_keep_the_shares_and_read_an_earlier_replicas() -> None:
+    fitted = Recalibration(np.array([-0.1, 0.0, 0.2], np.float32), 1, 7, 500,
+                           shares=(0.25, 0.0, 0.7, 0.05), steps_per_day=24)
     blob = Offsets("v1", fitted, 10, 1.0e9).to_json()
     read = Offsets.from_json(blob).recalibration
     np.testing.assert_array_equal(read.offsets, fitted.offsets)
-    assert (read.weight, read.week_weight, read.windows) == (0.25, 0.7, 7)
-    # A replica of the version before shares no week share: it blended the last day alone.
+    assert (read.shares, read.windows) == ((0.25, 0.0, 0.7, 0.05), 7)
+    # A replica of the version before shares the model's weight alone: the rest was the
+    # last day's.
     raw = json.loads(blob)
-    del raw["week_weight"]
+    del raw["shares"]
+    raw["weight"] = 0.25
     earlier = Offsets.from_json(json.dumps(raw).encode()).recalibration
-    assert (earlier.weight, earlier.week_weight, earlier.day_weight) == (0.25, 0.0, 0.75)
+    assert earlier.shares == (0.25, 0.75, 0.0, 0.0)

@@ -72,8 +72,9 @@ def backtest(
         history = panel.values[:, :origin]
         last = pd.DatetimeIndex([panel.index[origin - 1]] * panel.n_cells)
         recalibrations.append(recalibration(forecaster, history, last, recalibrate_windows))
-        window = history[:, -meta.context :]
-        forecast = recalibrations[-1].apply(forecaster.forecast(window, last), window)
+        # The naives of the blend read the history before the origin, as far as they reach.
+        forecast = recalibrations[-1].apply(
+            forecaster.forecast(history[:, -meta.context :], last), history)
         quantiles.append(forecast)
         actual.append(panel.values[:, origin : origin + horizon])
         scales.append(mase_scale(history, 7 * steps_per_day))

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 
 from model.features import calendar_zone, window_timestamps
+from model.naive import PROFILE_WEEKS
 from model.recalibration import Recalibration, recalibration
 from model.runtime import OnnxForecaster
 from training.panel import DataError, Panel
@@ -36,7 +37,9 @@ def predict_frame(forecaster: OnnxForecaster, panel: Panel,
     sample (``model.recalibration``)."""
     check_compatible(forecaster, panel)
     meta = forecaster.metadata
-    windows, last = last_windows(panel, meta.context + recalibrate_windows * meta.horizon)
+    # Each window's context, or the weeks the blend's weekly profile reads, if longer.
+    reach = max(meta.context, PROFILE_WEEKS * panel.steps_per("7D"))
+    windows, last = last_windows(panel, reach + recalibrate_windows * meta.horizon)
     last_stamps = panel.index[last]
     recalibrated = recalibration(forecaster, windows, last_stamps, recalibrate_windows)
     forecast = recalibrated.apply(

@@ -107,12 +107,13 @@ class Metrics:
         )
         self.recalibration_weight = Gauge(
             f"{PREFIX}_recalibration_model_weight",
-            "The model's share of the median forecast; the rest is the last day's and the last "
-            "week's values (1: the model alone).", registry=r,
+            "The model's share of the median forecast; the rest is the simple forecasts' "
+            "(1: the model alone).", registry=r,
         )
-        self.recalibration_week_weight = Gauge(
-            f"{PREFIX}_recalibration_last_week_weight",
-            "The last week's values' share of the median forecast.", registry=r,
+        self.recalibration_naive_weight = Gauge(
+            f"{PREFIX}_recalibration_naive_weight",
+            "Each simple forecast's share of the median forecast (model.naive: last_day, "
+            "last_week, weekly_profile).", ["naive"], registry=r,
         )
         self.recalibration_seconds = Gauge(
             f"{PREFIX}_recalibration_duration_seconds", "Time the last recalibration took.",

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from model.naive import NAIVES
 from model.recalibration import Recalibration, recalibration, week_of_windows
 from model.runtime import InputError, OnnxForecaster
 from xapp.config import RecalibrationControls
@@ -52,17 +53,21 @@ class Offsets:
         return json.dumps({
             "model_version": self.model_version, "offsets": r.offsets.tolist(),
             "median": r.median, "windows": r.windows, "residuals": r.residuals,
-            "weight": r.weight, "week_weight": r.week_weight, "steps_per_day": r.steps_per_day,
+            "shares": list(r.shares), "steps_per_day": r.steps_per_day,
+            "blend_windows": r.blend_windows,
             "cells": self.cells, "refreshed_at": self.refreshed_at,
         }).encode()
 
     @classmethod
     def from_json(cls, blob: bytes) -> Offsets:
         raw = json.loads(blob)
-        # A replica of an earlier version shares no week's share: it blended the last day only.
+        # A replica of the version before shares the model's weight alone: it blended the
+        # last day's values with the model, nothing else.
+        shares = raw.get("shares") or [raw["weight"], 1.0 - raw["weight"]]
+        shares = tuple(shares) + (0.0,) * (1 + len(NAIVES) - len(shares))
         fitted = Recalibration(np.asarray(raw["offsets"], np.float32), raw["median"],
-                               raw["windows"], raw["residuals"], raw["weight"],
-                               raw.get("week_weight", 0.0), raw["steps_per_day"])
+                               raw["windows"], raw["residuals"], shares, raw["steps_per_day"],
+                               raw.get("blend_windows", raw["windows"]))
         return cls(raw["model_version"], fitted, raw["cells"], raw["refreshed_at"])
 
 
@@ -95,8 +100,7 @@ class Recalibrator:
         names = model.metadata.quantile_names()
         values = applied.offsets if applied.windows else np.zeros(len(names))
         return RecalibrationOut(
-            model_weight=applied.weight, last_day_weight=applied.day_weight,
-            last_week_weight=applied.week_weight,
+            model_weight=applied.weight, naive_weights=applied.naive_shares(),
             offsets={n: round(float(k), 6) for n, k in zip(names, values, strict=True)},
             windows=applied.windows, residuals=applied.residuals,
             cells=offsets.cells if offsets and applied.windows else 0,
@@ -141,7 +145,8 @@ class Recalibrator:
         m, applied = self.metrics, self.for_model(model)
         m.recalibration_windows.set(applied.windows)
         m.recalibration_weight.set(applied.weight)
-        m.recalibration_week_weight.set(applied.week_weight)
+        for name, share in applied.naive_shares().items():
+            m.recalibration_naive_weight.labels(naive=name).set(share)
         values = applied.offsets if applied.windows else np.zeros(len(model.metadata.quantiles))
         m.recalibration_offset.clear()
         for name, offset in zip(model.metadata.quantile_names(), values, strict=True):

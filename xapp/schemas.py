@@ -174,10 +174,9 @@ class ReloadRequest(BaseModel):
 class RecalibrationOut(BaseModel):
     """The offsets applied to the served model's quantiles (``model.recalibration``)."""
 
-    # The shares of the median: the model's, the last day's values', the last week's.
-    model_weight: float
-    last_day_weight: float
-    last_week_weight: float
+    model_weight: float  # the model's share of the median
+    # Each simple forecast's share (model.naive: last_day, last_week, weekly_profile).
+    naive_weights: dict[str, float]
     offsets: dict[str, float]  # pNN -> offset in units of the forecast's outer band
     windows: int  # recent horizons they come from; 0: the model's own calibration
     residuals: int

@@ -1,0 +1,89 @@
+"""The simple forecasts a user could have made from the same history, that the recalibration
+blends with the model's median (``model.recalibration``). Torch-free, numpy only, and cheap
+enough to compute per request inside the latency budget.
+
+Every function maps a history ``[B, n]`` (NaN = missing) that ends right before the forecast
+to ``[B, horizon]`` float32, NaN where the history cannot tell.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+NAIVES = ("last_day", "last_week", "weekly_profile")
+PROFILE_WEEKS = 8  # the weeks a weekly profile averages, at most
+
+
+def last_season(history: np.ndarray, horizon: int, season: int) -> np.ndarray:
+    """Seasonal naive: each step repeats the value one ``season`` (in steps) before it, the
+    last season again for a longer horizon (NaN where that is missing, or the history is
+    shorter than a season)."""
+    n_steps = history.shape[1]
+    if season < 1 or n_steps < season:
+        return np.full((history.shape[0], horizon), np.nan, np.float32)
+    return history[:, n_steps - season + np.arange(horizon) % season].astype(np.float32)
+
+
+def weekly_profile(history: np.ndarray, horizon: int, steps_per_day: int,
+                   weeks: int = PROFILE_WEEKS) -> np.ndarray:
+    """A seasonal decomposition in the manner of MSTL, multiplicative and without a fit: the
+    weekly profile of the last whole weeks of the history (``weeks`` at most), each week's
+    values over that week's level, averaged over the weeks; the forecast is that profile
+    carried on at the last day's level.
+
+    Days are blocks of ``steps_per_day`` counted back from the history's end, so the forecast's
+    first block is a whole day and no calendar is needed. Averaged over weeks, the profile
+    keeps little of any one day's noise, which seasonal naive copies; scaled to the last day,
+    the forecast follows a drift of level that a week-old copy misses (on the smooth
+    load-like series of the generalisation suite, close to statsforecast's MSTL:
+    docs/benchmarks.md). A level is the ratio of the observed values' sum to the profile's
+    over the same steps, so a gap does not bias it by the part of the day it took.
+    """
+    batch, n_steps = history.shape
+    week = 7 * steps_per_day
+    count = min(weeks, n_steps // week) if steps_per_day >= 1 else 0
+    if count < 1:
+        return np.full((batch, horizon), np.nan, np.float32)
+    values = history[:, n_steps - count * week :].astype(np.float64).reshape(batch, count, week)
+    observed = ~np.isnan(values)
+    filled = np.where(observed, values, 0.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-missing week or phase
+
+        def level(profile: np.ndarray, steps: np.ndarray, of: np.ndarray) -> np.ndarray:
+            """Sum of the observed values over the profile's sum on the same steps."""
+            scale = (profile * steps).sum(axis=-1)
+            return np.where(scale > 0, (of * steps).sum(axis=-1) / scale, np.nan)
+
+        # Each week's level, first against a flat profile, then twice against the profile
+        # itself: on a week with a gap that settles it to float rounding (tests/test_naive.py).
+        profile = np.ones((batch, 1, week))
+        for _ in range(3):
+            weekly = level(profile, observed, filled)[..., None]  # [B, weeks, 1]
+            ratios = np.where(observed & (weekly > 0), filled / weekly, np.nan)
+            profile = np.nanmean(ratios, axis=1, keepdims=True)  # [B, 1, week]
+        profile = profile[:, 0]
+        last_day = slice(week - steps_per_day, week)
+        base = level(np.nan_to_num(profile[:, last_day]), observed[:, -1, last_day],
+                     filled[:, -1, last_day])
+    forecast = base[:, None] * profile[:, np.arange(horizon) % week]
+    return forecast.astype(np.float32)
+
+
+def naive_forecast(name: str, history: np.ndarray, horizon: int, steps_per_day: int
+                   ) -> np.ndarray:
+    """The naive of NAIVES called ``name``."""
+    if name == "last_day":
+        return last_season(history, horizon, steps_per_day)
+    if name == "last_week":
+        return last_season(history, horizon, 7 * steps_per_day)
+    if name == "weekly_profile":
+        return weekly_profile(history, horizon, steps_per_day)
+    raise ValueError(f"no naive forecast {name!r}: one of {', '.join(NAIVES)}")
+
+
+def naive_forecasts(history: np.ndarray, horizon: int, steps_per_day: int) -> np.ndarray:
+    """[len(NAIVES), B, horizon]: each of NAIVES, in that order."""
+    return np.stack([naive_forecast(name, history, horizon, steps_per_day) for name in NAIVES])
