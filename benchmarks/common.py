@@ -30,7 +30,7 @@ class HeldOut:
     result: BacktestResult
     training: dict
     validation: dict  # the model's own scores on its validation span (metadata.json)
-    unrecalibrated: pd.Series  # our overall scores with the model's own calibration only
+    plain: BacktestResult  # the same folds, the model's own forecasts (not recalibrated)
 
 
 def held_out(
@@ -48,13 +48,12 @@ def held_out(
         # As `kpi-forecast backtest` does by default.
         windows = week_of_windows(forecaster.metadata.horizon, forecaster.step)
         result = backtest(forecaster, panel, folds=folds, step=step, recalibrate_windows=windows)
-        unrecalibrated = backtest(forecaster, panel, folds=folds, step=step).overall
+        plain = backtest(forecaster, panel, folds=folds, step=step)
     table = result.overall.copy()
     table["mse"] = table["rmse"] ** 2
     table["mae_vs_snaive_week"] = table["mae"] / table.loc["seasonal_naive_week", "mae"]
     table["train_s"] = [meta.training["seconds"] if m == MODEL_NAME else 0.0 for m in table.index]
-    return HeldOut(table, result, meta.training, meta.validation,
-                   unrecalibrated.loc[MODEL_NAME])
+    return HeldOut(table, result, meta.training, meta.validation, plain)
 
 
 def machine() -> str:

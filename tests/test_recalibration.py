@@ -9,6 +9,8 @@ import pytest
 
 from model.naive import last_season, naive_forecasts
 from model.recalibration import (
+    BLEND_SPANS,
+    MIN_BLEND_POINTS,
     MIN_RESIDUALS,
     SHARES,
     Recalibration,
@@ -224,3 +226,22 @@ def test_past_max_cells_a_sample_of_the_cells_fits_nearly_the_same_offsets(
     # Deterministic: the same sample each call.
     again = recalibration(forecaster, history, last, windows=4, max_cells=40)
     np.testing.assert_array_equal(again.offsets, some.offsets)
+
+
+def test_few_cells_choose_the_shares_on_more_windows_than_the_offsets(
+    forecaster: OnnxForecaster,
+) -> None:
+    # Two cells: 24 points a window, so 1000 points would take 42 windows; four times the
+    # week's 7 is the most the shares look back, where the history holds them.
+    history, last = series(cells=2, steps=CONTEXT + 40 * HORIZON)
+    counting = Counting(forecaster)
+    fitted = recalibration(counting, history, last, windows=7)
+    assert (fitted.windows, fitted.blend_windows) == (7, BLEND_SPANS * 7)
+    assert fitted.residuals == 2 * 7 * HORIZON and counting.windows == 2 * BLEND_SPANS * 7
+    assert f"(from {BLEND_SPANS * 7} windows)" in fitted.describe(["p10", "p50", "p90"])
+    short, last = series(cells=2, steps=CONTEXT + 10 * HORIZON)
+    assert recalibration(forecaster, short, last, windows=7).blend_windows == 10
+    # Many cells reach the points in the offsets' own windows.
+    many, last = series(cells=100, steps=CONTEXT + 40 * HORIZON)
+    assert 100 * HORIZON >= MIN_BLEND_POINTS
+    assert recalibration(forecaster, many, last, windows=7).blend_windows == 7
