@@ -21,7 +21,7 @@ $(VENV)/.installed-dev: $(VENV)/.installed-train
 
 demo: $(VENV)/.installed-train
 	$(BIN)/kpi-forecast train --data $(SAMPLE) --target traffic_mb --tz Europe/Paris --holidays FR \
-		--out $(DEMO_DIR) --max-minutes 2
+		--out $(DEMO_DIR) --max-minutes 1
 	$(BIN)/kpi-forecast predict --model $(DEMO_DIR) --data $(SAMPLE) --out $(DEMO_DIR)/forecast.csv
 	$(BIN)/python -m xapp.smoke $(DEMO_DIR) $(SAMPLE)
 	@echo "artifacts: $(DEMO_DIR)/ (model.onnx, metadata.json, weights.pt)"

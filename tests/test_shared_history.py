@@ -29,6 +29,7 @@ from tests.xapp_helpers import (
     write_descriptor,
 )
 from training.ingest import load_panel
+from xapp.config import Controls
 from xapp.smoke import wait_ready
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -148,10 +149,15 @@ def test_two_replicas_share_history_fed_to_one_and_a_restart_serves_at_once(
             assert before == answers(url_a, cells)
             assert {item["source"] for item in before} == {"model"}
             assert counter(url_b, "kpi_forecast_e2_indications_total") == 0
-            # ...and those forecasts are the model's on the file's own history.
+            # ...and those forecasts are the model's on the file's own history, given as the
+            # store holds it (its whole length, empty before the first report): the simple
+            # forecasts the median is blended with read all of it.
+            held_steps = Controls.model_fields["history_length"].default
             direct = httpx.post(f"{url_b}/v1/forecast", json={
-                "cell_id": cells[0], "start": panel.index[-CONTEXT].isoformat(), "freq": "1h",
-                "values": [float(v) for v in panel.values[0, -CONTEXT:]]}).json()
+                "cell_id": cells[0], "freq": "1h",
+                "start": (panel.index[-1] - (held_steps - 1) * panel.step).isoformat(),
+                "values": [None] * (held_steps - len(panel.index))
+                + [None if np.isnan(v) else float(v) for v in panel.values[0]]}).json()
             within = answer_tolerance(ModelConfig(CONTEXT, HORIZON),
                                       np.nanmax(panel.values[0, -CONTEXT:]))
             for a, b in zip(before[0]["forecasts"], direct["forecasts"], strict=True):
