@@ -132,7 +132,7 @@ def run_case(case: Case, minutes: float, seed: int) -> dict:
     day = panel.steps_per("1D")
     train_steps = panel.n_steps - case.test_days * day
     train_cfg = TrainConfig(max_minutes=minutes, seed=seed)
-    context, why = default_context(panel.slice_steps(train_steps), day,
+    context, _ = default_context(panel.slice_steps(train_steps), day,
                                    train_cfg.validation_fraction)
     evaluation = held_out(panel, train_steps, ModelConfig(context=context, horizon=day),
                           train_cfg, folds=case.test_days, step=day, source=case.name)
@@ -155,7 +155,7 @@ def run_case(case: Case, minutes: float, seed: int) -> dict:
     return {
         "case": case.name, "seed": seed, "cells": panel.n_cells, "freq": panel.freq,
         "train days": round(train_steps / day), "test days": case.test_days,
-        "context": why.split(" (")[0].removeprefix("context "),
+        "context": f"{context * panel.step / pd.Timedelta('1D'):g}D",
         "MAE": mae["ours"], "naive day MAE": mae["naive day"],
         "naive week MAE": mae["naive week"], "MSTL MAE": mae["MSTL"],
         "MAE / better naive": mae["ours"] / naive, "MAE / MSTL": mae["ours"] / mae["MSTL"],

@@ -13,18 +13,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from data.synthetic import daily_shape
+
 # (peak hour, width in hours, height) bumps over a night floor, as in a regional grid's load.
 _WEEKDAY = (0.55, ((8.5, 2.0, 0.35), (13.0, 3.0, 0.25), (19.0, 2.0, 0.45)))
 _WEEKEND = (0.55, ((11.0, 3.0, 0.25), (19.5, 2.2, 0.35)))
-
-
-def _daily(hour: np.ndarray, floor: float, bumps: tuple[tuple[float, float, float], ...]
-           ) -> np.ndarray:
-    shape = np.full_like(hour, floor)
-    for peak, width, height in bumps:
-        dist = (hour - peak + 12.0) % 24.0 - 12.0
-        shape += height * np.exp(-0.5 * (dist / width) ** 2)
-    return shape
 
 
 def load_like(days: int, freq: str = "30min", seed: int = 0, start: str = "2024-09-02",
@@ -36,7 +29,7 @@ def load_like(days: int, freq: str = "30min", seed: int = 0, start: str = "2024-
                          / pd.Timedelta(freq)), freq=freq)
     hour = np.asarray(grid.hour + grid.minute / 60.0, dtype=float)
     weekend = np.asarray(grid.day_of_week) >= 5
-    shape = np.where(weekend, _daily(hour, *_WEEKEND), _daily(hour, *_WEEKDAY))
+    shape = np.where(weekend, daily_shape(hour, *_WEEKEND), daily_shape(hour, *_WEEKDAY))
     day = np.asarray((grid.normalize() - grid[0].normalize()) / pd.Timedelta("1D")).astype(int)
     noise = 0.002 if repeating else 0.02
     log_load = np.log(1000.0 * shape) + rng.normal(0.0, noise, len(grid))

@@ -96,7 +96,7 @@ def _time_grid(start: str, days: int, freq: str, tz: str) -> pd.DatetimeIndex:
     return grid.tz_convert(tz).as_unit("ns")
 
 
-def _daily_shape(hour: np.ndarray, floor: float, bumps: tuple[_Bump, ...]) -> np.ndarray:
+def daily_shape(hour: np.ndarray, floor: float, bumps: tuple[_Bump, ...]) -> np.ndarray:
     shape = np.full_like(hour, floor)
     for peak, width, height in bumps:
         dist = (hour - peak + 12.0) % 24.0 - 12.0  # circular, so a 23 h bump spills past 0 h
@@ -123,8 +123,8 @@ def _latent_load(
     shape = np.empty((n_cells, n_steps))
     for code, name in enumerate(PROFILES):
         rows = profiles == code
-        week = _daily_shape(cell_hour[rows], *_SHAPES[name]["weekday"])
-        wend = _daily_shape(cell_hour[rows], *_SHAPES[name]["weekend"])
+        week = daily_shape(cell_hour[rows], *_SHAPES[name]["weekday"])
+        wend = daily_shape(cell_hour[rows], *_SHAPES[name]["weekend"])
         shape[rows] = np.where(weekend[None, :], wend, week)
 
     base = np.array([_PROFILE_LEVEL[PROFILES[c]] for c in profiles])
