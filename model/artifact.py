@@ -85,7 +85,8 @@ def load_metadata(model_dir: str | Path) -> ModelMetadata:
             f"{path}: schema version {version!r}, this kpi-forecast reads {SCHEMA_VERSION}"
         )
     try:
-        payload["config"] = ModelConfig(**payload["config"])
+        # Artifacts from before skip_rank existed have a full-rank skip.
+        payload["config"] = ModelConfig(**{"skip_rank": 0, **payload["config"]})
         return ModelMetadata(**payload)
     except (TypeError, ValueError, KeyError) as exc:
         raise ArtifactError(f"{path}: invalid metadata ({exc})") from exc

@@ -19,6 +19,10 @@ TARGET_TOKENS = 14
 # while no KPI in any unit a RAN exports (bytes per step of a cell included) comes near it.
 MAX_KPI_VALUE = 1e15
 
+# The skip goes through its bottleneck only where that is this many times narrower than both
+# the context and the horizon (ModelConfig.skip_rank).
+BOTTLENECK_SHARE = 4
+
 
 @dataclass
 class ModelConfig:
@@ -37,6 +41,14 @@ class ModelConfig:
     # has a holiday calendar: without one the horizon's calendar follows from the window's,
     # and those tokens would only cost time (on Milan's week-ahead protocol, 21 tokens not 14).
     horizon_tokens: bool = False
+    # Width of the bottleneck of the linear path from the context to the level (the skip)
+    # where it is at most a quarter of both the context and the horizon; 0 = full rank, as in
+    # artifacts written before this field; -1 = d_model. Full rank, its weights grow with the
+    # square of the steps per day: a 7-day context at 2 minutes forecasting a day is 3.6 M
+    # weights, where hourly data needs 8 k, more than a first export of a few cells can fit
+    # (issue 23). The head stays full rank: through the same bottleneck it cost Milan's
+    # week-ahead forecast 5 %.
+    skip_rank: int = -1
 
     def __post_init__(self) -> None:
         if self.context < 1 or self.horizon < 1:
@@ -51,6 +63,8 @@ class ModelConfig:
             raise ValueError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), not {self.dropout}")
+        if self.skip_rank < 0:
+            self.skip_rank = self.d_model
         if self.ensemble < 1:
             raise ValueError(f"ensemble must be >= 1, not {self.ensemble}")
         if self.attention not in ("fused", "math"):
@@ -68,6 +82,21 @@ class ModelConfig:
     @property
     def n_tokens(self) -> int:
         return self.n_patches + self.n_future
+
+    @property
+    def skip_factorised(self) -> bool:
+        """Whether the skip goes through its bottleneck of ``skip_rank``."""
+        return 0 < BOTTLENECK_SHARE * self.skip_rank <= min(self.context, self.horizon)
+
+    def describe_skip(self) -> str:
+        """One line for the training log and report: the skip's shape, and why."""
+        if self.skip_factorised:
+            return (f"skip {self.context} -> {self.skip_rank} -> {self.horizon}: the context and "
+                    f"the horizon are both at least {BOTTLENECK_SHARE}x its bottleneck")
+        if not self.skip_rank:
+            return f"skip {self.context} -> {self.horizon}, full rank (skip_rank 0)"
+        return (f"skip {self.context} -> {self.horizon}, full rank: the context or the horizon "
+                f"is under {BOTTLENECK_SHARE}x the bottleneck of {self.skip_rank}")
 
     def to_dict(self) -> dict:
         return asdict(self)

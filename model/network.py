@@ -126,7 +126,10 @@ class PatchTransformer(nn.Module):
         self.head = nn.Linear(cfg.n_tokens * cfg.d_model, cfg.horizon * self.n_quantiles)
         # A linear path from the normalised context straight to the forecast level (as in
         # NLinear): the seasonal carry-over is linear, so the Transformer only models the rest.
-        self.skip = nn.Linear(cfg.context, cfg.horizon)
+        # Through a bottleneck where the context and horizon are long (ModelConfig.skip_rank).
+        self.skip = (nn.Sequential(nn.Linear(cfg.context, cfg.skip_rank, bias=False),
+                                   nn.Linear(cfg.skip_rank, cfg.horizon))
+                     if cfg.skip_factorised else nn.Linear(cfg.context, cfg.horizon))
 
     def forward(self, tokens: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
         """tokens [B, n_tokens, 2 * patch_len + N_CALENDAR], context [B, context] -> [B, H, Q]."""

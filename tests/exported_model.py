@@ -13,10 +13,11 @@ from model.runtime import OnnxForecaster, RuntimeOptions
 
 def exported(
     model_dir: Path, context: int, horizon: int, attention: str = "fused",
-    options: RuntimeOptions | None = None,
+    options: RuntimeOptions | None = None, **config: object,
 ) -> tuple[Forecaster, OnnxForecaster]:
     torch.manual_seed(0)
-    network = Forecaster(ModelConfig(context=context, horizon=horizon, attention=attention))
+    network = Forecaster(ModelConfig(context=context, horizon=horizon, attention=attention,
+                                     **config))
     with torch.no_grad():
         network.calibration.copy_(torch.tensor([-0.2, 0.0, 0.3]))  # exported with the graph
     meta = ModelMetadata(

@@ -7,7 +7,7 @@ import torch
 
 from model.config import ModelConfig
 from model.features import HOLIDAY, N_CALENDAR
-from model.network import ByteDropout, Forecaster, pinball_loss
+from model.network import ByteDropout, Forecaster, PatchTransformer, pinball_loss
 from tests.tolerance import network_tolerance, rounding_tolerance
 
 
@@ -185,3 +185,32 @@ def test_without_horizon_tokens_the_horizons_calendar_is_not_read() -> None:
         ahead = calendar.clone()
         ahead[:, 96:] = torch.randn(4, 12, calendar.shape[-1])
         torch.testing.assert_close(network(values, ahead), network(values, calendar))
+
+
+
+def test_the_skip_goes_through_a_bottleneck_only_where_both_sides_are_four_times_wider() -> None:
+    """Full rank for hourly, half-hourly and 15-minute day-ahead and for Milan's week-ahead;
+    through the bottleneck for a week of 2-minute data forecasting a day, with a tenth of the
+    weights; full rank with skip_rank 0 (artifacts from before it). The head never changes."""
+    for context, horizon in ((336, 24), (672, 48), (1344, 96), (336, 168)):
+        layers = PatchTransformer(ModelConfig(context=context, horizon=horizon))
+        assert isinstance(layers.skip, torch.nn.Linear)
+    cfg = ModelConfig(context=7 * 720, horizon=720)
+    two_minute = PatchTransformer(cfg)
+    assert [layer.out_features for layer in two_minute.skip] == [cfg.d_model, 720]
+    full = PatchTransformer(ModelConfig(context=7 * 720, horizon=720, skip_rank=0))
+    assert two_minute.head.weight.shape == full.head.weight.shape
+    skip_weights = {name: sum(p.numel() for p in model.skip.parameters())
+                    for name, model in (("factorised", two_minute), ("full", full))}
+    assert skip_weights["factorised"] < skip_weights["full"] / 9
+
+
+def test_the_skip_is_described_as_built() -> None:
+    assert ModelConfig(context=7 * 720, horizon=720).describe_skip() == (
+        "skip 5040 -> 64 -> 720: the context and the horizon are both at least 4x its "
+        "bottleneck")
+    assert ModelConfig(context=336, horizon=168).describe_skip() == (
+        "skip 336 -> 168, full rank: the context or the horizon is under 4x the bottleneck "
+        "of 64")
+    assert ModelConfig(context=336, horizon=24, skip_rank=0).describe_skip() == (
+        "skip 336 -> 24, full rank (skip_rank 0)")

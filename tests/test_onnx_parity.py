@@ -25,7 +25,11 @@ CONTEXT, HORIZON = 168, 24
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple]:
     base = tmp_path_factory.mktemp("onnx")
-    return {kind: exported(base / kind, CONTEXT, HORIZON, kind) for kind in ("fused", "math")}
+    models = {kind: exported(base / kind, CONTEXT, HORIZON, kind) for kind in ("fused", "math")}
+    # The skip through its bottleneck (ModelConfig.skip_rank), as at high frequency.
+    models["factorised"] = exported(base / "factorised", CONTEXT, HORIZON, skip_rank=6)
+    assert isinstance(models["factorised"][0].members[0].skip, torch.nn.Sequential)
+    return models
 
 
 def windows(path: Path, target: str, batch: int) -> tuple[np.ndarray, pd.DatetimeIndex]:
@@ -45,10 +49,10 @@ def torch_forecast(network: Forecaster, values: np.ndarray, last: pd.DatetimeInd
         return network(torch.from_numpy(values), torch.from_numpy(calendar)).numpy()
 
 
-def within(values: np.ndarray) -> np.ndarray:
+def within(values: np.ndarray, cfg: ModelConfig | None = None) -> np.ndarray:
     """Per window: two float32 evaluations of the network may differ by this much."""
-    return network_tolerance(ModelConfig(CONTEXT, HORIZON), np.nanmax(np.abs(values), axis=1)
-                             )[:, None, None]
+    cfg = cfg or ModelConfig(CONTEXT, HORIZON)
+    return network_tolerance(cfg, np.nanmax(np.abs(values), axis=1))[:, None, None]
 
 
 @pytest.mark.parametrize("batch", [1, 256])
@@ -62,7 +66,7 @@ def test_onnx_runtime_matches_torch(models: dict, batch: int, source: str) -> No
         expected = torch_forecast(network, values, last)
         got = forecaster.forecast(values, last)
         assert np.isfinite(got).all()
-        assert (np.abs(got - expected) <= within(values)).all()
+        assert (np.abs(got - expected) <= within(values, network.cfg)).all()
 
 
 def test_fused_and_math_attention_agree_in_onnx_runtime(models: dict) -> None:
@@ -74,7 +78,8 @@ def test_fused_and_math_attention_agree_in_onnx_runtime(models: dict) -> None:
 
 def test_fused_export_has_one_attention_node_per_layer(models: dict) -> None:
     kinds = {}
-    for kind, (_, forecaster) in models.items():
+    for kind in ("fused", "math"):
+        forecaster = models[kind][1]
         graph = onnx.load(str(forecaster.model_dir / "model.onnx"))
         kinds[kind] = [node.op_type for node in graph.graph.node].count("Attention")
         assert forecaster.metadata.onnx["opset"] == 23

@@ -11,7 +11,7 @@ import onnxruntime as ort
 import pandas as pd
 import pytest
 
-from model.artifact import METADATA_FILE, ArtifactError
+from model.artifact import METADATA_FILE, ArtifactError, load_metadata
 from model.config import ModelConfig
 from model.runtime import (
     CPU,
@@ -200,6 +200,15 @@ def test_a_model_with_an_unknown_holiday_calendar_is_refused(
                          lambda meta: meta.__setitem__("holidays", "XX"))
     with pytest.raises(ArtifactError, match="unknown holiday calendar 'XX'"):
         OnnxForecaster(copy)
+
+
+def test_metadata_from_before_the_skip_rank_reads_as_a_full_rank_skip(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    assert load_metadata(model_dir).config.skip_rank > 0  # the test model's
+    copy = with_metadata(model_dir, tmp_path / "copy",
+                         lambda meta: meta["config"].pop("skip_rank"))
+    assert load_metadata(copy).config.skip_rank == 0
 
 
 def test_the_inference_path_imports_without_torch(model_dir: Path) -> None:

@@ -42,6 +42,7 @@ def network_roundings(cfg: ModelConfig) -> int:
     """The roundings on the longest path from the window's values to a quantile: the summed
     lengths of the inner products and reductions a value passes through."""
     tokens = cfg.n_patches + cfg.n_future
+    skip_rank = cfg.skip_rank if cfg.skip_factorised else 0
     layer = (2 * cfg.d_model  # layer norm: mean and variance over the model width
              + cfg.d_model  # the query, key and value projections
              + cfg.d_model // cfg.n_heads + 2 * tokens  # scores, softmax, weighted values
@@ -52,7 +53,7 @@ def network_roundings(cfg: ModelConfig) -> int:
             + 3 * cfg.patch_len  # a patch's values, mask and calendar into its token
             + cfg.n_layers * layer
             + tokens * cfg.d_model  # the flatten head
-            + cfg.context  # the linear path from the context to the level
+            + cfg.context + skip_rank  # the skip, from the context to the level
             + cfg.ensemble + 2)  # the members' mean, calibration and de-normalisation
 
 

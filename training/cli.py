@@ -130,6 +130,7 @@ def _train(args: argparse.Namespace, group: Group, panel: Panel, started: float,
                                 attention=args.attention, dropout=args.dropout)
     except ValueError as exc:
         raise DataError(str(exc)) from exc
+    log.info("%s", model_cfg.describe_skip())
     train_cfg = TrainConfig(max_minutes=args.max_minutes, max_epochs=args.max_epochs,
                             batch_size=args.batch_size, seed=args.seed, device=args.device)
     fitted = fit(panel, Path(args.out), model_cfg, train_cfg, str(args.data),

@@ -52,7 +52,7 @@ def write_report(
         f"{meta.quantiles}, patch {meta.config.patch_len} steps "
         f"({meta.config.n_patches} window tokens and {meta.config.n_future} for the horizon), "
         f"{meta.config.n_layers} layers of width {meta.config.d_model}, attention "
-        f"`{meta.config.attention}`.",
+        f"`{meta.config.attention}`; {meta.config.describe_skip()}.",
         f"- {meta.training.get('epochs')} epochs in {meta.training.get('seconds')} s, stopped by "
         f"{meta.training.get('stopped_by')}; best validation pinball loss "
         f"{meta.training.get('best_validation_loss')}.",
