@@ -187,7 +187,6 @@ def test_without_horizon_tokens_the_horizons_calendar_is_not_read() -> None:
         torch.testing.assert_close(network(values, ahead), network(values, calendar))
 
 
-
 def test_the_skip_goes_through_a_bottleneck_only_where_both_sides_are_four_times_wider() -> None:
     """Full rank for hourly, half-hourly and 15-minute day-ahead and for Milan's week-ahead;
     through the bottleneck for a week of 2-minute data forecasting a day, with a tenth of the

@@ -49,9 +49,8 @@ def torch_forecast(network: Forecaster, values: np.ndarray, last: pd.DatetimeInd
         return network(torch.from_numpy(values), torch.from_numpy(calendar)).numpy()
 
 
-def within(values: np.ndarray, cfg: ModelConfig | None = None) -> np.ndarray:
-    """Per window: two float32 evaluations of the network may differ by this much."""
-    cfg = cfg or ModelConfig(CONTEXT, HORIZON)
+def within(values: np.ndarray, cfg: ModelConfig) -> np.ndarray:
+    """Per window: two float32 evaluations of ``cfg``'s network may differ by this much."""
     return network_tolerance(cfg, np.nanmax(np.abs(values), axis=1))[:, None, None]
 
 
@@ -73,7 +72,7 @@ def test_fused_and_math_attention_agree_in_onnx_runtime(models: dict) -> None:
     values, last = windows(SAMPLE, "traffic_mb", 64)
     fused = models["fused"][1].forecast(values, last)
     plain = models["math"][1].forecast(values, last)
-    assert (np.abs(fused - plain) <= within(values)).all()
+    assert (np.abs(fused - plain) <= within(values, models["fused"][0].cfg)).all()
 
 
 def test_fused_export_has_one_attention_node_per_layer(models: dict) -> None:
