@@ -37,10 +37,11 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PATH=/opt/venv/bin:${PATH}
 RUN python -m venv /opt/venv
 WORKDIR /src
-# Exactly what setuptools needs (pyproject.toml: readme, [tool.setuptools] packages and their
-# package data). tests/test_image.py builds from a copy of this list, so a missing entry fails
-# there before it fails here.
+# Exactly what setuptools needs (pyproject.toml: readme, the folders its package-dir maps into
+# the one import package kpi_forecast, and their package data). tests/test_image.py builds from a
+# copy of this list, so a missing entry fails there before it fails here.
 COPY pyproject.toml README.md ./
+COPY cli/ cli/
 COPY model/ model/
 COPY training/ training/
 COPY xapp/ xapp/
@@ -74,7 +75,7 @@ RUN --mount=type=cache,target=/root/.cache/pip \
       *) echo "VARIANT must be cpu or gpu, not '${VARIANT}'" >&2; exit 2 ;; \
     esac; \
     python -I -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is not None)"; \
-    python -I -c "import onnxruntime, xapp.server"
+    python -I -c "import onnxruntime, kpi_forecast.xapp.server"
 
 
 # --- the training venv: the `train` extra with the CPU build of the pinned torch --------------

@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 SAMPLE := data/sample/cells_hourly.csv.gz
 DEMO_DIR := artifacts/demo
 
-.PHONY: demo test bench bench-peers gpu-check lint clean
+.PHONY: demo test deps bench bench-peers gpu-check lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,14 +23,25 @@ demo: $(VENV)/.installed-train
 	$(BIN)/kpi-forecast train --data $(SAMPLE) --target traffic_mb --tz Europe/Paris --holidays FR \
 		--out $(DEMO_DIR) --max-minutes 1
 	$(BIN)/kpi-forecast predict --model $(DEMO_DIR) --data $(SAMPLE) --out $(DEMO_DIR)/forecast.csv
-	$(BIN)/python -m xapp.smoke $(DEMO_DIR) $(SAMPLE)
+	$(BIN)/python -m kpi_forecast.xapp.smoke $(DEMO_DIR) $(SAMPLE)
 	@echo "artifacts: $(DEMO_DIR)/ (model.onnx, metadata.json, weights.pt)"
 	@echo "report:    $(DEMO_DIR)/report.md"
 	@echo "forecasts: $(DEMO_DIR)/forecast.csv"
 
 test: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
+	$(MAKE) --no-print-directory deps
 	$(BIN)/pytest -q
+
+# Declared dependencies equal imported ones: for the project as a whole, then for each extra
+# where its modules live (the serving path with base + serve, the training with base + train;
+# the other extras count as not installed, so importing from them fails).
+deps: $(VENV)/.installed-dev
+	$(BIN)/deptry .
+	$(BIN)/deptry cli data model xapp --optional-dependencies-dev-groups dev,bench,train \
+		--ignore DEP002 --extend-exclude 'model/(network|export)\.py'
+	$(BIN)/deptry cli training --optional-dependencies-dev-groups dev,bench,serve --ignore DEP002
 
 # The bench extra: the generalisation suite scores statsforecast's MSTL beside every case.
 bench: $(VENV)/.installed-bench

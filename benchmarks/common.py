@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from model.config import ModelConfig
-from model.recalibration import week_of_windows
-from model.runtime import OnnxForecaster
-from training.backtest import MODEL_NAME, BacktestResult, backtest
-from training.panel import Panel
+from kpi_forecast.data.panel import Panel
+from kpi_forecast.model.config import ModelConfig
+from kpi_forecast.model.recalibration import week_of_windows
+from kpi_forecast.model.runtime import OnnxForecaster
+from kpi_forecast.training.backtest import MODEL_NAME, BacktestResult, backtest
 
 if TYPE_CHECKING:
-    from training.train import TrainConfig
+    from kpi_forecast.training.train import TrainConfig
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 RAW = DOCS / "benchmarks"
@@ -39,7 +39,7 @@ def held_out(
 ) -> HeldOut:
     """Train on the first ``train_steps`` only, then backtest folds ending at the last step."""
     # Imported here so that the benchmarks that never train do not load torch.
-    from training.fit import fit
+    from kpi_forecast.training.fit import fit
 
     with tempfile.TemporaryDirectory() as tmp:
         meta, _ = fit(panel.slice_steps(train_steps), Path(tmp), model_cfg, train_cfg, source,

@@ -25,13 +25,13 @@ import pandas as pd
 
 from benchmarks.common import RAW, machine, write_section
 from benchmarks.runtime import CONTEXT, default_model
-from xapp.api import create_app
-from xapp.config import CONFIG_FILE_NAME, DEFAULT_DIR, KpiSource, load_descriptor
-from xapp.e2 import e2ap, kpm
-from xapp.e2.ingest import Ingestor, Route
-from xapp.e2.transport import RIC_INDICATION, Frame, TcpTransport
-from xapp.history import MemoryHistory
-from xapp.metrics import Metrics
+from kpi_forecast.xapp.api import create_app
+from kpi_forecast.xapp.config import CONFIG_FILE_NAME, DEFAULT_DIR, KpiSource, load_descriptor
+from kpi_forecast.xapp.e2 import e2ap, kpm
+from kpi_forecast.xapp.e2.ingest import Ingestor, Route
+from kpi_forecast.xapp.e2.transport import RIC_INDICATION, Frame, TcpTransport
+from kpi_forecast.xapp.history import MemoryHistory
+from kpi_forecast.xapp.metrics import Metrics
 
 MEASUREMENT = "RRU.PrbUsedDl"
 START = dt.datetime(2024, 3, 4, tzinfo=dt.UTC)

@@ -32,14 +32,14 @@ import pandas as pd
 
 from benchmarks.common import RAW, held_out, machine, write_section
 from benchmarks.peer_models import imputed
-from data.load_like import load_like
-from data.synthetic import generate
-from model.config import ModelConfig
-from training.backtest import MODEL_NAME
-from training.defaults import default_context
-from training.ingest import load_panel
-from training.panel import Panel
-from training.train import TrainConfig
+from kpi_forecast.data.ingest import load_panel
+from kpi_forecast.data.load_like import load_like
+from kpi_forecast.data.panel import Panel
+from kpi_forecast.data.synthetic import generate
+from kpi_forecast.model.config import ModelConfig
+from kpi_forecast.training.backtest import MODEL_NAME
+from kpi_forecast.training.defaults import default_context
+from kpi_forecast.training.train import TrainConfig
 
 MSTL_WEEKS = 8  # the history MSTL is refitted on at each origin, at most
 NAIVE_TARGET = 0.95  # our MAE over the better seasonal naive's, at most

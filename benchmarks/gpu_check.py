@@ -32,10 +32,10 @@ import torch
 
 from benchmarks.common import machine
 from benchmarks.runtime import CONTEXT, HORIZON, default_model
-from model.config import ModelConfig
-from model.features import forecast_calendar
-from model.network import Forecaster, SelfAttention, instance_stats
-from model.runtime import CUDA, OnnxForecaster, RuntimeOptions
+from kpi_forecast.model.config import ModelConfig
+from kpi_forecast.model.features import forecast_calendar
+from kpi_forecast.model.network import Forecaster, SelfAttention, instance_stats
+from kpi_forecast.model.runtime import CUDA, OnnxForecaster, RuntimeOptions
 
 FP32_BOUND = 1e-4  # max abs difference in units of each series' scale (issue 3)
 BF16_BOUND = 5e-2  # bf16 keeps 8 bits of mantissa: a looser, reported bound
@@ -180,9 +180,9 @@ def onnx_runtime(failures: list[str], quick: bool) -> pd.DataFrame | str:
 
 
 def training_run(device: str = "cuda", steps_per_epoch: int = 50) -> pd.DataFrame:
-    from data.synthetic import generate
-    from training.ingest import load_panel
-    from training.train import TrainConfig, train
+    from kpi_forecast.data.ingest import load_panel
+    from kpi_forecast.data.synthetic import generate
+    from kpi_forecast.training.train import TrainConfig, train
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "cells.csv"

@@ -22,11 +22,11 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.common import RAW, HeldOut, held_out, machine, write_section
-from model.config import ModelConfig
-from training.backtest import MODEL_NAME
-from training.ingest import load_panel
-from training.metrics import coverage
-from training.train import TrainConfig
+from kpi_forecast.data.ingest import load_panel
+from kpi_forecast.model.config import ModelConfig
+from kpi_forecast.training.backtest import MODEL_NAME
+from kpi_forecast.training.metrics import coverage
+from kpi_forecast.training.train import TrainConfig
 
 CALENDAR_TZ = "+01:00"  # the Milan export's local offset (CET)
 HOLIDAYS = "IT-MI"  # Italy's public holidays and Milan's Saint Ambrose (7 December)

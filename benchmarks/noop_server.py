@@ -15,7 +15,7 @@ from pathlib import Path
 
 from fastapi import FastAPI, Request, Response
 
-from xapp.server import run
+from kpi_forecast.xapp.server import run
 
 
 def create_app(answer: bytes) -> FastAPI:

@@ -2,7 +2,7 @@
 
 A runner takes a :class:`Task` (one data set, one protocol) and returns an :class:`Outcome`:
 P10/P50/P90 forecasts for every fold and cell, and what they cost. Everything a peer sees is
-built here from the same :class:`~training.panel.Panel`, so every model trains on the same
+built here from the same :class:`~kpi_forecast.data.panel.Panel`, so every model trains on the same
 steps and forecasts the same origins. The peers' libraries (the optional ``bench`` extra) are
 imported inside their runners only.
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from training.panel import Panel
+from kpi_forecast.data.panel import Panel
 
 QUANTILES = (0.1, 0.5, 0.9)
 INTERVAL = 80  # the central interval the peers are asked for: P10-P90
@@ -144,11 +144,11 @@ def run_ours(task: Task, holidays: bool = True) -> Outcome:
     """kpi-forecast: ``fit`` (train, calibrate, export, report), then ONNX Runtime per fold,
     the quantiles recalibrated on the week before each origin. Without ``holidays`` it is
     not told the panel's public holidays."""
-    from model.config import ModelConfig
-    from model.recalibration import recalibration, week_of_windows
-    from model.runtime import OnnxForecaster
-    from training.fit import fit
-    from training.train import TrainConfig
+    from kpi_forecast.model.config import ModelConfig
+    from kpi_forecast.model.recalibration import recalibration, week_of_windows
+    from kpi_forecast.model.runtime import OnnxForecaster
+    from kpi_forecast.training.fit import fit
+    from kpi_forecast.training.train import TrainConfig
 
     panel = task.panel
     train_panel = panel.slice_steps(task.train_steps)

@@ -40,9 +40,9 @@ from benchmarks.peer_models import (
     Task,
     run,
 )
-from training.backtest import fold_origins
-from training.ingest import load_panel
-from training.metrics import evaluate, mase_scale
+from kpi_forecast.data.ingest import load_panel
+from kpi_forecast.training.backtest import fold_origins
+from kpi_forecast.training.metrics import evaluate, mase_scale
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / "artifacts" / "bench-peers"

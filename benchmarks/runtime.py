@@ -26,12 +26,12 @@ import pandas as pd
 import torch
 
 from benchmarks.common import RAW, machine, write_section
-from model.artifact import ModelMetadata
-from model.config import ModelConfig
-from model.export import export_onnx
-from model.features import forecast_calendar
-from model.network import Forecaster
-from model.runtime import OnnxForecaster, RuntimeOptions
+from kpi_forecast.model.artifact import ModelMetadata
+from kpi_forecast.model.config import ModelConfig
+from kpi_forecast.model.export import export_onnx
+from kpi_forecast.model.features import forecast_calendar
+from kpi_forecast.model.network import Forecaster
+from kpi_forecast.model.runtime import OnnxForecaster, RuntimeOptions
 
 BATCHES = (1, 64, 512)
 TOKENS = (512, 1024, 2048, 4096, 8192)
@@ -111,8 +111,8 @@ ATTENTION_PROBE = """
 import json, sys, time
 from pathlib import Path
 import torch
-from model.config import ModelConfig
-from model.network import SelfAttention
+from kpi_forecast.model.config import ModelConfig
+from kpi_forecast.model.network import SelfAttention
 kind, tokens, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 torch.set_num_threads(threads)
 torch.manual_seed(0)

@@ -22,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from benchmarks.common import RAW, machine, write_section
-from data.synthetic import write_dataset
+from kpi_forecast.data.synthetic import write_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = "traffic_mb"
@@ -32,7 +32,7 @@ DAYS = 56
 # One rank's read, in a fresh process: rows, cells, seconds and the process's peak memory.
 LOAD_ONE = """
 import json, resource, sys, time
-from training.ingest import load_panel
+from kpi_forecast.data.ingest import load_panel
 started = time.perf_counter()
 panel = load_panel(sys.argv[1], "traffic_mb", shard=(0, int(sys.argv[2])))
 seconds = time.perf_counter() - started
@@ -70,7 +70,7 @@ def training(directory: Path, epochs: int) -> pd.DataFrame:
     rows = []
     for ranks in (1, 2):
         with tempfile.TemporaryDirectory() as out:
-            command = ["-m", "training.cli", "train", "--data", str(directory), "--target",
+            command = ["-m", "kpi_forecast.cli", "train", "--data", str(directory), "--target",
                        TARGET, "--out", out, "--context", "14D", "--horizon", "1D",
                        "--max-epochs", str(epochs), "--quiet"]
             if ranks > 1:

@@ -42,11 +42,11 @@ import pandas as pd
 
 from benchmarks.common import RAW, machine, write_section
 from benchmarks.runtime import CONTEXT, default_model
-from model.features import forecast_calendar
-from model.runtime import OnnxForecaster, RuntimeOptions
-from xapp import binary
-from xapp.config import CONFIG_FILE_NAME, DEFAULT_DIR
-from xapp.smoke import wait_ready
+from kpi_forecast.model.features import forecast_calendar
+from kpi_forecast.model.runtime import OnnxForecaster, RuntimeOptions
+from kpi_forecast.xapp import binary
+from kpi_forecast.xapp.config import CONFIG_FILE_NAME, DEFAULT_DIR
+from kpi_forecast.xapp.smoke import wait_ready
 
 ROOT = Path(__file__).resolve().parents[1]
 BUDGET_MS = 10.0
@@ -267,7 +267,7 @@ def xapp_command(tmp: Path, model_dir: Path, admission: str, threads: int) -> li
     raw["controls"]["batching"]["admission"] = admission
     config = tmp / f"config-{admission}.json"
     config.write_text(json.dumps(raw))
-    return [sys.executable, "-m", "training.cli", "serve", "--config", str(config),
+    return [sys.executable, "-m", "kpi_forecast.cli", "serve", "--config", str(config),
             "--host", "127.0.0.1", "--port"]
 
 

@@ -34,21 +34,21 @@ import redis
 from benchmarks.common import RAW, machine, write_section
 from benchmarks.e2_ingest import MEASUREMENT
 from benchmarks.runtime import default_model
-from tests.redis_server import REDIS_SERVER, redis_server
-from xapp.api import create_app
-from xapp.config import (
+from kpi_forecast.xapp.api import create_app
+from kpi_forecast.xapp.config import (
     CONFIG_FILE_NAME,
     DEFAULT_DIR,
     HistoryStore,
     KpiSource,
     load_descriptor,
 )
-from xapp.e2 import e2ap, kpm
-from xapp.e2.ingest import Ingestor, Route
-from xapp.e2.transport import RIC_INDICATION, Frame
-from xapp.history import History, MemoryHistory
-from xapp.metrics import Metrics
-from xapp.sdl import RedisHistory
+from kpi_forecast.xapp.e2 import e2ap, kpm
+from kpi_forecast.xapp.e2.ingest import Ingestor, Route
+from kpi_forecast.xapp.e2.transport import RIC_INDICATION, Frame
+from kpi_forecast.xapp.history import History, MemoryHistory
+from kpi_forecast.xapp.metrics import Metrics
+from kpi_forecast.xapp.sdl import RedisHistory
+from tests.redis_server import REDIS_SERVER, redis_server
 
 CELLS, LENGTH = 10_000, 672
 SEED_CHUNK = 100  # cells per store call when seeding

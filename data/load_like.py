@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from data.synthetic import daily_shape
+from kpi_forecast.data.synthetic import daily_shape
 
 # (peak hour, width in hours, height) bumps over a night floor, as in a regional grid's load.
 _WEEKDAY = (0.55, ((8.5, 2.0, 0.35), (13.0, 3.0, 0.25), (19.0, 2.0, 0.45)))

@@ -23,7 +23,7 @@ all rows go missing at random; missing rows are absent, never NaN.
 
 CLI (writes CSV, CSV.gz or Parquet, by suffix)::
 
-    python -m data.synthetic --out cells.csv.gz --cells 24 --days 56 --seed 0
+    python -m kpi_forecast.data.synthetic --out cells.csv.gz --cells 24 --days 56 --seed 0
 """
 
 from __future__ import annotations
@@ -321,8 +321,8 @@ def write_dataset(directory: Path, n_cells: int, files: int, cells_per_chunk: in
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m data.synthetic", description="Write a synthetic per-cell KPI data set."
-    )
+        prog="python -m kpi_forecast.data.synthetic",
+        description="Write a synthetic per-cell KPI data set.")
     parser.add_argument("--out", type=Path, required=True,
                         help=".csv, .csv.gz or .parquet; a directory with --files")
     parser.add_argument("--files", type=int,

@@ -15,7 +15,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from model.config import ModelConfig
+from kpi_forecast.model.config import ModelConfig
+from kpi_forecast.model.errors import UserError
 
 SCHEMA_VERSION = 2  # 2: the graph takes the horizon's calendar and a holiday flag
 METADATA_FILE = "metadata.json"
@@ -24,7 +25,7 @@ ONNX_FILE = "model.onnx"
 REPORT_FILE = "report.md"
 
 
-class ArtifactError(ValueError):
+class ArtifactError(UserError, ValueError):
     """A model directory that cannot be used; its message is one readable line."""
 
 

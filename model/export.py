@@ -11,9 +11,9 @@ from pathlib import Path
 import onnx
 import torch
 
-from model.artifact import ONNX_FILE, ModelMetadata, sha256_file
-from model.features import N_CALENDAR
-from model.network import Forecaster
+from kpi_forecast.model.artifact import ONNX_FILE, ModelMetadata, sha256_file
+from kpi_forecast.model.features import N_CALENDAR
+from kpi_forecast.model.network import Forecaster
 
 log = logging.getLogger(__name__)
 

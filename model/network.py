@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model.config import ModelConfig
-from model.features import HOLIDAY, N_CALENDAR, N_CYCLIC
+from kpi_forecast.model.config import ModelConfig
+from kpi_forecast.model.features import HOLIDAY, N_CALENDAR, N_CYCLIC
 
 
 def instance_stats(

@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from model.naive import NAIVES, PROFILE_WEEKS, naive_forecast, naive_forecasts
-from model.runtime import OnnxForecaster
+from kpi_forecast.model.naive import NAIVES, PROFILE_WEEKS, naive_forecast, naive_forecasts
+from kpi_forecast.model.runtime import OnnxForecaster
 
 DAY, WEEK = pd.Timedelta("1D"), pd.Timedelta("7D")
 _PARTS = 20  # shares 1/20 = 0.05 apart

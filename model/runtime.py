@@ -15,7 +15,7 @@ import numpy as np
 import onnxruntime as ort
 import pandas as pd
 
-from model.artifact import (
+from kpi_forecast.model.artifact import (
     METADATA_FILE,
     ONNX_FILE,
     ArtifactError,
@@ -23,8 +23,8 @@ from model.artifact import (
     load_metadata,
     sha256_file,
 )
-from model.config import MAX_KPI_VALUE
-from model.features import N_CALENDAR, check_holidays, forecast_calendar
+from kpi_forecast.model.config import MAX_KPI_VALUE
+from kpi_forecast.model.features import N_CALENDAR, check_holidays, forecast_calendar
 
 log = logging.getLogger(__name__)
 

@@ -20,10 +20,10 @@ TRAIN = {"max_epochs": 2, "batch_size": 64, "max_minutes": 30.0}
 
 def main(data: str, out: str) -> None:
     torch.set_default_dtype(torch.float64)
-    from model.config import ModelConfig
-    from training.distributed import join
-    from training.ingest import load_panel
-    from training.train import TrainConfig, train
+    from kpi_forecast.data.ingest import load_panel
+    from kpi_forecast.model.config import ModelConfig
+    from kpi_forecast.training.distributed import join
+    from kpi_forecast.training.train import TrainConfig, train
 
     group = join(torch.device("cpu"))
     first: list[torch.Tensor] = []  # the gradient the first optimiser step takes, all ranks'

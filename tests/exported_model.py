@@ -4,11 +4,11 @@ from pathlib import Path
 
 import torch
 
-from model.artifact import ModelMetadata
-from model.config import ModelConfig
-from model.export import export_onnx
-from model.network import Forecaster
-from model.runtime import OnnxForecaster, RuntimeOptions
+from kpi_forecast.model.artifact import ModelMetadata
+from kpi_forecast.model.config import ModelConfig
+from kpi_forecast.model.export import export_onnx
+from kpi_forecast.model.network import Forecaster
+from kpi_forecast.model.runtime import OnnxForecaster, RuntimeOptions
 
 
 def exported(

@@ -18,7 +18,7 @@ import pandas as pd
 import schemathesis
 from hypothesis import strategies as st
 
-from xapp import binary
+from kpi_forecast.xapp import binary
 
 _rows = st.lists(
     st.tuples(

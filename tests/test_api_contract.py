@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 from openapi_spec_validator import validate
 
-from model.config import MAX_KPI_VALUE
+from kpi_forecast.model.config import MAX_KPI_VALUE
+from kpi_forecast.xapp import binary
 from tests.xapp_helpers import CONTEXT, HORIZON, descriptor, make_model, running
-from xapp import binary
 
 START = "2024-03-01T00:00:00+01:00"
 ARROW = {"content-type": binary.ARROW_STREAM}

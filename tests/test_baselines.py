@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from training.baselines import (
+from kpi_forecast.training.baselines import (
     BASELINES,
     baseline_forecasts,
     historical_average,

@@ -5,11 +5,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from model.config import ModelConfig
-from model.network import Forecaster
-from training.calibrate import calibrate
-from training.ingest import load_panel
-from training.windows import Windows
+from kpi_forecast.data.ingest import load_panel
+from kpi_forecast.model.config import ModelConfig
+from kpi_forecast.model.network import Forecaster
+from kpi_forecast.training.calibrate import calibrate
+from kpi_forecast.training.windows import Windows
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data/sample/cells_hourly.csv.gz"
 

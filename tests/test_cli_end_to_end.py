@@ -11,16 +11,16 @@ import pandas as pd
 import pytest
 import torch
 
-from data.synthetic import generate
-from model.artifact import load_metadata
-from model.naive import PROFILE_WEEKS, naive_forecast
-from model.runtime import OnnxForecaster
+from kpi_forecast.cli.main import main
+from kpi_forecast.data.ingest import load_panel
+from kpi_forecast.data.synthetic import generate
+from kpi_forecast.model.artifact import load_metadata
+from kpi_forecast.model.naive import PROFILE_WEEKS, naive_forecast
+from kpi_forecast.model.runtime import OnnxForecaster
+from kpi_forecast.training.fit import load_network
+from kpi_forecast.training.predict import last_windows
+from kpi_forecast.training.train import auto_batch_size
 from tests.tolerance import network_tolerance, rounding_tolerance
-from training.cli import main
-from training.fit import load_network
-from training.ingest import load_panel
-from training.predict import last_windows
-from training.train import auto_batch_size
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -91,7 +91,7 @@ def test_onnx_matches_torch_on_the_trained_model(model_dir: Path) -> None:
     values = (rng.random((8, meta.context)) * 500).astype(np.float32)
     values[2, 50:90] = np.nan
     last = pd.DatetimeIndex(pd.date_range("2024-06-01", periods=8, freq="7h", tz="UTC"))
-    from model.features import forecast_calendar
+    from kpi_forecast.model.features import forecast_calendar
 
     calendar = forecast_calendar(last, meta.context, meta.horizon, forecaster.step,
                                  meta.calendar_tz, meta.holidays)
@@ -129,7 +129,7 @@ def test_predict_runs_without_torch(model_dir: Path, data_file: Path, tmp_path: 
     out = tmp_path / "forecast.csv"
     code = (
         "import sys; sys.modules['torch'] = None\n"
-        "from training.cli import main\n"
+        "from kpi_forecast.cli.main import main\n"
         f"code = main(['predict', '--model', {str(model_dir)!r}, '--data', {str(data_file)!r},"
         f" '--out', {str(out)!r}])\n"
         "assert 'torch' not in [m.split('.')[0] for m in sys.modules if sys.modules[m]]\n"

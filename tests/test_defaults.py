@@ -8,13 +8,13 @@ import pandas as pd
 import pytest
 
 from benchmarks.generalisation import disjoint_cells
-from data.load_like import load_like
-from training.defaults import default_context, validation_steps
-from training.distributed import Group
-from training.ingest import load_panel
-from training.panel import Panel, observed_spans
-from training.train import TrainConfig, split_windows
-from training.windows import Windows
+from kpi_forecast.data.ingest import load_panel
+from kpi_forecast.data.load_like import load_like
+from kpi_forecast.data.panel import Panel, observed_spans
+from kpi_forecast.training.defaults import default_context, validation_steps
+from kpi_forecast.training.distributed import Group
+from kpi_forecast.training.train import TrainConfig, split_windows
+from kpi_forecast.training.windows import Windows
 
 FRACTION = TrainConfig.validation_fraction
 

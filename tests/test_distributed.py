@@ -18,9 +18,9 @@ import pyarrow.dataset as ds
 import pytest
 import torch
 
-from training.checkpoint import CHECKPOINT_FILE
-from training.distributed import Group, ShardedPairs
-from training.ingest import load_panel
+from kpi_forecast.data.ingest import load_panel
+from kpi_forecast.training.checkpoint import CHECKPOINT_FILE
+from kpi_forecast.training.distributed import Group, ShardedPairs
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "data/sample/cells_hourly.csv.gz"
@@ -56,7 +56,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def train_command(data: Path, out: Path, ranks: int, *extra: str,
                   max_restarts: int = 0) -> list[str]:
-    cli = ["-m", "training.cli", "train", "--data", str(data), "--out", str(out),
+    cli = ["-m", "kpi_forecast.cli", "train", "--data", str(data), "--out", str(out),
            *TRAIN_ARGS, *extra]
     if ranks == 1:
         return [sys.executable, *cli]

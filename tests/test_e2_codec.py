@@ -14,8 +14,14 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from xapp.e2 import e2ap, kpm
-from xapp.e2.kpm import ActionDefinition, CellId, DecodeError, IndicationMessage, Measurement
+from kpi_forecast.xapp.e2 import e2ap, kpm
+from kpi_forecast.xapp.e2.kpm import (
+    ActionDefinition,
+    CellId,
+    DecodeError,
+    IndicationMessage,
+    Measurement,
+)
 
 SHARED_ASN1 = Path(__file__).resolve().parents[2] / "shared/asn1"
 KPM_ASN = SHARED_ASN1 / "e2sm-kpm-v4.00.asn"

@@ -13,20 +13,20 @@ import numpy as np
 import pytest
 import uvicorn
 
-from data.synthetic import generate
-from model.config import ModelConfig
+from kpi_forecast.data.ingest import load_panel
+from kpi_forecast.data.synthetic import generate
+from kpi_forecast.model.config import ModelConfig
+from kpi_forecast.xapp.config import KpiSource
+from kpi_forecast.xapp.e2 import e2ap, kpm
+from kpi_forecast.xapp.e2.ingest import Ingestor, Route
+from kpi_forecast.xapp.e2.mock_node import MockE2Node, create_app
+from kpi_forecast.xapp.e2.subscription import SubscriptionRequest, SubscriptionResponse
+from kpi_forecast.xapp.e2.transport import RIC_INDICATION, RIC_SUB_FAILURE, Frame, TcpTransport
+from kpi_forecast.xapp.history import MemoryHistory
+from kpi_forecast.xapp.metrics import Metrics
 from tests.processes import free_port
 from tests.tolerance import answer_tolerance
 from tests.xapp_helpers import CONTEXT, HORIZON, descriptor, make_model, running
-from training.ingest import load_panel
-from xapp.config import KpiSource
-from xapp.e2 import e2ap, kpm
-from xapp.e2.ingest import Ingestor, Route
-from xapp.e2.mock_node import MockE2Node, create_app
-from xapp.e2.subscription import SubscriptionRequest, SubscriptionResponse
-from xapp.e2.transport import RIC_INDICATION, RIC_SUB_FAILURE, Frame, TcpTransport
-from xapp.history import MemoryHistory
-from xapp.metrics import Metrics
 
 MEASUREMENT = "RRU.PrbUsedDl"
 
@@ -120,14 +120,14 @@ def test_e2sim_command_serves_the_node_inventory(tmp_path: Path) -> None:
     data = tmp_path / "cells.csv"
     generate(n_cells=3, days=2, seed=0, start="2024-03-04", tz="UTC").to_csv(data, index=False)
     root = Path(__file__).resolve().parents[1]
-    bad = subprocess.run([sys.executable, "-m", "training.cli", "e2sim", "--data", str(data),
+    bad = subprocess.run([sys.executable, "-m", "kpi_forecast.cli", "e2sim", "--data", str(data),
                           "--kpi", "prb_util"], cwd=root, capture_output=True, text=True)
     assert bad.returncode == 2 and "COLUMN=MEASUREMENT" in bad.stderr
     assert "Traceback" not in bad.stderr
     for source, cells in ((str(data), [2, 1]), ("synthetic", [2, 2, 1])):
         port = free_port()
         process = subprocess.Popen(
-            [sys.executable, "-m", "training.cli", "e2sim", "--data", source, "--kpi",
+            [sys.executable, "-m", "kpi_forecast.cli", "e2sim", "--data", source, "--kpi",
              f"prb_util={MEASUREMENT}", "--kpi", "dl_throughput_mbps=DRB.UEThpDl",
              "--listen", f"127.0.0.1:{port}", "--cells-per-node", "2", "--cells", "5"],
             cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -10,15 +10,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from model.config import ModelConfig
+from kpi_forecast.model.config import ModelConfig
+from kpi_forecast.xapp.config import KpiSource
+from kpi_forecast.xapp.e2 import e2ap, kpm
+from kpi_forecast.xapp.e2.ingest import Ingestor, Route
+from kpi_forecast.xapp.e2.transport import RIC_INDICATION, RIC_SUB_RESP, Frame, TcpTransport
+from kpi_forecast.xapp.history import HistoryUnavailable, MemoryHistory
+from kpi_forecast.xapp.metrics import Metrics
 from tests.tolerance import answer_tolerance
 from tests.xapp_helpers import CONTEXT, HORIZON, descriptor, make_model, running
-from xapp.config import KpiSource
-from xapp.e2 import e2ap, kpm
-from xapp.e2.ingest import Ingestor, Route
-from xapp.e2.transport import RIC_INDICATION, RIC_SUB_RESP, Frame, TcpTransport
-from xapp.history import HistoryUnavailable, MemoryHistory
-from xapp.metrics import Metrics
 
 MEASUREMENT = "RRU.PrbUsedDl"
 E2_CONTROLS = {"enabled": True, "port": 0, "kpis": {"kpi": {"measurement": MEASUREMENT}}}

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from xapp.e2.transport import (
+from kpi_forecast.xapp.e2.transport import (
     HEADER,
     MAX_PAYLOAD,
     RIC_INDICATION,

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from tenacity import AsyncRetrying, stop_after_attempt, wait_none
 
-from xapp.failures import describe, log_retry
+from kpi_forecast.xapp.failures import describe, log_retry
 
 
 def test_a_read_timeout_says_what_it_waited_for() -> None:

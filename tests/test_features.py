@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from model.features import (
+from kpi_forecast.model.features import (
     HOLIDAY,
     N_CALENDAR,
     N_CYCLIC,

@@ -388,7 +388,7 @@ def test_configmap_holds_a_descriptor_the_xapp_accepts(
 
     # And what the xApp itself does with the mounted directory: schema check plus its own
     # stricter parsing of the controls.
-    from xapp.config import load_descriptor
+    from kpi_forecast.xapp.config import load_descriptor
 
     for name, text in cm["data"].items():
         (tmp_path / name).write_text(text)

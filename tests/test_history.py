@@ -12,11 +12,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from kpi_forecast.xapp.config import HistoryStore
+from kpi_forecast.xapp.history import (
+    CellInfo,
+    History,
+    HistoryError,
+    HistoryUnavailable,
+    MemoryHistory,
+)
+from kpi_forecast.xapp.sdl import RedisHistory, address
 from tests.redis_server import redis_server
 from tests.tolerance import UNIT_ROUNDOFF_32
-from xapp.config import HistoryStore
-from xapp.history import CellInfo, History, HistoryError, HistoryUnavailable, MemoryHistory
-from xapp.sdl import RedisHistory, address
 
 T0 = pd.Timestamp("2024-03-30 22:00", tz="UTC")
 HOUR = pd.Timedelta("1h")

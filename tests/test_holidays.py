@@ -8,13 +8,13 @@ import pandas as pd
 import pytest
 import torch
 
-from data.synthetic import cell_profiles, generate
-from model.artifact import load_metadata
-from model.features import HOLIDAY, forecast_calendar
-from model.runtime import OnnxForecaster
-from training.cli import main
-from training.fit import load_network
-from training.ingest import load_panel
+from kpi_forecast.cli.main import main
+from kpi_forecast.data.ingest import load_panel
+from kpi_forecast.data.synthetic import cell_profiles, generate
+from kpi_forecast.model.artifact import load_metadata
+from kpi_forecast.model.features import HOLIDAY, forecast_calendar
+from kpi_forecast.model.runtime import OnnxForecaster
+from kpi_forecast.training.fit import load_network
 
 N_CELLS, SEED = 12, 2
 # Ten weeks of French data with five public holidays: Easter Monday, 1 May, 8 and 9 May

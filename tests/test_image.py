@@ -11,15 +11,16 @@ import shutil
 import signal
 import subprocess
 import sys
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import pytest
 
+from kpi_forecast.xapp.smoke import wait_ready
 from tests.processes import free_port
 from tests.xapp_helpers import CONTEXT, make_model, write_descriptor
-from xapp.smoke import wait_ready
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILE = ROOT / "Dockerfile"
@@ -184,15 +185,16 @@ def test_training_stage_takes_torch_from_the_cpu_index(parsed: dict[str, Stage])
 INSTALLED = """
 import json, sys
 from importlib.resources import files
-import data, model, training, xapp
-from xapp.config import descriptor_path, load_descriptor
+import kpi_forecast.data, kpi_forecast.model, kpi_forecast.xapp
+from kpi_forecast.xapp.config import descriptor_path, load_descriptor
 packaged = load_descriptor(descriptor_path(environ={}))
 print(json.dumps({
-    "modules": [m.__file__ for m in (data, model, training, xapp)],
+    "modules": [m.__file__ for m in (kpi_forecast.data, kpi_forecast.model, kpi_forecast.xapp)],
     "model_dir": str(packaged.controls.model_dir),
-    "data": [str(p) for p in (files("xapp.descriptor") / "schema.json",
-                              files("xapp.e2") / "kpm.asn",
-                              files("data.sample") / "cells_hourly.csv.gz") if not p.is_file()],
+    "data": [str(p) for p in (files("kpi_forecast.xapp.descriptor") / "schema.json",
+                              files("kpi_forecast.xapp.e2") / "kpm.asn",
+                              files("kpi_forecast.data.sample") / "cells_hourly.csv.gz")
+             if not p.is_file()],
 }))
 """
 
@@ -218,8 +220,18 @@ def test_serving_venv_built_like_the_image_serves_without_torch(
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     python, bin_dir = venv / "bin" / "python", venv / "bin"
+    built = subprocess.run(
+        [str(python), "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(tmp_path), str(src)],
+        capture_output=True, text=True, timeout=900, cwd=tmp_path,
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    (wheel,) = tmp_path.glob("kpi_forecast-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        top = {name.split("/")[0] for name in archive.namelist()}
+    # One import name beside its metadata: nothing that shadows another project's `data`.
+    assert {name for name in top if not name.endswith(".dist-info")} == {"kpi_forecast"}, top
     install = subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", f"{src}[serve]"],
+        [str(python), "-m", "pip", "install", "--quiet", f"{wheel}[serve]"],
         capture_output=True, text=True, timeout=900, cwd=tmp_path,
     )
     assert install.returncode == 0, install.stdout + install.stderr

@@ -1,4 +1,4 @@
-"""Tests for training.ingest: every documented handling of a user's KPI export."""
+"""Tests for kpi_forecast.data.ingest: every documented handling of a user's KPI export."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from model.features import calendar_zone
-from training.ingest import load_panel
-from training.panel import DataError
+from kpi_forecast.data.ingest import load_panel
+from kpi_forecast.data.panel import DataError
+from kpi_forecast.model.features import calendar_zone
 
 MILAN = Path(__file__).resolve().parents[1].parent / "shared/data/milan/milan_hourly.csv.gz"
 
@@ -197,7 +197,7 @@ def test_unknown_columns_ignored_and_counted(
             "s1,2024-01-01T01:00:00Z,a,2,",
         ],
     )
-    with caplog.at_level(logging.INFO, logger="training.ingest"):
+    with caplog.at_level(logging.INFO, logger="kpi_forecast.data.ingest"):
         panel = load_panel(path, "traffic")
     assert panel.log["ignored_columns"] == 2
     np.testing.assert_array_equal(panel.values, [[1, 2]])
@@ -207,7 +207,7 @@ def test_unknown_columns_ignored_and_counted(
 
 def test_summary_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = write_csv(tmp_path, SIMPLE)
-    with caplog.at_level(logging.INFO, logger="training.ingest"):
+    with caplog.at_level(logging.INFO, logger="kpi_forecast.data.ingest"):
         load_panel(path, "traffic")
     summary = [r.message for r in caplog.records if "cells x" in r.message]
     assert len(summary) == 1
@@ -230,7 +230,7 @@ def paris_day_rows(day: str) -> list[str]:
 def test_dst_spring_forward_gap_free(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     lines = paris_day_rows("2024-03-31")
     assert any("+01:00" in x for x in lines) and any("+02:00" in x for x in lines)
-    with caplog.at_level(logging.WARNING, logger="training.ingest"):
+    with caplog.at_level(logging.WARNING, logger="kpi_forecast.data.ingest"):
         panel = load_panel(write_csv(tmp_path, lines), "traffic")
     assert panel.n_steps == 24 + 23 + 24 == len(lines) - 1
     assert panel.index.is_unique
@@ -584,7 +584,7 @@ def test_short_cells_dropped(tmp_path: Path, caplog: pytest.LogCaptureFixture) -
     lines += hourly_rows("long", "2024-01-01", [1, 2, 3, 4])
     lines += hourly_rows("short", "2024-01-01", [1, 2, 3])
     lines += hourly_rows("empty", "2024-01-01", ["", ""])
-    with caplog.at_level(logging.WARNING, logger="training.ingest"):
+    with caplog.at_level(logging.WARNING, logger="kpi_forecast.data.ingest"):
         panel = load_panel(write_csv(tmp_path, lines), "traffic", min_steps=4)
     assert panel.cell_ids == ["long"]
     assert panel.values.shape == (1, 4)

@@ -16,12 +16,12 @@ import pytest
 import yaml
 from fastapi import FastAPI, HTTPException, Request
 
+from kpi_forecast.cli.main import main
+from kpi_forecast.xapp import k8s
+from kpi_forecast.xapp.k8s import FETCHER, VERSION_ANNOTATION
 from tests import api_standin
 from tests.k8s_tools import tool
 from tests.xapp_helpers import make_model
-from training.cli import main
-from xapp import k8s
-from xapp.k8s import FETCHER, VERSION_ANNOTATION
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 
@@ -225,7 +225,7 @@ def test_a_model_baked_into_the_image_cannot_be_rolled_this_way(cluster, tmp_pat
 
 def test_an_unreachable_api_server_is_one_line(tmp_path: Path) -> None:
     config = api_standin.kubeconfig(tmp_path / "kubeconfig", "http://127.0.0.1:9")
-    done = subprocess.run([sys.executable, "-m", "training.cli", "k8s", "status",
+    done = subprocess.run([sys.executable, "-m", "kpi_forecast.cli", "k8s", "status",
                            "--kubeconfig", str(config)], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 2

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from training.cli import main
+from kpi_forecast.cli.main import main
 
 MILAN = Path(__file__).resolve().parents[2] / "shared/data/milan/milan_hourly.csv.gz"
 

@@ -3,7 +3,13 @@
 import numpy as np
 import pytest
 
-from model.naive import NAIVES, last_season, naive_forecast, naive_forecasts, weekly_profile
+from kpi_forecast.model.naive import (
+    NAIVES,
+    last_season,
+    naive_forecast,
+    naive_forecasts,
+    weekly_profile,
+)
 from tests.tolerance import rounding_tolerance
 
 DAY = 24

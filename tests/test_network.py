@@ -5,9 +5,9 @@ import pandas as pd
 import pytest
 import torch
 
-from model.config import ModelConfig
-from model.features import HOLIDAY, N_CALENDAR
-from model.network import ByteDropout, Forecaster, PatchTransformer, pinball_loss
+from kpi_forecast.model.config import ModelConfig
+from kpi_forecast.model.features import HOLIDAY, N_CALENDAR
+from kpi_forecast.model.network import ByteDropout, Forecaster, PatchTransformer, pinball_loss
 from tests.tolerance import network_tolerance, rounding_tolerance
 
 
@@ -121,7 +121,7 @@ def test_patch_length_follows_the_context() -> None:
 
 def test_window_calendar_matches_the_grid_whatever_the_index_unit() -> None:
     """Runtime calendars must equal training's, for second-, micro- and nanosecond indexes."""
-    from model.features import calendar_features, window_calendar
+    from kpi_forecast.model.features import calendar_features, window_calendar
 
     grid = pd.date_range("2024-03-30", periods=72, freq="1h", tz="UTC")
     for unit in ("s", "us", "ns"):

@@ -8,13 +8,13 @@ import pandas as pd
 import pytest
 import torch
 
-from model.config import ModelConfig
-from model.features import forecast_calendar
-from model.network import Forecaster
+from kpi_forecast.data.ingest import load_panel
+from kpi_forecast.model.config import ModelConfig
+from kpi_forecast.model.features import forecast_calendar
+from kpi_forecast.model.network import Forecaster
+from kpi_forecast.training.windows import Windows
 from tests.exported_model import exported
 from tests.tolerance import network_tolerance
-from training.ingest import load_panel
-from training.windows import Windows
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "data/sample/cells_hourly.csv.gz"

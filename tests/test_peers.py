@@ -23,8 +23,8 @@ from benchmarks.peer_models import (
     long_frame,
     run_ours,
 )
-from training.metrics import mae
-from training.panel import Panel
+from kpi_forecast.data.panel import Panel
+from kpi_forecast.training.metrics import mae
 
 
 def panel(n_cells: int = 3, days: int = 21, seed: int = 0) -> Panel:

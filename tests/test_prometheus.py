@@ -13,11 +13,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from kpi_forecast.xapp.smoke import wait_ready
 from tests.processes import free_port
 from tests.system_tools import system_tool
 from tests.test_xapp_process import NO_TORCH
 from tests.xapp_helpers import CONTEXT, make_model, write_descriptor
-from xapp.smoke import wait_ready
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "helm/kpi-forecast/files/prometheus-rules.yaml"

@@ -28,9 +28,9 @@ import pandas as pd
 import pytest
 import yaml
 
+from kpi_forecast.cli.main import build_parser
 from tests.processes import BIN, ROOT, Server, answers
 from tests.readme import Block, blocks, synopses
-from training.cli import build_parser
 
 SAMPLE = ROOT / "data/sample/cells_hourly.csv.gz"
 BLOCKS = blocks()
@@ -249,8 +249,8 @@ def check_port_forward(argv: list[str], documents: list[dict]) -> None:
 
 def check_request(command: str) -> None:
     """The route a curl asks for exists, and its JSON body is one the route's schema takes."""
-    from xapp.api import create_app
-    from xapp.config import descriptor_path, load_descriptor
+    from kpi_forecast.xapp.api import create_app
+    from kpi_forecast.xapp.config import descriptor_path, load_descriptor
 
     expanded = subprocess.run(["bash", "-c", "printf '%s\\0' " + command.split(" ", 1)[1]],
                               capture_output=True, text=True, check=True).stdout.split("\0")

@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from model.naive import last_season, naive_forecasts
-from model.recalibration import (
+from kpi_forecast.model.naive import last_season, naive_forecasts
+from kpi_forecast.model.recalibration import (
     BLEND_SPANS,
     MIN_BLEND_POINTS,
     MIN_RESIDUALS,
@@ -18,7 +18,7 @@ from model.recalibration import (
     recalibration,
     week_of_windows,
 )
-from model.runtime import OnnxForecaster
+from kpi_forecast.model.runtime import OnnxForecaster
 from tests.exported_model import exported
 from tests.tolerance import rounding_tolerance
 

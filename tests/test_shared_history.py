@@ -14,8 +14,11 @@ import httpx
 import numpy as np
 import pytest
 
-from data.synthetic import generate
-from model.config import ModelConfig
+from kpi_forecast.data.ingest import load_panel
+from kpi_forecast.data.synthetic import generate
+from kpi_forecast.model.config import ModelConfig
+from kpi_forecast.xapp.config import Controls
+from kpi_forecast.xapp.smoke import wait_ready
 from tests.processes import free_port
 from tests.redis_server import redis_server
 from tests.test_xapp_process import NO_TORCH
@@ -28,9 +31,6 @@ from tests.xapp_helpers import (
     running,
     write_descriptor,
 )
-from training.ingest import load_panel
-from xapp.config import Controls
-from xapp.smoke import wait_ready
 
 ROOT = Path(__file__).resolve().parents[1]
 MEASUREMENT = "RRU.PrbUsedDl"
@@ -96,7 +96,7 @@ def test_two_replicas_share_history_fed_to_one_and_a_restart_serves_at_once(
     with redis_server(tmp_path) as redis_port:
         node_port, port_a, port_b = free_port(), free_port(), free_port()
         node = subprocess.Popen(
-            [sys.executable, "-m", "training.cli", "e2sim", "--data", str(data), "--kpi",
+            [sys.executable, "-m", "kpi_forecast.cli", "e2sim", "--data", str(data), "--kpi",
              f"prb_util={MEASUREMENT}", "--listen", f"127.0.0.1:{node_port}", "--speed", "0",
              "--cells-per-node", "3", "--faults", "duplicate=0.1,late=0.1"],
             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=logs.open("a"))

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from data.synthetic import KPI_COLUMNS, cell_profiles, generate, main
+from kpi_forecast.data.synthetic import KPI_COLUMNS, cell_profiles, generate, main
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "sample" / "cells_hourly.csv.gz"
 # Must match the command in data/sample/README.md.

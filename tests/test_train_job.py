@@ -12,8 +12,8 @@ import pytest
 import yaml
 from fastapi import FastAPI, HTTPException, Request
 
+from kpi_forecast.cli.main import build_parser, main
 from tests import api_standin
-from training.cli import build_parser, main
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 
@@ -29,10 +29,10 @@ def printed(capsys: pytest.CaptureFixture, *args: str) -> list[dict]:
 
 
 def training_command(container: dict) -> list[str]:
-    """The `kpi-forecast train` arguments behind torchrun's `-m training.cli`."""
+    """The `kpi-forecast train` arguments behind torchrun's `-m kpi_forecast.cli`."""
     command = container["command"]
     assert command[:3] == ["python", "-m", "torch.distributed.run"]
-    return command[command.index("training.cli") + 1 :]
+    return command[command.index("kpi_forecast.cli") + 1 :]
 
 
 def test_a_two_node_gpu_job_is_valid_and_runs_our_train(capsys) -> None:
@@ -92,7 +92,7 @@ def test_a_pytorchjob_leaves_the_rendezvous_to_the_operator(capsys) -> None:
 
 
 def test_bad_sizes_are_one_line_errors() -> None:
-    done = subprocess.run([sys.executable, "-m", "training.cli", *JOB_ARGS, "--nodes", "0",
+    done = subprocess.run([sys.executable, "-m", "kpi_forecast.cli", *JOB_ARGS, "--nodes", "0",
                            "--dry-run"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert "--nodes" in done.stderr and "Traceback" not in done.stderr
@@ -139,7 +139,7 @@ def test_submits_a_pytorchjob_where_the_operator_runs_else_a_job(operator: bool,
 
 def test_an_unreachable_cluster_is_one_line(tmp_path: Path) -> None:
     config = api_standin.kubeconfig(tmp_path / "kubeconfig", "http://127.0.0.1:9")
-    done = subprocess.run([sys.executable, "-m", "training.cli", *JOB_ARGS, "--kubeconfig",
+    done = subprocess.run([sys.executable, "-m", "kpi_forecast.cli", *JOB_ARGS, "--kubeconfig",
                            str(config)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert done.stderr.startswith("kpi-forecast: error: cannot reach the Kubernetes API server")

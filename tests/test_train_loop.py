@@ -14,13 +14,13 @@ import pandas as pd
 import pytest
 import torch
 
-import training.train
-from model.config import ModelConfig
-from model.network import Forecaster
-from training.averaging import WeightAverage
-from training.fit import fit, holidays_ahead_to_learn
-from training.panel import Panel
-from training.train import TrainConfig, train
+import kpi_forecast.training.train as train_loop
+from kpi_forecast.data.panel import Panel
+from kpi_forecast.model.config import ModelConfig
+from kpi_forecast.model.network import Forecaster
+from kpi_forecast.training.averaging import WeightAverage
+from kpi_forecast.training.fit import fit, holidays_ahead_to_learn
+from kpi_forecast.training.train import TrainConfig, train
 
 
 def panel(start: str = "2024-01-01", days: int = 21, holidays: str = "") -> Panel:
@@ -72,7 +72,7 @@ def test_no_epoch_is_started_that_would_end_past_the_budget(
     monkeypatch: pytest.MonkeyPatch, reserve_s: float
 ) -> None:
     clock = StepClock(1 / 64)  # exact in binary: no rounding to blur the bound
-    monkeypatch.setattr(training.train, "time", SimpleNamespace(monotonic=clock.monotonic))
+    monkeypatch.setattr(train_loop, "time", SimpleNamespace(monotonic=clock.monotonic))
     budget_s = 1.0
     cfg = TrainConfig(max_minutes=budget_s / 60, max_epochs=100, steps_per_epoch=5,
                       batch_size=16, patience=100)
@@ -97,8 +97,8 @@ def test_a_stop_request_ends_the_run_after_the_step_under_way(
                 stop.set()
         return real_terms(*args, **kwargs)
 
-    real_terms = training.train._terms
-    monkeypatch.setattr(training.train, "_terms", counted)
+    real_terms = train_loop._terms
+    monkeypatch.setattr(train_loop, "_terms", counted)
     cfg = TrainConfig(max_minutes=10, max_epochs=100, steps_per_epoch=5, batch_size=16,
                       patience=100)
     result = train(panel(), ModelConfig(context=7 * 24, horizon=24), cfg, progress=False,

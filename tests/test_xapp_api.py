@@ -14,12 +14,12 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from model.config import ModelConfig
-from model.runtime import OnnxForecaster
+from kpi_forecast.model.config import ModelConfig
+from kpi_forecast.model.runtime import OnnxForecaster
+from kpi_forecast.xapp import binary
+from kpi_forecast.xapp.overload import WINDOW_ANSWERS
 from tests.tolerance import ANSWER_ROUNDING, answer_tolerance, network_tolerance
 from tests.xapp_helpers import CONTEXT, HORIZON, descriptor, make_model, running
-from xapp import binary
-from xapp.overload import WINDOW_ANSWERS
 
 START = "2013-12-01T00:00:00+01:00"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from xapp.config import (
+from kpi_forecast.xapp.config import (
     CONFIG_FILE_NAME,
     DEFAULT_DIR,
     DEFAULT_RMR_HOST,
@@ -402,7 +402,7 @@ def test_watcher_logs_an_invalid_change_once_and_keeps_the_old(tmp_path, caplog)
     raw = packaged_raw()
     raw["controls"]["batching"]["maxBatchSize"] = 0
     write(path, raw)
-    with caplog.at_level(logging.INFO, logger="xapp.config"):
+    with caplog.at_level(logging.INFO, logger="kpi_forecast.xapp.config"):
         assert watcher.check() is False
         assert watcher.check() is False
     assert watcher.current is old
@@ -421,7 +421,7 @@ def test_watcher_logs_the_same_bad_content_again_after_a_revert(tmp_path, caplog
     path = with_controls(tmp_path)
     good = path.read_bytes()
     watcher = ConfigWatcher(path, Recorder())
-    with caplog.at_level(logging.ERROR, logger="xapp.config"):
+    with caplog.at_level(logging.ERROR, logger="kpi_forecast.xapp.config"):
         path.write_text("{")
         watcher.check()
         path.write_bytes(good)  # an operator reverts ...
@@ -435,7 +435,7 @@ def test_watcher_survives_the_file_disappearing(tmp_path, caplog) -> None:
     path = with_controls(tmp_path)
     watcher = ConfigWatcher(path, Recorder())
     path.unlink()
-    with caplog.at_level(logging.ERROR, logger="xapp.config"):
+    with caplog.at_level(logging.ERROR, logger="kpi_forecast.xapp.config"):
         assert watcher.check() is False
         assert watcher.check() is False
     [record] = errors(caplog)
@@ -448,7 +448,7 @@ def test_watcher_treats_an_on_change_refusal_as_a_rejected_change(tmp_path, capl
     recorder = Recorder(reject=True)
     watcher = ConfigWatcher(path, recorder)
     with_controls(tmp_path, modelDir="/models/b")
-    with caplog.at_level(logging.ERROR, logger="xapp.config"):
+    with caplog.at_level(logging.ERROR, logger="kpi_forecast.xapp.config"):
         assert watcher.check() is False
         assert watcher.check() is False
     assert watcher.current.controls.model_dir == "/models/a"
@@ -508,7 +508,7 @@ def test_watcher_run_loop_outlives_a_failing_callback(tmp_path, caplog) -> None:
         with pytest.raises(asyncio.CancelledError):
             await task
 
-    with caplog.at_level(logging.ERROR, logger="xapp.config"):
+    with caplog.at_level(logging.ERROR, logger="kpi_forecast.xapp.config"):
         asyncio.run(scenario())
     assert calls[:2] == [200, 200]  # a callback bug is not remembered as bad content: retried
     assert "bug in the caller" in caplog.text

@@ -15,9 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from kpi_forecast.xapp.smoke import wait_ready
 from tests.processes import free_port
 from tests.xapp_helpers import CONTEXT, make_model, write_descriptor
-from xapp.smoke import wait_ready
 
 ROOT = Path(__file__).resolve().parents[1]
 NO_TORCH = (
@@ -27,7 +27,7 @@ NO_TORCH = (
     "        if name.split('.')[0] == 'torch':\n"
     "            raise ImportError('no torch in the serving image')\n"
     "sys.meta_path.insert(0, NoTorch())\n"
-    "from training.cli import main\n"
+    "from kpi_forecast.cli.main import main\n"
     "sys.exit(main(sys.argv[1:]))\n"
 )
 

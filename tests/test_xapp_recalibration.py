@@ -13,11 +13,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from model.recalibration import Recalibration, recalibration
+from kpi_forecast.model.recalibration import Recalibration, recalibration
+from kpi_forecast.xapp.recalibrator import Offsets, Recalibrator
 from tests.redis_server import redis_server
 from tests.tolerance import ANSWER_ROUNDING, rounding_tolerance
 from tests.xapp_helpers import CONTEXT, HORIZON, descriptor, make_model, running
-from xapp.recalibrator import Offsets, Recalibrator
 
 START = "2024-03-04T00:00:00+01:00"
 HOUR = pd.Timedelta("1h")
@@ -171,7 +171,7 @@ def test_a_refresh_that_found_no_history_is_retried_before_its_schedule(
 ) -> None:
     """A new deployment refreshes at once on an empty history; the history that then arrives
     is fitted after the retry delay, not an hour later."""
-    monkeypatch.setattr("xapp.recalibrator.RETRY_S", 0.5)
+    monkeypatch.setattr("kpi_forecast.xapp.recalibrator.RETRY_S", 0.5)
 
     async def go() -> None:
         desc = descriptor(tmp_path, make_model(tmp_path / "model"),

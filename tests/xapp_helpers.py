@@ -10,9 +10,9 @@ from pathlib import Path
 
 import httpx
 
+from kpi_forecast.xapp.api import create_app
+from kpi_forecast.xapp.config import CONFIG_FILE_NAME, DEFAULT_DIR, Descriptor, load_descriptor
 from tests.exported_model import exported
-from xapp.api import create_app
-from xapp.config import CONFIG_FILE_NAME, DEFAULT_DIR, Descriptor, load_descriptor
 
 CONTEXT, HORIZON = 168, 24
 

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from model.recalibration import Recalibration, recalibration
-from model.runtime import OnnxForecaster
-from training.baselines import baseline_forecasts
-from training.metrics import error_by_step, evaluate, mase_scale
-from training.panel import DataError, Panel
+from kpi_forecast.data.panel import DataError, Panel
+from kpi_forecast.model.recalibration import Recalibration, recalibration
+from kpi_forecast.model.runtime import OnnxForecaster
+from kpi_forecast.training.baselines import baseline_forecasts
+from kpi_forecast.training.metrics import error_by_step, evaluate, mase_scale
 
 MODEL_NAME = "kpi-forecast"
 METRICS = ["mae", "rmse", "mase", "smape", "coverage", "pinball"]

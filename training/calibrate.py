@@ -14,10 +14,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from model.network import Forecaster, instance_stats
-from training.device import mixed_precision, to_tensors
-from training.distributed import Group
-from training.windows import Windows
+from kpi_forecast.model.network import Forecaster, instance_stats
+from kpi_forecast.training.device import mixed_precision, to_tensors
+from kpi_forecast.training.distributed import Group
+from kpi_forecast.training.windows import Windows
 
 
 @torch.no_grad()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from training.panel import Panel
+from kpi_forecast.data.panel import Panel
 
 DEFAULT_HORIZON = "1D"
 # Two weeks see both seasons of cell load twice; shorter histories get the longest that fits.

@@ -8,7 +8,7 @@ import os
 import numpy as np
 import torch
 
-from training.panel import DataError
+from kpi_forecast.data.panel import DataError
 
 
 def resolve_device(name: str) -> torch.device:

@@ -18,7 +18,7 @@ import pandas as pd
 import torch
 import torch.distributed as dist
 
-from training.panel import DataError, Panel
+from kpi_forecast.data.panel import DataError, Panel
 
 
 @dataclass(frozen=True)

@@ -14,20 +14,20 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from model.artifact import WEIGHTS_FILE, ArtifactError, ModelMetadata, load_metadata
-from model.config import ModelConfig
-from model.export import export_onnx
-from model.features import calendar_zone, holiday_flags
-from model.network import Forecaster
-from model.runtime import OnnxForecaster
-from training.backtest import MODEL_NAME, BacktestResult, backtest
-from training.checkpoint import CHECKPOINT_FILE
-from training.defaults import validation_steps
-from training.device import resolve_device
-from training.distributed import Group
-from training.panel import Panel
-from training.report import write_report
-from training.train import TrainConfig, train
+from kpi_forecast.data.panel import Panel
+from kpi_forecast.model.artifact import WEIGHTS_FILE, ArtifactError, ModelMetadata, load_metadata
+from kpi_forecast.model.config import ModelConfig
+from kpi_forecast.model.export import export_onnx
+from kpi_forecast.model.features import calendar_zone, holiday_flags
+from kpi_forecast.model.network import Forecaster
+from kpi_forecast.model.runtime import OnnxForecaster
+from kpi_forecast.training.backtest import MODEL_NAME, BacktestResult, backtest
+from kpi_forecast.training.checkpoint import CHECKPOINT_FILE
+from kpi_forecast.training.defaults import validation_steps
+from kpi_forecast.training.device import resolve_device
+from kpi_forecast.training.distributed import Group
+from kpi_forecast.training.report import write_report
+from kpi_forecast.training.train import TrainConfig, train
 
 log = logging.getLogger(__name__)
 

@@ -65,7 +65,8 @@ class TrainJobSpec:
 def _torchrun(spec: TrainJobSpec, rendezvous: list[str]) -> list[str]:
     # torchrun is run as a module: the image may put only `python` and `kpi-forecast` on PATH.
     return ["python", "-m", "torch.distributed.run", *rendezvous,
-            f"--max-restarts={spec.max_restarts}", "-m", "training.cli", *spec.train_command()[1:]]
+            f"--max-restarts={spec.max_restarts}", "-m", "kpi_forecast.cli",
+            *spec.train_command()[1:]]
 
 
 def _pod_spec(spec: TrainJobSpec, command: list[str], restart_policy: str) -> dict:

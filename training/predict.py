@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from model.features import calendar_zone, window_timestamps
-from model.naive import PROFILE_WEEKS
-from model.recalibration import Recalibration, recalibration
-from model.runtime import OnnxForecaster
-from training.panel import DataError, Panel
+from kpi_forecast.data.panel import DataError, Panel
+from kpi_forecast.model.features import calendar_zone, window_timestamps
+from kpi_forecast.model.naive import PROFILE_WEEKS
+from kpi_forecast.model.recalibration import Recalibration, recalibration
+from kpi_forecast.model.runtime import OnnxForecaster
 
 
 def check_compatible(forecaster: OnnxForecaster, panel: Panel) -> None:

@@ -11,9 +11,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from model.artifact import REPORT_FILE, ModelMetadata  # noqa: E402
-from training.backtest import MODEL_NAME, BacktestResult  # noqa: E402
-from training.panel import Panel  # noqa: E402
+from kpi_forecast.data.panel import Panel  # noqa: E402
+from kpi_forecast.model.artifact import REPORT_FILE, ModelMetadata  # noqa: E402
+from kpi_forecast.training.backtest import MODEL_NAME, BacktestResult  # noqa: E402
 
 PLOTS = "plots"
 SAMPLE_CELLS = 4

@@ -13,16 +13,21 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from model.config import ModelConfig
-from model.network import Forecaster, instance_stats, pinball_terms
-from training.averaging import WeightAverage
-from training.calibrate import calibrate
-from training.checkpoint import Checkpoint
-from training.defaults import validation_steps
-from training.device import mixed_precision, resolve_device, seed_everything, to_tensors
-from training.distributed import Group, ShardedPairs
-from training.panel import DataError, Panel, observed_spans
-from training.windows import Windows
+from kpi_forecast.data.panel import DataError, Panel, observed_spans
+from kpi_forecast.model.config import ModelConfig
+from kpi_forecast.model.network import Forecaster, instance_stats, pinball_terms
+from kpi_forecast.training.averaging import WeightAverage
+from kpi_forecast.training.calibrate import calibrate
+from kpi_forecast.training.checkpoint import Checkpoint
+from kpi_forecast.training.defaults import validation_steps
+from kpi_forecast.training.device import (
+    mixed_precision,
+    resolve_device,
+    seed_everything,
+    to_tensors,
+)
+from kpi_forecast.training.distributed import Group, ShardedPairs
+from kpi_forecast.training.windows import Windows
 
 log = logging.getLogger(__name__)
 

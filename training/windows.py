@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from model.features import calendar_features
-from training.panel import Panel
+from kpi_forecast.data.panel import Panel
+from kpi_forecast.model.features import calendar_features
 
 # A window is kept when at least this share of its context and of its target is observed;
 # below that it teaches the model more about gaps than about load.

@@ -27,14 +27,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from model.artifact import ArtifactError
-from model.config import MAX_KPI_VALUE
-from model.features import calendar_zone
-from model.runtime import OnnxForecaster
-from xapp import binary, openapi, registration
-from xapp.config import ConfigWatcher, Descriptor
-from xapp.history import History, HistoryError, HistoryUnavailable
-from xapp.schemas import (
+from kpi_forecast.model.artifact import ArtifactError
+from kpi_forecast.model.config import MAX_KPI_VALUE
+from kpi_forecast.model.features import calendar_zone
+from kpi_forecast.model.runtime import OnnxForecaster
+from kpi_forecast.xapp import binary, openapi, registration
+from kpi_forecast.xapp.config import ConfigWatcher, Descriptor
+from kpi_forecast.xapp.history import History, HistoryError, HistoryUnavailable
+from kpi_forecast.xapp.schemas import (
     CELL_ID_PATTERN,
     FIRST_YEAR,
     FREQ_DESCRIPTION,
@@ -55,7 +55,7 @@ from xapp.schemas import (
     ReloadRequest,
     SeriesIn,
 )
-from xapp.service import STOP_STEP_S, Answer, ClientError, Service, Shed
+from kpi_forecast.xapp.service import STOP_STEP_S, Answer, ClientError, Service, Shed
 
 log = logging.getLogger(__name__)
 

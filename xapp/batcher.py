@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from model.runtime import OnnxForecaster
-from xapp.metrics import Metrics
+from kpi_forecast.model.runtime import OnnxForecaster
+from kpi_forecast.xapp.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

@@ -21,6 +21,8 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
+from kpi_forecast.model.errors import UserError
+
 DEFAULT_DIR = Path(__file__).parent / "descriptor"
 CONFIG_FILE_NAME = "config-file.json"
 SCHEMA_FILE_NAME = "schema.json"
@@ -33,7 +35,7 @@ DEFAULT_APPMGR_URL = "http://service-ricplt-appmgr-http.ricplt:8080/ric/v1/regis
 log = logging.getLogger(__name__)
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A descriptor that cannot be used; the message is one line naming the file and the problem."""
 
     def __init__(self, path: Path | str, problem: str) -> None:

@@ -20,7 +20,8 @@ from pathlib import Path
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from model.artifact import ONNX_FILE, ArtifactError, load_metadata, sha256_file
+from kpi_forecast.model.artifact import ONNX_FILE, ArtifactError, load_metadata, sha256_file
+from kpi_forecast.model.errors import UserError
 
 FETCHER = "fetch-model"  # the chart's init container
 CONTAINER = "kpi-forecast"
@@ -28,7 +29,7 @@ VERSION_ANNOTATION = "kpi-forecast.o-ran-sc.org/model-version"
 HTTP_PORT = 8080
 
 
-class RolloutError(RuntimeError):
+class RolloutError(UserError, RuntimeError):
     """The rollout could not start, or failed (the message says whether it was rolled back)."""
 
 

@@ -17,7 +17,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 
-from model.artifact import ModelMetadata
+from kpi_forecast.model.artifact import ModelMetadata
 
 COMPONENTS = "#/components/schemas/{model}"
 

@@ -23,14 +23,14 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from model.naive import NAIVES
-from model.recalibration import Recalibration, recalibration, week_of_windows
-from model.runtime import InputError, OnnxForecaster
-from xapp.config import RecalibrationControls
-from xapp.failures import describe
-from xapp.history import History, HistoryUnavailable
-from xapp.metrics import Metrics
-from xapp.schemas import RecalibrationOut
+from kpi_forecast.model.naive import NAIVES
+from kpi_forecast.model.recalibration import Recalibration, recalibration, week_of_windows
+from kpi_forecast.model.runtime import InputError, OnnxForecaster
+from kpi_forecast.xapp.config import RecalibrationControls
+from kpi_forecast.xapp.failures import describe
+from kpi_forecast.xapp.history import History, HistoryUnavailable
+from kpi_forecast.xapp.metrics import Metrics
+from kpi_forecast.xapp.schemas import RecalibrationOut
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ import os
 import httpx
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
-from xapp.config import Descriptor
-from xapp.failures import describe, log_retry
+from kpi_forecast.xapp.config import Descriptor
+from kpi_forecast.xapp.failures import describe, log_retry
 
 log = logging.getLogger(__name__)
 

@@ -34,8 +34,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from xapp.config import HistoryStore
-from xapp.history import (
+from kpi_forecast.xapp.config import HistoryStore
+from kpi_forecast.xapp.history import (
     Aggregate,
     CellInfo,
     History,

@@ -10,8 +10,8 @@ from pathlib import Path
 import uvicorn
 from starlette.types import ASGIApp
 
-from xapp.api import create_app
-from xapp.config import descriptor_path, load_descriptor
+from kpi_forecast.xapp.api import create_app
+from kpi_forecast.xapp.config import descriptor_path, load_descriptor
 
 log = logging.getLogger(__name__)
 

@@ -13,20 +13,26 @@ import numpy as np
 import pandas as pd
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
-from model.artifact import ArtifactError
-from model.runtime import OnnxForecaster, RuntimeOptions
-from xapp.batcher import DynamicBatcher, ModelUnavailable, QueueFull
-from xapp.config import Controls, Descriptor, KpiSource, model_fields_changed
-from xapp.e2.ingest import Ingestor
-from xapp.e2.subscription import Subscriber
-from xapp.e2.transport import Frame, TcpTransport
-from xapp.failures import describe, log_retry
-from xapp.fallback import seasonal_naive
-from xapp.history import Aggregate, History, HistoryError, HistoryUnavailable, MemoryHistory
-from xapp.metrics import Metrics
-from xapp.overload import ConcurrencyLimit, LoopLag
-from xapp.recalibrator import Recalibrator
-from xapp.sdl import RedisHistory
+from kpi_forecast.model.artifact import ArtifactError
+from kpi_forecast.model.runtime import OnnxForecaster, RuntimeOptions
+from kpi_forecast.xapp.batcher import DynamicBatcher, ModelUnavailable, QueueFull
+from kpi_forecast.xapp.config import Controls, Descriptor, KpiSource, model_fields_changed
+from kpi_forecast.xapp.e2.ingest import Ingestor
+from kpi_forecast.xapp.e2.subscription import Subscriber
+from kpi_forecast.xapp.e2.transport import Frame, TcpTransport
+from kpi_forecast.xapp.failures import describe, log_retry
+from kpi_forecast.xapp.fallback import seasonal_naive
+from kpi_forecast.xapp.history import (
+    Aggregate,
+    History,
+    HistoryError,
+    HistoryUnavailable,
+    MemoryHistory,
+)
+from kpi_forecast.xapp.metrics import Metrics
+from kpi_forecast.xapp.overload import ConcurrencyLimit, LoopLag
+from kpi_forecast.xapp.recalibrator import Recalibrator
+from kpi_forecast.xapp.sdl import RedisHistory
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 A smoke test of a freshly trained model as a user would query it (`make demo` ends with it):
 
-    python -m xapp.smoke MODEL_DIR DATA_FILE [--port 18080]
+    python -m kpi_forecast.xapp.smoke MODEL_DIR DATA_FILE [--port 18080]
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from model.artifact import load_metadata
-from training.ingest import load_panel
+from kpi_forecast.data.ingest import load_panel
+from kpi_forecast.model.artifact import load_metadata
 
 
 def wait_ready(url: str, server: subprocess.Popen, seconds: float = 60.0) -> bool:
@@ -50,7 +50,7 @@ def main() -> int:
     }
     url = f"http://127.0.0.1:{args.port}"
     server = subprocess.Popen(
-        [sys.executable, "-m", "training.cli", "serve", "--model", str(args.model), "--host",
+        [sys.executable, "-m", "kpi_forecast.cli", "serve", "--model", str(args.model), "--host",
          "127.0.0.1", "--port", str(args.port)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, Literal
 
-from xapp.e2.kpm import Bytes, DecodeError
+from kpi_forecast.xapp.e2.kpm import Bytes, DecodeError
 
 # A Cause is (group, value) as E2AP names them, e.g. ("ricRequest", "action-not-supported").
 Cause = tuple[str, str]

@@ -23,12 +23,12 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from model.config import MAX_KPI_VALUE
-from xapp.config import KpiSource
-from xapp.e2 import e2ap, kpm
-from xapp.e2.transport import MESSAGE_TYPES, RIC_INDICATION, Frame
-from xapp.history import History, HistoryError, HistoryUnavailable
-from xapp.metrics import Metrics
+from kpi_forecast.model.config import MAX_KPI_VALUE
+from kpi_forecast.xapp.config import KpiSource
+from kpi_forecast.xapp.e2 import e2ap, kpm
+from kpi_forecast.xapp.e2.transport import MESSAGE_TYPES, RIC_INDICATION, Frame
+from kpi_forecast.xapp.history import History, HistoryError, HistoryUnavailable
+from kpi_forecast.xapp.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

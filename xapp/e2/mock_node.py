@@ -26,17 +26,23 @@ import pandas as pd
 from fastapi import FastAPI, HTTPException, Response
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
-from training.panel import Panel
-from xapp.e2 import e2ap, kpm
-from xapp.e2.subscription import (
+from kpi_forecast.data.panel import Panel
+from kpi_forecast.xapp.e2 import e2ap, kpm
+from kpi_forecast.xapp.e2.subscription import (
     E2Node,
     SubscriptionDetail,
     SubscriptionInstance,
     SubscriptionRequest,
     SubscriptionResponse,
 )
-from xapp.e2.transport import RIC_INDICATION, RIC_SUB_FAILURE, RIC_SUB_RESP, Frame, TcpTransport
-from xapp.failures import log_retry
+from kpi_forecast.xapp.e2.transport import (
+    RIC_INDICATION,
+    RIC_SUB_FAILURE,
+    RIC_SUB_RESP,
+    Frame,
+    TcpTransport,
+)
+from kpi_forecast.xapp.failures import log_retry
 
 log = logging.getLogger(__name__)
 

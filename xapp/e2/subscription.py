@@ -24,10 +24,10 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
-from xapp.e2 import e2ap, kpm
-from xapp.e2.ingest import Ingestor, Route
-from xapp.e2.transport import RIC_SUB_FAILURE, RIC_SUB_RESP, Frame
-from xapp.failures import describe, log_retry
+from kpi_forecast.xapp.e2 import e2ap, kpm
+from kpi_forecast.xapp.e2.ingest import Ingestor, Route
+from kpi_forecast.xapp.e2.transport import RIC_SUB_FAILURE, RIC_SUB_RESP, Frame
+from kpi_forecast.xapp.failures import describe, log_retry
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from xapp.failures import describe
+from kpi_forecast.xapp.failures import describe
 
 log = logging.getLogger(__name__)
 

@@ -28,9 +28,9 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from pandas.tseries.frequencies import to_offset
 
-from model.config import MAX_KPI_VALUE
-from model.features import calendar_zone
-from training.panel import DataError, Panel
+from kpi_forecast.data.panel import DataError, Panel
+from kpi_forecast.model.config import MAX_KPI_VALUE
+from kpi_forecast.model.features import calendar_zone
 
 logger = logging.getLogger(__name__)
 

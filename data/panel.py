@@ -7,8 +7,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from kpi_forecast.model.errors import UserError
 
-class DataError(ValueError):
+
+class DataError(UserError, ValueError):
     """A problem with the user's input data; its message is one readable line."""
 
 

@@ -1,7 +1,8 @@
-"""`kpi-forecast`: train, backtest, predict, export and serve from the command line.
+"""The training and evaluation commands: train, export, backtest, predict, and the cluster's
+distributed training job (`kpi-forecast k8s train-job`).
 
-Torch is imported only by the commands that need it (train, export): predict, backtest and serve
-run with the `serve` extra alone.
+Torch is imported only inside train and export: backtest and predict run on ONNX Runtime with
+the `serve` extra alone, and the parser itself needs neither.
 """
 
 from __future__ import annotations
@@ -9,27 +10,24 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import signal
-import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from model.artifact import ArtifactError
-from training.defaults import DEFAULT_HORIZON, default_context
-from training.panel import DataError
+from kpi_forecast.cli.cluster import kubernetes_client
+from kpi_forecast.cli.signals import stop_on_signals
+from kpi_forecast.model.errors import UserError
+from kpi_forecast.training.defaults import DEFAULT_HORIZON, default_context
 
 if TYPE_CHECKING:
-    from model.runtime import OnnxForecaster
-    from training.distributed import Group
-    from training.panel import Panel
+    from kpi_forecast.data.panel import Panel
+    from kpi_forecast.model.runtime import OnnxForecaster
+    from kpi_forecast.training.distributed import Group
 
 log = logging.getLogger(__name__)
-
 
 
 def parse_steps(text: str, step: pd.Timedelta, option: str) -> int:
@@ -40,17 +38,17 @@ def parse_steps(text: str, step: pd.Timedelta, option: str) -> int:
         try:
             duration = pd.Timedelta(text)
         except ValueError as exc:
-            raise DataError(f"{option} {text!r}: neither a step count nor a duration") from exc
+            raise UserError(f"{option} {text!r}: neither a step count nor a duration") from exc
         steps = duration // step
         if steps * step != duration:
-            raise DataError(f"{option} {text!r}: not a whole number of {step} steps")
+            raise UserError(f"{option} {text!r}: not a whole number of {step} steps")
     if steps < 1:
-        raise DataError(f"{option} {text!r}: must be at least one step")
+        raise UserError(f"{option} {text!r}: must be at least one step")
     return steps
 
 
 def holiday_calendar(text: str) -> str:
-    from model.features import check_holidays
+    from kpi_forecast.model.features import check_holidays
 
     try:
         return check_holidays(text)
@@ -65,10 +63,26 @@ def parse_quantiles(text: str) -> list[float]:
         raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text}") from exc
 
 
+def positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"not a whole number >= 1: {text}")
+    return int(text)
+
+
+def non_negative_int(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"not a whole number >= 0: {text}")
+    return int(text)
+
+
+def windows_or_auto(text: str) -> int | str:
+    return text if text == "auto" else non_negative_int(text)
+
+
 def cmd_train(args: argparse.Namespace) -> None:
-    from training.device import resolve_device
-    from training.distributed import aligned, join
-    from training.ingest import load_panel
+    from kpi_forecast.data.ingest import load_panel
+    from kpi_forecast.training.device import resolve_device
+    from kpi_forecast.training.distributed import aligned, join
 
     started = time.monotonic()  # --max-minutes counts from here: reading the data is in it
     # Under torchrun this process is one rank of several; alone it is the only one.
@@ -91,32 +105,11 @@ def cmd_train(args: argparse.Namespace) -> None:
             _train(args, group, panel, started, stop)
 
 
-@contextlib.contextmanager
-def stop_on_signals(doing: str) -> Iterator[threading.Event]:
-    """SIGTERM or Ctrl-C asks a long-running command to stop: the event is set, the command
-    winds down (``doing`` says how) and exits 0. A second signal stops the process at once."""
-    stop = threading.Event()
-
-    def ask(signum: int, frame: object) -> None:
-        if stop.is_set():
-            signal.signal(signum, signal.SIG_DFL)
-            signal.raise_signal(signum)
-        stop.set()
-        log.warning("%s: %s (again to stop at once)", signal.Signals(signum).name, doing)
-
-    previous = {signum: signal.signal(signum, ask) for signum in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield stop
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-
-
 def _train(args: argparse.Namespace, group: Group, panel: Panel, started: float,
            stop: threading.Event, block: Panel | None = None) -> None:
-    from model.config import ModelConfig
-    from training.fit import fit
-    from training.train import TrainConfig
+    from kpi_forecast.model.config import ModelConfig
+    from kpi_forecast.training.fit import fit
+    from kpi_forecast.training.train import TrainConfig
 
     step = panel.step
     horizon = parse_steps(args.horizon or DEFAULT_HORIZON, step, "--horizon")
@@ -129,7 +122,7 @@ def _train(args: argparse.Namespace, group: Group, panel: Panel, started: float,
         model_cfg = ModelConfig(context=context, horizon=horizon, quantiles=args.quantiles,
                                 attention=args.attention, dropout=args.dropout)
     except ValueError as exc:
-        raise DataError(str(exc)) from exc
+        raise UserError(str(exc)) from exc
     log.info("%s", model_cfg.describe_skip())
     train_cfg = TrainConfig(max_minutes=args.max_minutes, max_epochs=args.max_epochs,
                             batch_size=args.batch_size, seed=args.seed, device=args.device)
@@ -145,13 +138,13 @@ def _train(args: argparse.Namespace, group: Group, panel: Panel, started: float,
 
 
 def cmd_export(args: argparse.Namespace) -> None:
-    from training.fit import export_model
+    from kpi_forecast.training.fit import export_model
 
     print(f"model: {export_model(Path(args.model))}")
 
 
 def load_forecaster(args: argparse.Namespace) -> OnnxForecaster:
-    from model.runtime import OnnxForecaster, RuntimeOptions
+    from kpi_forecast.model.runtime import OnnxForecaster, RuntimeOptions
 
     options = RuntimeOptions(provider=args.provider, intra_op_threads=args.threads)
     forecaster = OnnxForecaster(args.model, options)
@@ -160,8 +153,8 @@ def load_forecaster(args: argparse.Namespace) -> OnnxForecaster:
 
 
 def cmd_backtest(args: argparse.Namespace) -> None:
-    from training.backtest import backtest
-    from training.ingest import load_panel
+    from kpi_forecast.data.ingest import load_panel
+    from kpi_forecast.training.backtest import backtest
 
     forecaster = load_forecaster(args)
     meta = forecaster.metadata
@@ -180,8 +173,8 @@ def cmd_backtest(args: argparse.Namespace) -> None:
 
 
 def cmd_predict(args: argparse.Namespace) -> None:
-    from training.ingest import load_panel
-    from training.predict import predict_frame
+    from kpi_forecast.data.ingest import load_panel
+    from kpi_forecast.training.predict import predict_frame
 
     forecaster = load_forecaster(args)
     meta = forecaster.metadata
@@ -194,160 +187,11 @@ def cmd_predict(args: argparse.Namespace) -> None:
 
 
 def recalibrate_windows(args: argparse.Namespace, forecaster: OnnxForecaster) -> int:
-    from model.recalibration import week_of_windows
+    from kpi_forecast.model.recalibration import week_of_windows
 
     if args.recalibrate == "auto":
         return week_of_windows(forecaster.metadata.horizon, forecaster.step)
     return args.recalibrate
-
-
-def windows_or_auto(text: str) -> int | str:
-    return text if text == "auto" else non_negative_int(text)
-
-
-def positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"not a whole number >= 1: {text}")
-    return int(text)
-
-
-def non_negative_int(text: str) -> int:
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"not a whole number >= 0: {text}")
-    return int(text)
-
-
-def cmd_serve(args: argparse.Namespace) -> None:
-    from xapp.config import ConfigError
-    from xapp.server import serve
-
-    try:
-        serve(args.model, args.config, args.host, args.port, args.submgr, args.e2_port)
-    except ConfigError as exc:
-        raise DataError(str(exc)) from None
-
-
-def parse_faults(text: str) -> dict[str, float]:
-    from xapp.e2.mock_node import FAULTS
-
-    faults = {}
-    for item in filter(None, text.split(",")):
-        name, _, probability = item.partition("=")
-        if name not in FAULTS:
-            raise argparse.ArgumentTypeError(f"unknown fault {name!r}; known: {FAULTS}")
-        try:
-            faults[name] = float(probability)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"fault {name}: {probability!r} is not a "
-                                             "probability") from None
-    return faults
-
-
-def synthetic_panel(column: str, cells: int, seed: int):  # -> Panel
-    """Seeded synthetic load from two weeks ago to two weeks ahead: the node sends the past
-    at once (history for the model), then the rest live, as it happens."""
-    import tempfile
-
-    from data.synthetic import generate
-    from training.ingest import load_panel
-
-    start = (pd.Timestamp.now(tz="UTC") - pd.Timedelta("14D")).floor("D")
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "synthetic.csv"
-        generate(n_cells=cells, days=28, seed=seed, start=str(start.date()), tz="UTC").to_csv(
-            path, index=False)
-        return load_panel(path, column)
-
-
-def cmd_e2sim(args: argparse.Namespace) -> None:
-    from training.ingest import load_panel
-    from xapp.e2.mock_node import MockE2Node, create_app
-
-    pairs = [kpi.partition("=") for kpi in args.kpi]
-    for (column, _, measurement), text in zip(pairs, args.kpi, strict=True):
-        if not column or not measurement:
-            raise DataError(f"--kpi {text!r}: write COLUMN=MEASUREMENT, e.g. "
-                            "prb_util=RRU.PrbUsedDl")
-    live_from = None
-    panels = []
-    for column, _, _ in pairs:
-        if args.data == "synthetic":
-            panel = synthetic_panel(column, args.cells or 24, args.seed)
-            live_from = int(panel.index.searchsorted(pd.Timestamp.now(tz="UTC")))
-        else:
-            panel = load_panel(args.data, column, freq=args.freq)
-        panels.append(panel.first_cells(args.cells) if args.cells else panel)
-    panel = panels[0]
-    for other, (column, _, _) in zip(panels[1:], pairs[1:], strict=True):
-        if other.cell_ids != panel.cell_ids or not other.index.equals(panel.index):
-            raise DataError(f"{args.data}: column {column} covers other cells or times than "
-                            f"{pairs[0][0]}; give each KPI its own mock node")
-    measurement = pairs[0][2]
-    extra = {name: other.values for other, (_, _, name) in zip(panels[1:], pairs[1:],
-                                                               strict=True)}
-    step = {name: panel.index.searchsorted(pd.Timestamp(value), side="left")
-            for name, value in (("start", args.start), ("end", args.end)) if value}
-    from xapp.server import run
-
-    host, _, port = args.listen.rpartition(":")
-    node = MockE2Node(panel, measurement, extra=extra, cells_per_node=args.cells_per_node,
-                      speed=args.speed,
-                      pace_ms=args.period_ms, start=int(step.get("start", 0)),
-                      end=int(step["end"]) if "end" in step else None, faults=args.faults,
-                      seed=args.seed, live_from=live_from)
-    reported = ", ".join(f"{column} as {name}" for column, _, name in pairs)
-    print(f"mock E2 node: {panel.n_cells} cells in {len(node.nodes())} node(s), {reported}; "
-          f"subscription API on http://{args.listen}")
-    # Nothing lingers to wait for: a subscription is answered at once, the rest is background.
-    run(create_app(node), host or "127.0.0.1", int(port), graceful_s=2.0)
-
-
-def kubernetes_client(args: argparse.Namespace):  # -> kubernetes.client.ApiClient
-    from kubernetes import config
-
-    if args.kubeconfig or not Path("/var/run/secrets/kubernetes.io/serviceaccount").exists():
-        return config.new_client_from_config(config_file=args.kubeconfig, context=args.context)
-    config.load_incluster_config()
-    from kubernetes import client
-
-    return client.ApiClient()
-
-
-def cmd_k8s(args: argparse.Namespace) -> None:
-    import urllib3
-    from kubernetes.config import ConfigException
-    from tabulate import tabulate
-
-    from xapp import k8s
-
-    # urllib3 logs each retry of a failing call: the one-line error below says it all.
-    logging.getLogger("urllib3").setLevel(logging.ERROR)
-    try:
-        if args.k8s_command == "package":
-            version = k8s.package(Path(args.model), Path(args.out))
-            print(f"{args.out}: model {version}; publish it where the chart's fetcher reads "
-                  "MODEL_URL, then run 'kpi-forecast k8s rollout'")
-            return
-        api = kubernetes_client(args)
-        if args.k8s_command == "rollout":
-            with stop_on_signals("no longer watching; the rollout goes on in the cluster") as stop:
-                state = k8s.rollout(api, args.namespace, args.name, Path(args.model),
-                                    args.model_url, timeout_s=args.timeout, stop=stop)
-            if stop.is_set():
-                print(f"{args.namespace}/{args.name}: stopped watching the rollout; "
-                      "'kpi-forecast k8s status' follows it")
-            else:
-                print(f"{args.namespace}/{args.name}: every pod serves {state.model_version}")
-        state = k8s.status(api, args.namespace, args.name)
-    except (ConfigException, k8s.RolloutError) as exc:
-        raise DataError(str(exc)) from None
-    except urllib3.exceptions.HTTPError as exc:
-        raise DataError(f"cannot reach the Kubernetes API server: {exc}") from None
-    print(f"{state.namespace}/{state.name}: {state.ready}/{state.replicas} ready, "
-          f"{state.updated} updated, image {state.image}, model {state.model_version or '-'}")
-    rows = [(p.name, p.phase, "yes" if p.ready else "no", p.restarts, p.node or "-",
-             p.model_version or "-") for p in state.pods]
-    print(tabulate(rows, headers=["pod", "phase", "ready", "restarts", "node", "serves"]))
 
 
 def cmd_train_job(args: argparse.Namespace) -> None:
@@ -356,7 +200,7 @@ def cmd_train_job(args: argparse.Namespace) -> None:
     from kubernetes.client.rest import ApiException
     from kubernetes.config import ConfigException
 
-    from training import k8s_job
+    from kpi_forecast.training import k8s_job
 
     logging.getLogger("urllib3").setLevel(logging.ERROR)
     extra = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
@@ -367,7 +211,7 @@ def cmd_train_job(args: argparse.Namespace) -> None:
             procs_per_node=args.procs_per_node, cpu=args.cpu, memory=args.memory,
             claim=args.claim, train_args=extra)
     except ValueError as exc:
-        raise DataError(str(exc)) from None
+        raise UserError(str(exc)) from None
     kind, api = args.kind, None
     try:
         if kind == "auto" or not args.dry_run:
@@ -375,7 +219,7 @@ def cmd_train_job(args: argparse.Namespace) -> None:
                 api = kubernetes_client(args)
             except ConfigException as exc:
                 if not args.dry_run:
-                    raise DataError(str(exc)) from None
+                    raise UserError(str(exc)) from None
                 log.warning("no cluster configured (%s): printing a plain Job", exc)
                 kind = "job"
         if kind == "auto":
@@ -386,9 +230,9 @@ def cmd_train_job(args: argparse.Namespace) -> None:
             return
         created = k8s_job.submit(api, objects)
     except ApiException as exc:
-        raise DataError(f"the API server refused: {exc.status} {exc.reason}") from None
+        raise UserError(f"the API server refused: {exc.status} {exc.reason}") from None
     except urllib3.exceptions.HTTPError as exc:
-        raise DataError(f"cannot reach the Kubernetes API server: {exc}") from None
+        raise UserError(f"cannot reach the Kubernetes API server: {exc}") from None
     print(f"{args.namespace}: created {', '.join(created)}; {k8s_job.describe(spec)}")
 
 
@@ -407,14 +251,12 @@ def add_recalibration_option(parser: argparse.ArgumentParser) -> None:
                         "keep the model's own calibration)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kpi-forecast", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    """train, export, backtest and predict."""
     train = commands.add_parser(
         "train", help="train a forecaster and export it",
         description="Train a forecaster and export it. Runs unchanged under torchrun "
-        "(torchrun --nproc-per-node N -m training.cli train ...): data-parallel, each rank "
+        "(torchrun --nproc-per-node N -m kpi_forecast.cli train ...): data-parallel, each rank "
         "training on its own block of cells, rank 0 writing; a rerun resumes from the last "
         "epoch's checkpoint in --out.")
     train.add_argument("--data", required=True,
@@ -469,41 +311,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_recalibration_option(predict)
     predict.set_defaults(run=cmd_predict)
 
-    xapp = commands.add_parser("serve", help="run the xApp: forecasts over RIC-style REST")
-    xapp.add_argument("--model", help="model directory (default: controls.modelDir)")
-    xapp.add_argument("--config", help="xApp descriptor config-file.json (default: $CONFIG_FILE, "
-                      "$XAPP_DESCRIPTOR_PATH/config-file.json, else the packaged one)")
-    xapp.add_argument("--host", default="0.0.0.0")
-    xapp.add_argument("--port", type=int, default=8080)
-    xapp.add_argument("--submgr", help="subscription manager URL: subscribe to E2 nodes' KPIs")
-    xapp.add_argument("--e2-port", type=int, help="rmr-data port for E2 frames (default 4560)")
-    xapp.set_defaults(run=cmd_serve)
 
-    ops = commands.add_parser("k8s", help="Kubernetes: the xApp's status, package, rollout; "
-                              "distributed training jobs")
-    ops_commands = ops.add_subparsers(dest="k8s_command", required=True)
-    for name, text in (("status", "deployment, pods, readiness and the model each pod serves"),
-                       ("package", "pack a model directory as the chart's fetcher expects"),
-                       ("rollout", "roll the deployment to a published model, roll back on "
-                                   "failure")):
-        sub = ops_commands.add_parser(name, help=text)
-        sub.set_defaults(run=cmd_k8s)
-        if name == "package":
-            sub.add_argument("--model", required=True, help="model directory")
-            sub.add_argument("--out", required=True, help=".tar.gz to write")
-            continue
-        sub.add_argument("--namespace", default="ricxapp")
-        sub.add_argument("--name", default="ricxapp-kpi-forecast", help="the Deployment")
-        sub.add_argument("--kubeconfig", help="default: $KUBECONFIG, ~/.kube/config, or the "
-                         "in-cluster service account")
-        sub.add_argument("--context")
-        if name == "rollout":
-            sub.add_argument("--model", required=True, help="the model directory published")
-            sub.add_argument("--model-url", required=True,
-                             help="where its .tar.gz is (kpi-forecast k8s package)")
-            sub.add_argument("--timeout", type=float, default=600.0, help="seconds")
-
-    job = ops_commands.add_parser(
+def add_k8s_commands(k8s: argparse._SubParsersAction) -> None:
+    """k8s train-job."""
+    job = k8s.add_parser(
         "train-job", help="distributed training on the cluster: a Job, or a Kubeflow "
         "PyTorchJob where that resource exists (printed with --dry-run, else submitted)",
         description="Arguments after '--' go to 'kpi-forecast train' unchanged.")
@@ -533,39 +344,3 @@ def build_parser() -> argparse.ArgumentParser:
     job.add_argument("--kubeconfig")
     job.add_argument("--context")
     job.add_argument("train_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-
-    sim = commands.add_parser("e2sim", help="mock E2 node: replay a KPI file over E2")
-    sim.add_argument("--data", required=True, help="long CSV, CSV.gz or Parquet, or "
-                     "'synthetic': two weeks of seeded history at once, then live load")
-    sim.add_argument("--kpi", required=True, action="append", help="COLUMN=MEASUREMENT, "
-                     "e.g. prb_util=RRU.PrbUsedDl (a TS 28.552 name); repeat for more KPIs")
-    sim.add_argument("--listen", default="127.0.0.1:8090", help="subscription API HOST:PORT")
-    sim.add_argument("--freq", help="grid step of the file (inferred when absent)")
-    sim.add_argument("--start", help="first timestamp replayed")
-    sim.add_argument("--end", help="timestamp where the replay stops")
-    sim.add_argument("--speed", type=float, default=1.0,
-                     help="replay speed against real time; 0: as fast as possible")
-    sim.add_argument("--period-ms", type=float, help="wall-clock ms between reports "
-                     "(overrides --speed)")
-    sim.add_argument("--cells", type=int, help="replay only the first N cells")
-    sim.add_argument("--cells-per-node", type=int, default=8)
-    sim.add_argument("--faults", type=parse_faults, default={},
-                     help="e.g. malformed=0.01,duplicate=0.01,late=0.01,gap=0.01")
-    sim.add_argument("--seed", type=int, default=0)
-    sim.set_defaults(run=cmd_e2sim)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        args.run(args)
-    except (DataError, ArtifactError) as exc:
-        print(f"kpi-forecast: error: {exc}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

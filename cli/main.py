@@ -1,0 +1,41 @@
+"""`kpi-forecast`: train, backtest, predict, export and serve from the command line.
+
+This module only assembles the command groups and turns a user's mistake into one line and a
+non-zero exit; the commands themselves live next to what they drive.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from kpi_forecast.model.errors import UserError
+from kpi_forecast.training import commands as training_commands
+from kpi_forecast.xapp import commands as serving_commands
+from kpi_forecast.xapp.e2 import commands as e2_commands
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kpi-forecast", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    training_commands.add_commands(commands)
+    serving_commands.add_commands(commands)
+    ops = commands.add_parser("k8s", help="Kubernetes: the xApp's status, package, rollout; "
+                              "distributed training jobs")
+    k8s = ops.add_subparsers(dest="k8s_command", required=True)
+    serving_commands.add_k8s_commands(k8s)
+    training_commands.add_k8s_commands(k8s)
+    e2_commands.add_commands(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        args.run(args)
+    except UserError as exc:
+        print(f"kpi-forecast: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
