@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 SAMPLE := data/sample/cells_hourly.csv.gz
 DEMO_DIR := artifacts/demo
 
-.PHONY: demo test deps bench bench-peers gpu-check lint clean
+.PHONY: demo test deps schemas bench bench-peers gpu-check lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,12 @@ test: $(VENV)/.installed-dev
 	$(BIN)/lint-imports
 	$(MAKE) --no-print-directory deps
 	$(BIN)/pytest -q
+
+# The descriptor's schema.json, the chart's copy and the controls of the chart's
+# values.schema.json, generated from the pydantic models of xapp/controls.py (a test fails when
+# a checked-in one differs).
+schemas: $(VENV)/.installed-dev
+	$(BIN)/python -m kpi_forecast.xapp.schema_files
 
 # Declared dependencies equal imported ones: for the project as a whole, then for each extra
 # where its modules live (the serving path with base + serve, the training with base + train;

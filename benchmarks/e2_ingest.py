@@ -26,7 +26,8 @@ import pandas as pd
 from benchmarks.common import RAW, machine, write_section
 from benchmarks.runtime import CONTEXT, default_model
 from kpi_forecast.xapp.api import create_app
-from kpi_forecast.xapp.config import CONFIG_FILE_NAME, DEFAULT_DIR, KpiSource, load_descriptor
+from kpi_forecast.xapp.config import CONFIG_FILE_NAME, DEFAULT_DIR, load_descriptor
+from kpi_forecast.xapp.controls import KpiSource
 from kpi_forecast.xapp.e2 import e2ap, kpm
 from kpi_forecast.xapp.e2.ingest import Ingestor, Route
 from kpi_forecast.xapp.e2.transport import RIC_INDICATION, Frame, TcpTransport

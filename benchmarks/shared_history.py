@@ -35,13 +35,8 @@ from benchmarks.common import RAW, machine, write_section
 from benchmarks.e2_ingest import MEASUREMENT
 from benchmarks.runtime import default_model
 from kpi_forecast.xapp.api import create_app
-from kpi_forecast.xapp.config import (
-    CONFIG_FILE_NAME,
-    DEFAULT_DIR,
-    HistoryStore,
-    KpiSource,
-    load_descriptor,
-)
+from kpi_forecast.xapp.config import CONFIG_FILE_NAME, DEFAULT_DIR, load_descriptor
+from kpi_forecast.xapp.controls import HistoryStore, KpiSource
 from kpi_forecast.xapp.e2 import e2ap, kpm
 from kpi_forecast.xapp.e2.ingest import Ingestor, Route
 from kpi_forecast.xapp.e2.transport import RIC_INDICATION, Frame

@@ -16,7 +16,7 @@ import uvicorn
 from kpi_forecast.data.ingest import load_panel
 from kpi_forecast.data.synthetic import generate
 from kpi_forecast.model.config import ModelConfig
-from kpi_forecast.xapp.config import KpiSource
+from kpi_forecast.xapp.controls import KpiSource
 from kpi_forecast.xapp.e2 import e2ap, kpm
 from kpi_forecast.xapp.e2.ingest import Ingestor, Route
 from kpi_forecast.xapp.e2.mock_node import MockE2Node, create_app

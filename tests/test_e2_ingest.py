@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from kpi_forecast.model.config import ModelConfig
-from kpi_forecast.xapp.config import KpiSource
+from kpi_forecast.xapp.controls import KpiSource
 from kpi_forecast.xapp.e2 import e2ap, kpm
 from kpi_forecast.xapp.e2.ingest import Ingestor, Route
 from kpi_forecast.xapp.e2.transport import RIC_INDICATION, RIC_SUB_RESP, Frame, TcpTransport

@@ -138,11 +138,6 @@ def descriptor(docs: Docs) -> dict[str, Any]:
 # --- the tools and the chart as a whole ----------------------------------------------------------
 
 
-def test_chart_schema_json_is_the_xapps_own() -> None:
-    # The chart ships a copy (Helm can only read files inside the chart); it must never drift.
-    assert (CHART / "files" / "schema.json").read_bytes() == XAPP_SCHEMA.read_bytes()
-
-
 def test_helm_is_v4(helm: Path) -> None:
     proc = run_helm(helm, "version", "--short")
     assert proc.returncode == 0, proc.stderr

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kpi_forecast.xapp.config import HistoryStore
+from kpi_forecast.xapp.controls import HistoryStore
 from kpi_forecast.xapp.history import (
     CellInfo,
     History,

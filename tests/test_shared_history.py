@@ -17,7 +17,7 @@ import pytest
 from kpi_forecast.data.ingest import load_panel
 from kpi_forecast.data.synthetic import generate
 from kpi_forecast.model.config import ModelConfig
-from kpi_forecast.xapp.config import Controls
+from kpi_forecast.xapp.controls import Controls
 from kpi_forecast.xapp.smoke import wait_ready
 from tests.processes import free_port
 from tests.redis_server import redis_server

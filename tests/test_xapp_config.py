@@ -10,25 +10,20 @@ import logging
 import os
 from pathlib import Path
 
-import jsonschema
 import pytest
 
 from kpi_forecast.xapp.config import (
     CONFIG_FILE_NAME,
     DEFAULT_DIR,
-    DEFAULT_RMR_HOST,
-    E2,
     SCHEMA_FILE_NAME,
-    Batching,
     ConfigError,
     ConfigWatcher,
-    Controls,
     Descriptor,
-    Registration,
     descriptor_path,
     load_descriptor,
     model_fields_changed,
 )
+from kpi_forecast.xapp.controls import DEFAULT_RMR_HOST, E2, Batching, Controls, Registration
 
 PACKAGED = DEFAULT_DIR / CONFIG_FILE_NAME
 SCHEMA = json.loads((DEFAULT_DIR / SCHEMA_FILE_NAME).read_text())
@@ -81,20 +76,6 @@ def test_packaged_descriptor_loads_with_the_oran_fields() -> None:
 
 def test_packaged_controls_are_the_model_defaults() -> None:
     assert load_descriptor(PACKAGED).controls == Controls(model_dir="/opt/ric/model")
-
-
-def test_schema_defaults_match_the_model_defaults() -> None:
-    # The schema documents defaults; the pydantic models apply them: they must agree.
-    def defaults(schema: dict) -> dict:
-        return {k: v["default"] for k, v in schema["properties"].items() if "default" in v}
-
-    controls = SCHEMA["properties"]["controls"]
-    expected = Controls(model_dir="x").model_dump(by_alias=True)
-    for key, value in defaults(controls).items():
-        assert expected[key] == value, key
-    for key in ("batching", "registration"):
-        assert defaults(controls["properties"][key]) == expected[key]
-    assert set(controls["properties"]) == {f.alias for f in Controls.model_fields.values()}
 
 
 def test_camel_case_aliases_and_snake_case_names_both_populate() -> None:
@@ -215,46 +196,6 @@ def test_missing_and_unreadable_files(tmp_path: Path) -> None:
     (tmp_path / "latin1.json").write_bytes(b'{"name": "caf\xe9"}')
     with pytest.raises(ConfigError, match="not UTF-8"):
         load_descriptor(tmp_path / "latin1.json")
-
-
-# --- schema and model agree --------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("key", "value"),
-    [
-        ("latencyBudgetMs", 60000),
-        ("latencyBudgetMs", 60000.5),
-        ("latencyBudgetMs", 0.001),
-        ("defaultHorizon", 1),
-        ("defaultHorizon", None),
-        ("quantiles", [0.05, 0.5, 0.95]),
-        ("quantiles", [0]),
-        ("batching", {"maxBatchSize": 4096, "maxQueueDelayMs": 0, "maxQueueSize": 100000}),
-        ("batching", {"maxBatchSize": 4097}),
-        ("batching", {"maxQueueDelayMs": 1000.5}),
-        ("batching", {"maxQueueSize": 100001}),
-        ("historyLength", 1_000_000),
-        ("historyLength", 1_000_001),
-        ("intraOpThreads", 256),
-        ("intraOpThreads", -1),
-        ("maxRequestBytes", 1023),
-        ("maxRequestBytes", 2**30),
-        ("maxRequestBytes", 2**30 + 1),
-        ("registration", {"appmgrUrl": ""}),
-        ("registration", {"enabled": True, "retrySeconds": 0.5}),
-        ("modelDir", ""),
-    ],
-)
-def test_schema_and_pydantic_bounds_agree(key: str, value: object) -> None:
-    controls = {"modelDir": "/m", key: value}
-    schema_ok = jsonschema.Draft202012Validator(SCHEMA["properties"]["controls"]).is_valid(controls)
-    try:
-        Controls.model_validate(controls)
-        model_ok = True
-    except ValueError:
-        model_ok = False
-    assert schema_ok == model_ok
 
 
 # --- overrides ---------------------------------------------------------------------------------

@@ -1,27 +1,24 @@
-"""The xApp's configuration: an O-RAN SC xApp descriptor (config-file.json), checked against a
-JSON Schema, with the xApp's own settings under "controls", and a watcher that reloads it when
-the ConfigMap behind it changes."""
+"""The xApp's configuration: where the O-RAN SC xApp descriptor (config-file.json) is, reading
+it (checked against the JSON Schema beside it, the controls parsed by the models of
+`controls.py`), and a watcher that reloads it when the ConfigMap behind it changes."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import ipaddress
 import json
 import logging
 import os
-import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
 import jsonschema
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-from pydantic.alias_generators import to_camel
 
 from kpi_forecast.model.errors import UserError
+from kpi_forecast.xapp.controls import Controls
 
 DEFAULT_DIR = Path(__file__).parent / "descriptor"
 CONFIG_FILE_NAME = "config-file.json"
@@ -29,8 +26,6 @@ SCHEMA_FILE_NAME = "schema.json"
 
 # Changing any of these means building a new ONNX Runtime session, i.e. reloading the model.
 MODEL_FIELDS = ("model_dir", "execution_provider", "intra_op_threads")
-
-DEFAULT_APPMGR_URL = "http://service-ricplt-appmgr-http.ricplt:8080/ric/v1/register"
 
 log = logging.getLogger(__name__)
 
@@ -42,144 +37,6 @@ class ConfigError(UserError, ValueError):
         self.path = Path(path)
         self.problem = _one_line(problem)
         super().__init__(f"{self.path}: {self.problem}")
-
-
-# --- the controls ------------------------------------------------------------------------------
-# Bounds mirror descriptor/schema.json: the schema guards the file, these guard the overrides
-# (CLI flags), which never pass through the schema.
-
-_MODEL_CONFIG = ConfigDict(
-    populate_by_name=True,
-    alias_generator=to_camel,
-    extra="forbid",
-    frozen=True,
-    allow_inf_nan=False,  # JSON Schema bounds let NaN through (every comparison is false)
-)
-
-Quantile = Annotated[float, Field(gt=0, lt=1)]
-
-
-class Batching(BaseModel):
-    """How requests are gathered into one model call."""
-
-    model_config = _MODEL_CONFIG
-
-    max_batch_size: int = Field(64, ge=1, le=4096)
-    max_queue_delay_ms: float = Field(2.0, ge=0, le=1000)
-    max_queue_size: int = Field(1024, ge=1, le=100_000)
-    # adaptive: an in-flight limit that follows the queueing delay (xapp/overload.py); off:
-    # every request is admitted up to max_queue_size (a RIC that sheds load upstream).
-    admission: Literal["adaptive", "off"] = "adaptive"
-
-
-class Registration(BaseModel):
-    """Registration with the RIC platform's application manager."""
-
-    model_config = _MODEL_CONFIG
-
-    enabled: bool = False
-    appmgr_url: str = Field(DEFAULT_APPMGR_URL, min_length=1)
-    retry_seconds: float = Field(10.0, gt=0)
-
-
-class KpiSource(BaseModel):
-    """Which E2SM-KPM measurement feeds a KPI, and how reports within one step combine."""
-
-    model_config = _MODEL_CONFIG
-
-    measurement: str = Field(min_length=1, max_length=150)  # a TS 28.552 name
-    aggregate: Literal["mean", "sum"] = "mean"  # sum for volumes, mean for levels and rates
-    scale: float = Field(1.0, gt=0)  # measurement unit -> KPI unit, e.g. Mbit -> MB = 0.125
-
-
-DEFAULT_RMR_HOST = "service-ricxapp-kpi-forecast-rmr.ricxapp"
-DEFAULT_KPIS = {
-    "prb_util": KpiSource(measurement="RRU.PrbUsedDl"),
-    "dl_throughput_mbps": KpiSource(measurement="DRB.UEThpDl", scale=0.001),  # kbit/s
-    "active_ues": KpiSource(measurement="DRB.MeanActiveUeDl"),
-    "traffic_mb": KpiSource(measurement="DRB.PdcpSduVolumeDL", aggregate="sum", scale=0.125),
-}
-
-
-class E2(BaseModel):
-    """E2 ingestion: the rmr-data port and the measurement behind each KPI."""
-
-    model_config = _MODEL_CONFIG
-
-    enabled: bool = False
-    port: int = Field(4560, ge=0, le=65535)  # 0 picks a free port (tests)
-    # Where the subscription manager is; None: do not subscribe (frames may still arrive).
-    submgr_url: str | None = Field(None, min_length=1)
-    # How the E2 side reaches this xApp's rmr-data port (the chart's RMR Service); None: see
-    # ``endpoint_host``.
-    client_host: str | None = Field(None, min_length=1)
-    reporting_period_ms: int | None = Field(None, ge=1)  # None: the model's step
-    kpis: dict[str, KpiSource] = Field(default_factory=lambda: dict(DEFAULT_KPIS))
-
-    def endpoint_host(self) -> str:
-        """Where the E2 side is to send this xApp's frames: ``client_host`` when set; else
-        loopback when the subscription manager is on loopback (the E2 side then runs on this
-        machine, as ``kpi-forecast e2sim`` does), else the RMR Service's in-cluster name."""
-        if self.client_host:
-            return self.client_host
-        host = urllib.parse.urlsplit(self.submgr_url or "").hostname or ""
-        try:
-            loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
-        except ValueError:  # a name, not an address
-            loopback = False
-        return "127.0.0.1" if loopback else DEFAULT_RMR_HOST
-
-
-class HistoryStore(BaseModel):
-    """Where per-cell history lives: this replica's memory, or the RIC's shared Redis."""
-
-    model_config = _MODEL_CONFIG
-
-    backend: Literal["memory", "redis"] = "memory"
-    # The braces and comma delimit SDL keys ({namespace},key): not allowed inside a namespace.
-    namespace: str = Field("kpi-forecast", min_length=1, max_length=100, pattern=r"^[^{},]+$")
-    host: str | None = Field(None, min_length=1)  # None: $DBAAS_SERVICE_HOST
-    port: int | None = Field(None, ge=1, le=65535)  # None: $DBAAS_SERVICE_PORT, else 6379
-    db: int = Field(0, ge=0, le=15)
-    timeout_ms: float = Field(500.0, gt=0, le=60_000)
-    max_cells: int = Field(100_000, ge=1, le=10_000_000)
-
-
-class RecalibrationControls(BaseModel):
-    """Background recalibration of the quantiles on the recent history of the cells held."""
-
-    model_config = _MODEL_CONFIG
-
-    every_seconds: float = Field(3600.0, ge=0, le=7 * 86400)  # 0: the model's calibration only
-    max_cells: int = Field(256, ge=1, le=100_000)  # the most recently reported cells
-
-
-class Controls(BaseModel):
-    """The xApp's own settings: the descriptor's "controls" object."""
-
-    model_config = _MODEL_CONFIG
-
-    model_dir: str = Field(min_length=1)
-    latency_budget_ms: float = Field(100.0, gt=0, le=60_000)
-    default_horizon: Annotated[int, Field(ge=1)] | None = None
-    quantiles: list[Quantile] | None = Field(None, min_length=1)
-    batching: Batching = Batching()
-    history_length: int = Field(672, ge=1, le=1_000_000)
-    history_store: HistoryStore = HistoryStore()
-    recalibration: RecalibrationControls = RecalibrationControls()
-    execution_provider: Literal["auto", "cuda", "cpu"] = "auto"
-    intra_op_threads: int = Field(0, ge=0, le=256)
-    max_request_bytes: int = Field(4 * 2**20, ge=1024, le=2**30)
-    registration: Registration = Registration()
-    e2: E2 = E2()
-
-    @field_validator("quantiles")
-    @classmethod
-    def _unique(cls, value: list[float] | None) -> list[float] | None:
-        # The schema's uniqueItems; pydantic has no list-uniqueness constraint of its own.
-        if value is not None and len(set(value)) != len(value):
-            raise ValueError("quantiles must be unique")
-        return value
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ import pandas as pd
 from kpi_forecast.model.naive import NAIVES
 from kpi_forecast.model.recalibration import Recalibration, recalibration, week_of_windows
 from kpi_forecast.model.runtime import InputError, OnnxForecaster
-from kpi_forecast.xapp.config import RecalibrationControls
+from kpi_forecast.xapp.controls import RecalibrationControls
 from kpi_forecast.xapp.failures import describe
 from kpi_forecast.xapp.history import History, HistoryUnavailable
 from kpi_forecast.xapp.metrics import Metrics

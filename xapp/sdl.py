@@ -34,7 +34,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from kpi_forecast.xapp.config import HistoryStore
+from kpi_forecast.xapp.controls import HistoryStore
 from kpi_forecast.xapp.history import (
     Aggregate,
     CellInfo,

@@ -16,7 +16,8 @@ from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 from kpi_forecast.model.artifact import ArtifactError
 from kpi_forecast.model.runtime import OnnxForecaster, RuntimeOptions
 from kpi_forecast.xapp.batcher import DynamicBatcher, ModelUnavailable, QueueFull
-from kpi_forecast.xapp.config import Controls, Descriptor, KpiSource, model_fields_changed
+from kpi_forecast.xapp.config import Descriptor, model_fields_changed
+from kpi_forecast.xapp.controls import Controls, KpiSource
 from kpi_forecast.xapp.e2.ingest import Ingestor
 from kpi_forecast.xapp.e2.subscription import Subscriber
 from kpi_forecast.xapp.e2.transport import Frame, TcpTransport

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from kpi_forecast.model.config import MAX_KPI_VALUE
-from kpi_forecast.xapp.config import KpiSource
+from kpi_forecast.xapp.controls import KpiSource
 from kpi_forecast.xapp.e2 import e2ap, kpm
 from kpi_forecast.xapp.e2.transport import MESSAGE_TYPES, RIC_INDICATION, Frame
 from kpi_forecast.xapp.history import History, HistoryError, HistoryUnavailable

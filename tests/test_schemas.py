@@ -1,0 +1,78 @@
+"""The checked-in JSON Schemas are what generation from the pydantic models gives
+(`make schemas`): the descriptor's schema.json, the chart's copy and the chart's controls."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+from pydantic import Field
+
+from kpi_forecast.xapp import schema_files
+from kpi_forecast.xapp.controls import Batching, Controls, DescriptorFile
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_checked_in_schemas_are_the_generated_ones() -> None:
+    done = subprocess.run([sys.executable, "-m", "kpi_forecast.xapp.schema_files", "--check",
+                           "--root", str(ROOT)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+def test_check_names_a_file_that_drifted(tmp_path: Path) -> None:
+    for path in schema_files.expected_files(ROOT):
+        copy = tmp_path / path.relative_to(ROOT)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text(path.read_text())
+    drifted = tmp_path / schema_files.CHART_SCHEMA
+    drifted.write_text(drifted.read_text().replace('"maximum": 4096', '"maximum": 4095'))
+    assert schema_files.main(["--check", "--root", str(tmp_path)]) == 1
+    assert schema_files.main(["--root", str(tmp_path)]) == 0  # make schemas rewrites it
+    assert drifted.read_text() == (ROOT / schema_files.CHART_SCHEMA).read_text()
+
+
+def test_a_bound_changed_in_the_model_reaches_every_schema(monkeypatch) -> None:
+    class Smaller(Batching):
+        max_batch_size: int = Field(64, ge=1, le=2048)
+
+    class SmallerControls(Controls):
+        batching: Smaller = Smaller()
+
+    class SmallerDescriptor(DescriptorFile):
+        controls: SmallerControls
+
+    monkeypatch.setattr(schema_files, "Controls", SmallerControls)
+    monkeypatch.setattr(schema_files, "DescriptorFile", SmallerDescriptor)
+    files = schema_files.expected_files(ROOT)
+    descriptor = json.loads(files[ROOT / schema_files.DESCRIPTOR_SCHEMA])
+    chart_copy = json.loads(files[ROOT / schema_files.CHART_SCHEMA])
+    values = json.loads(files[ROOT / schema_files.VALUES_SCHEMA])
+    for controls in (descriptor["properties"]["controls"], chart_copy["properties"]["controls"],
+                     values["properties"]["xapp"]):
+        assert controls["properties"]["batching"]["properties"]["maxBatchSize"]["maximum"] == 2048
+
+
+def test_the_generated_schema_accepts_what_the_models_accept_and_refuses_the_rest() -> None:
+    schema = schema_files.descriptor_schema()
+    jsonschema.Draft202012Validator.check_schema(schema)
+    controls = jsonschema.Draft202012Validator(schema["properties"]["controls"])
+    # An optional value is "type: [T, null]", so a bound is reported as the bound it is.
+    errors = list(controls.iter_errors({"modelDir": "/m", "defaultHorizon": 0}))
+    assert [e.message for e in errors] == ["0 is less than the minimum of 1"]
+    assert controls.is_valid({"modelDir": "/m", "defaultHorizon": None, "quantiles": None})
+    assert not controls.is_valid({"modelDir": "/m", "quantiles": [0.5, 0.5]})
+
+
+def test_the_chart_leaves_out_what_it_sets_and_requires_what_may_not_be_null() -> None:
+    xapp = schema_files.chart_controls_schema()
+    assert "modelDir" not in xapp["properties"]
+    assert "port" not in xapp["properties"]["e2"]["properties"]
+    assert {"host", "port", "db"}.isdisjoint(xapp["properties"]["historyStore"]["properties"])
+    assert "latencyBudgetMs" in xapp["required"] and "defaultHorizon" not in xapp["required"]
+    e2 = jsonschema.Draft202012Validator(xapp["properties"]["e2"])
+    assert e2.is_valid({"enabled": False, "kpis": {"k": {"measurement": "m"}}, "clientHost": ""})
+    assert not e2.is_valid({"enabled": False, "kpis": {}})
