@@ -175,8 +175,7 @@ def run_ours(task: Task, holidays: bool = True) -> Outcome:
     def at(origin: int, cells: slice = slice(None)) -> np.ndarray:
         history = panel.values[cells, :origin]
         last = pd.DatetimeIndex([panel.index[origin - 1]] * len(history))
-        return recalibrated[origin].apply(
-            forecaster.forecast(history[:, -task.context :], last), history)
+        return forecaster.forecast(history, last, recalibrated[origin])
 
     forecasts = np.stack([at(origin) for origin in task.origins])
     last_origin = task.origins[-1]

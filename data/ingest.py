@@ -29,8 +29,8 @@ import pyarrow.parquet as pq
 from pandas.tseries.frequencies import to_offset
 
 from kpi_forecast.data.panel import DataError, Panel
-from kpi_forecast.model.config import MAX_KPI_VALUE
 from kpi_forecast.model.features import calendar_zone
+from kpi_forecast.model.kpi import kpi_problem, not_kpis
 
 logger = logging.getLogger(__name__)
 
@@ -476,21 +476,13 @@ def _parse_values(
         values = pd.to_numeric(text, errors="coerce").to_numpy(dtype=np.float64)
         not_numeric = np.isnan(values) & text.notna().to_numpy()
 
-    for mask, problem in (
-        (not_numeric, "not a number"),
-        (np.isinf(values), "infinite value"),
-        (values < 0, "negative value (KPIs are non-negative)"),
-        (values > MAX_KPI_VALUE, f"value above {MAX_KPI_VALUE:g}, the largest the model takes"),
-    ):
+    for mask in (not_numeric, not_kpis(values)):
         if mask.any():
             row = int(np.argmax(mask))
-            raise _row_error(
-                path,
-                row + 1,
-                target,
-                f"{problem} for cell {cell_ids[cell_codes[row]]!r}",
-                column.iloc[row],
-            )
+            problem = "not a number" if not_numeric[row] else f"value {kpi_problem(values[row])}"
+            raise _row_error(path, row + 1, target,
+                             f"{problem} for cell {cell_ids[cell_codes[row]]!r}",
+                             column.iloc[row])
     return values
 
 

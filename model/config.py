@@ -13,12 +13,6 @@ AttentionKind = Literal["fused", "math"]
 # context a patch is one day, the dominant season of cell load.
 TARGET_TOKENS = 14
 
-# The largest KPI value any part of the pipeline takes (ingest, runtime, the xApp's API). The
-# network computes in float32 (largest 3.4e38) and squares deviations from the mean summed
-# over a window: 1e15 squared times 10^5 steps is 1e35, so no window it accepts overflows,
-# while no KPI in any unit a RAN exports (bytes per step of a cell included) comes near it.
-MAX_KPI_VALUE = 1e15
-
 # The skip goes through its bottleneck only where that is this many times narrower than both
 # the context and the horizon (ModelConfig.skip_rank).
 BOTTLENECK_SHARE = 4

@@ -35,12 +35,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from kpi_forecast.model.naive import NAIVES, PROFILE_WEEKS, naive_forecast, naive_forecasts
-from kpi_forecast.model.runtime import OnnxForecaster
+
+if TYPE_CHECKING:  # the runtime applies a Recalibration: it imports this module
+    from kpi_forecast.model.runtime import OnnxForecaster
 
 DAY, WEEK = pd.Timedelta("1D"), pd.Timedelta("7D")
 _PARTS = 20  # shares 1/20 = 0.05 apart

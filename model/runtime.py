@@ -1,4 +1,7 @@
-"""Torch-free inference with ONNX Runtime: the one path used by predict, backtest and the xApp."""
+"""Torch-free inference with ONNX Runtime, and the one forecast contract that predict,
+backtest, the xApp and the benchmarks share: history in (NaN = missing, any length), quantiles
+out, recalibrated when a Recalibration is given. The input rules and the cut to the model's
+context live here and nowhere else."""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ import logging
 import math
 import os
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -23,8 +27,10 @@ from kpi_forecast.model.artifact import (
     load_metadata,
     sha256_file,
 )
-from kpi_forecast.model.config import MAX_KPI_VALUE
 from kpi_forecast.model.features import N_CALENDAR, check_holidays, forecast_calendar
+from kpi_forecast.model.kpi import kpi_problem, not_kpis
+from kpi_forecast.model.naive import PROFILE_WEEKS
+from kpi_forecast.model.recalibration import Recalibration
 
 log = logging.getLogger(__name__)
 
@@ -224,20 +230,27 @@ class OnnxForecaster:
                             out.__array_interface__["data"][0])
         self.session.run_with_iobinding(binding)
 
-    def forecast(self, history: np.ndarray, last: pd.DatetimeIndex) -> np.ndarray:
+    @property
+    def reach(self) -> int:
+        """The most steps of history a forecast reads: the model's context, or the weeks the
+        recalibration's weekly profile averages, if longer."""
+        return max(self.metadata.context, PROFILE_WEEKS * int(pd.Timedelta("7D") // self.step))
+
+    def forecast(self, history: np.ndarray | Sequence[np.ndarray], last: pd.DatetimeIndex,
+                 recalibration: Recalibration | None = None) -> np.ndarray:
         """Quantile forecasts [B, horizon, Q] for the steps after each row of ``history``.
 
-        ``history`` is [B, n] (NaN = missing) whose last column falls at ``last[b]``; it is cut
-        to the model's context, or left-padded with missing steps when shorter.
+        ``history`` is [B, n] (NaN = missing), or a sequence of such blocks of different
+        lengths (the requests of one batch), their rows B in all; row b's last step falls at
+        ``last[b]``. The model reads each row's last ``context`` steps, left-padded with
+        missing steps when shorter; ``recalibration`` then moves each block's quantiles on
+        that block's own history (``model.recalibration``).
         """
         context, horizon = self.metadata.context, self.metadata.horizon
-        history = np.asarray(history, dtype=np.float32)
-        validate(history, last)
-        if history.shape[1] >= context:
-            window = history[:, -context:]
-        else:
-            pad = np.full((history.shape[0], context - history.shape[1]), np.nan, np.float32)
-            window = np.concatenate([pad, history], axis=1)
+        blocks = [np.asarray(block, dtype=np.float32) for block in (
+            [history] if isinstance(history, np.ndarray) else history)]
+        validate(blocks, last)
+        window = np.concatenate([fit_to_width(block, context) for block in blocks])
         out = np.empty((len(window), self.metadata.horizon, len(self.metadata.quantiles)),
                        np.float32)
         # Calendar features per chunk too: for 10^5 cells at once they would take half a GB.
@@ -246,36 +259,40 @@ class OnnxForecaster:
             calendar = forecast_calendar(last[chunk], context, horizon, self.step,
                                          self.metadata.calendar_tz, self.metadata.holidays)
             out[chunk] = self.run(window[chunk], calendar)
-        return out
+        if recalibration is None or recalibration.windows == 0:
+            return out
+        bounds = np.cumsum([0] + [len(block) for block in blocks])
+        return np.concatenate([recalibration.apply(out[a:b], block)
+                               for a, b, block in zip(bounds[:-1], bounds[1:], blocks,
+                                                      strict=True)])
 
 
-def validate(history: np.ndarray, last: pd.DatetimeIndex) -> None:
+def fit_to_width(history: np.ndarray, width: int) -> np.ndarray:
+    """The last ``width`` steps of each row, left-padded with missing steps when shorter."""
+    if history.shape[1] >= width:
+        return history[:, history.shape[1] - width :]
+    pad = np.full((history.shape[0], width - history.shape[1]), np.nan, np.float32)
+    return np.concatenate([pad, history], axis=1)
+
+
+def validate(blocks: list[np.ndarray], last: pd.DatetimeIndex) -> None:
     """Reject what the graph would silently turn into a wrong forecast."""
-    if history.ndim != 2:
-        raise InputError(f"history must be [cells, steps], got {history.ndim} dimension(s)")
+    for history in blocks:
+        if history.ndim != 2:
+            raise InputError(f"history must be [cells, steps], got {history.ndim} dimension(s)")
+        if history.shape[1] == 0:
+            raise InputError("history has no steps")
     if not isinstance(last, pd.DatetimeIndex) or last.tz is None:
         raise InputError("last must be a timezone-aware DatetimeIndex")
-    if len(last) != history.shape[0]:
-        raise InputError(
-            f"history has {history.shape[0]} row(s) but {len(last)} last timestamp(s)"
-        )
-    if history.shape[1] == 0:
-        raise InputError("history has no steps")
-    bad = np.isinf(history)
-    if bad.any():
-        row, column = (int(i) for i in np.argwhere(bad)[0])
-        raise InputError(f"history row {row} step {column} is infinite; use NaN for missing")
-    negative = history < 0
-    if negative.any():
-        row, column = (int(i) for i in np.argwhere(negative)[0])
-        raise InputError(
-            f"history row {row} step {column} is negative ({history[row, column]:g}); "
-            "KPIs are non-negative"
-        )
-    large = history > MAX_KPI_VALUE
-    if large.any():
-        row, column = (int(i) for i in np.argwhere(large)[0])
-        raise InputError(
-            f"history row {row} step {column} is {history[row, column]:g}, above "
-            f"{MAX_KPI_VALUE:g}, the largest KPI value the model takes"
-        )
+    rows = sum(len(history) for history in blocks)
+    if len(last) != rows:
+        raise InputError(f"history has {rows} row(s) but {len(last)} last timestamp(s)")
+    first = 0
+    for history in blocks:
+        bad = not_kpis(history)
+        if bad.any():
+            row, column = (int(i) for i in np.argwhere(bad)[0])
+            value = float(history[row, column])
+            raise InputError(f"history row {first + row} step {column} is {value:g}: "
+                             f"{kpi_problem(value)} (NaN is a missing value)")
+        first += len(history)

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from openapi_spec_validator import validate
 
-from kpi_forecast.model.config import MAX_KPI_VALUE
+from kpi_forecast.model.kpi import MAX_KPI_VALUE
 from kpi_forecast.xapp import binary
 from tests.xapp_helpers import CONTEXT, HORIZON, descriptor, make_model, running
 

@@ -19,6 +19,7 @@ from kpi_forecast.model.runtime import (
     RuntimeOptions,
     available_cpus,
     execution_providers,
+    fit_to_width,
 )
 from tests.exported_model import exported
 from tests.tolerance import network_tolerance
@@ -207,3 +208,24 @@ def test_metadata_from_before_the_skip_rank_reads_as_a_full_rank_skip(
     copy = with_metadata(model_dir, tmp_path / "copy",
                          lambda meta: meta["config"].pop("skip_rank"))
     assert load_metadata(copy).config.skip_rank == 0
+
+
+def test_fit_to_width_cuts_and_pads_on_the_left() -> None:
+    rows = np.arange(6, dtype=np.float32).reshape(1, 6)
+    np.testing.assert_array_equal(fit_to_width(rows, 4), [[2, 3, 4, 5]])
+    np.testing.assert_array_equal(fit_to_width(rows, 8), [[np.nan, np.nan, 0, 1, 2, 3, 4, 5]])
+
+
+def test_blocks_of_different_lengths_are_forecast_as_one_batch_of_their_rows(
+    model_dir: Path,
+) -> None:
+    # The requests of one batch: each block keeps its own history, cut to the context.
+    forecaster = OnnxForecaster(model_dir)
+    values, last = inputs(3)
+    short, long_ = values[:1, -CONTEXT // 2 :], np.concatenate([values[1:], values[1:]], axis=1)
+    together = forecaster.forecast([short, long_], last)
+    # Other batch sizes may take other kernels: equal to the float rounding of the network.
+    np.testing.assert_allclose(together[:1], forecaster.forecast(short, last[:1]), rtol=0,
+                               atol=within(values))
+    np.testing.assert_allclose(together[1:], forecaster.forecast(long_[:, -CONTEXT:], last[1:]),
+                               rtol=0, atol=within(values))

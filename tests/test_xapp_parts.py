@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kpi_forecast.xapp.batcher import DynamicBatcher, QueueFull, fit_to_context
+from kpi_forecast.model.recalibration import Recalibration
+from kpi_forecast.xapp.batcher import DynamicBatcher, QueueFull
 from kpi_forecast.xapp.fallback import seasonal_naive
 from kpi_forecast.xapp.metrics import Metrics
 from tests.tolerance import UNIT_ROUNDOFF_32
@@ -40,22 +41,15 @@ def test_fallback_with_short_or_gappy_history() -> None:
         seasonal_naive(np.full(10, np.nan), 4, [0.5], 24)
 
 
-def test_fit_to_context_cuts_and_pads_on_the_left() -> None:
-    rows = np.arange(6, dtype=np.float32).reshape(1, 6)
-    np.testing.assert_array_equal(fit_to_context(rows, 4), [[2, 3, 4, 5]])
-    np.testing.assert_array_equal(fit_to_context(rows, 8), [[np.nan, np.nan, 0, 1, 2, 3, 4, 5]])
-
-
 class CountingModel:
     """Stands in for OnnxForecaster: records batch sizes, answers row sums."""
-
-    class metadata:  # noqa: N801 - mirrors the attribute of the real runtime
-        context = 4
 
     def __init__(self) -> None:
         self.batches: list[int] = []
 
-    def forecast(self, history: np.ndarray, last: pd.DatetimeIndex) -> np.ndarray:
+    def forecast(self, blocks: list[np.ndarray], last: pd.DatetimeIndex,
+                 recalibration: Recalibration) -> np.ndarray:
+        history = np.concatenate(blocks)
         self.batches.append(len(history))
         return np.nansum(history, axis=1)[:, None, None].repeat(2, axis=1)
 
@@ -65,7 +59,8 @@ async def batching(queue_delay_s: float, queue_size: int = 100
                    ) -> AsyncIterator[tuple[DynamicBatcher, CountingModel]]:
     """A running batcher (batches of up to 8) over a CountingModel, stopped on exit."""
     model = CountingModel()
-    batcher = DynamicBatcher(lambda: model, Metrics(0.1, 8), max_batch_size=8,
+    batcher = DynamicBatcher(lambda: model, lambda model: Recalibration(), Metrics(0.1, 8),
+                             max_batch_size=8,
                              max_queue_delay_s=queue_delay_s, max_queue_size=queue_size)
     task = asyncio.create_task(batcher.run())
     try:

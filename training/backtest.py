@@ -73,8 +73,7 @@ def backtest(
         last = pd.DatetimeIndex([panel.index[origin - 1]] * panel.n_cells)
         recalibrations.append(recalibration(forecaster, history, last, recalibrate_windows))
         # The naives of the blend read the history before the origin, as far as they reach.
-        forecast = recalibrations[-1].apply(
-            forecaster.forecast(history[:, -meta.context :], last), history)
+        forecast = forecaster.forecast(history, last, recalibrations[-1])
         quantiles.append(forecast)
         actual.append(panel.values[:, origin : origin + horizon])
         scales.append(mase_scale(history, 7 * steps_per_day))

@@ -7,7 +7,6 @@ import pandas as pd
 
 from kpi_forecast.data.panel import DataError, Panel
 from kpi_forecast.model.features import calendar_zone, window_timestamps
-from kpi_forecast.model.naive import PROFILE_WEEKS
 from kpi_forecast.model.recalibration import Recalibration, recalibration
 from kpi_forecast.model.runtime import OnnxForecaster
 
@@ -37,13 +36,10 @@ def predict_frame(forecaster: OnnxForecaster, panel: Panel,
     sample (``model.recalibration``)."""
     check_compatible(forecaster, panel)
     meta = forecaster.metadata
-    # Each window's context, or the weeks the blend's weekly profile reads, if longer.
-    reach = max(meta.context, PROFILE_WEEKS * panel.steps_per("7D"))
-    windows, last = last_windows(panel, reach + recalibrate_windows * meta.horizon)
+    windows, last = last_windows(panel, forecaster.reach + recalibrate_windows * meta.horizon)
     last_stamps = panel.index[last]
     recalibrated = recalibration(forecaster, windows, last_stamps, recalibrate_windows)
-    forecast = recalibrated.apply(
-        forecaster.forecast(windows[:, -meta.context :], last_stamps), windows)
+    forecast = forecaster.forecast(windows, last_stamps, recalibrated)
     stamps = window_timestamps(last_stamps + meta.horizon * forecaster.step, meta.horizon,
                                forecaster.step)
     local = stamps.tz_convert(calendar_zone(meta.calendar_tz))

@@ -28,8 +28,8 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from kpi_forecast.model.artifact import ArtifactError
-from kpi_forecast.model.config import MAX_KPI_VALUE
 from kpi_forecast.model.features import calendar_zone
+from kpi_forecast.model.kpi import kpi_problem, not_kpis
 from kpi_forecast.model.runtime import OnnxForecaster
 from kpi_forecast.xapp import binary, openapi, registration
 from kpi_forecast.xapp.config import ConfigWatcher, Descriptor
@@ -584,11 +584,12 @@ async def _batch_arrow(service: Service, body: bytes, freq: str | None, horizon:
         cells, start, history, lengths = binary.read_request(body)
     except binary.BodyError as exc:
         raise ClientError(422, str(exc)) from None
-    bad = np.isinf(history) | (history < 0) | (history > MAX_KPI_VALUE)
+    bad = not_kpis(history)
     if bad.any():
         row, step = (int(i) for i in np.argwhere(bad)[0])
-        raise ClientError(422, f"series {row} ({cells[row]}): value {history[row, step]} is "
-                          f"not a KPI (infinite, negative or above {MAX_KPI_VALUE:g})")
+        value = float(history[row, step])
+        raise ClientError(422, f"series {row} ({cells[row]}): value {value} is not a KPI: "
+                          f"{kpi_problem(value)}")
     outside = (start.year < FIRST_YEAR) | (start.year > LAST_YEAR)
     if outside.any():
         row = int(np.argmax(outside))

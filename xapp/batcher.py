@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from kpi_forecast.model.recalibration import Recalibration
 from kpi_forecast.model.runtime import OnnxForecaster
 from kpi_forecast.xapp.metrics import Metrics
 
@@ -54,24 +55,18 @@ class _Job:
     future: asyncio.Future[Result]
 
 
-def fit_to_context(history: np.ndarray, context: int) -> np.ndarray:
-    """The last ``context`` steps of each row, left-padded with missing steps when shorter."""
-    if history.shape[1] >= context:
-        return history[:, history.shape[1] - context :]
-    pad = np.full((history.shape[0], context - history.shape[1]), np.nan, np.float32)
-    return np.concatenate([pad, history], axis=1)
-
-
 class DynamicBatcher:
     def __init__(
         self,
         model: Callable[[], OnnxForecaster | None],
+        recalibration: Callable[[OnnxForecaster], Recalibration],
         metrics: Metrics,
         max_batch_size: int,
         max_queue_delay_s: float,
         max_queue_size: int,
     ) -> None:
         self._model = model
+        self._recalibration = recalibration
         self._metrics = metrics
         self.max_batch_size = max_batch_size
         self.max_queue_delay_s = max_queue_delay_s
@@ -162,8 +157,6 @@ class DynamicBatcher:
             for job in jobs:
                 _fail(job, ModelUnavailable("no model loaded"))
             return
-        context = model.metadata.context
-        history = np.concatenate([fit_to_context(job.history, context) for job in jobs])
         last = jobs[0].last.append([job.last for job in jobs[1:]]) if len(jobs) > 1 else (
             jobs[0].last)
         started = time.monotonic()
@@ -171,9 +164,11 @@ class DynamicBatcher:
             self._metrics.queue_wait.observe(started - job.enqueued)
         self._running, self._running_since = jobs, started
         try:
-            quantiles = await loop.run_in_executor(self._executor, model.forecast, history, last)
+            quantiles = await loop.run_in_executor(
+                self._executor, model.forecast, [job.history for job in jobs], last,
+                self._recalibration(model))
         except Exception as exc:  # the model failing must not take the loop down with it
-            log.exception("model call failed on a batch of %d series", len(history))
+            log.exception("model call failed on a batch of %d series", len(last))
             for job in jobs:
                 _fail(job, ModelUnavailable(f"model call failed: {exc}"))
             return
@@ -183,7 +178,7 @@ class DynamicBatcher:
         self.batch_seconds = seconds if not self.batch_seconds else (
             0.8 * self.batch_seconds + 0.2 * seconds)
         self._metrics.inference_latency.observe(seconds)
-        self._metrics.batch_size.observe(len(history))
+        self._metrics.batch_size.observe(len(last))
         row = 0
         for job in jobs:
             rows = len(job.last)

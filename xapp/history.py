@@ -23,6 +23,8 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from kpi_forecast.model.kpi import kpi_problem
+
 Aggregate = Literal["mean", "sum"]
 Reports = Sequence[tuple[pd.Timestamp, float]]  # (report time, value) of one cell
 # Each step is cut in this many parts: reports in different parts of a step are aggregated, a
@@ -143,8 +145,10 @@ class History:
         """(report time in UTC nanoseconds, value), or HistoryError."""
         if timestamp.tzinfo is None:
             raise HistoryError(f"cell {cell_id}: timestamp {timestamp} has no time zone")
-        if not np.isfinite(value) or value < 0:
-            raise HistoryError(f"cell {cell_id}: value {value} at {timestamp} is not a KPI")
+        problem = "not a number" if np.isnan(value) else kpi_problem(value)
+        if problem:
+            raise HistoryError(f"cell {cell_id}: value {value} at {timestamp} is not a KPI: "
+                               f"{problem}")
         return timestamp.tz_convert("UTC").value, float(value)
 
     def _span(self, end: int) -> tuple[pd.Timestamp, pd.Timestamp]:

@@ -15,7 +15,7 @@ from pydantic import (
     field_validator,
 )
 
-from kpi_forecast.model.config import MAX_KPI_VALUE
+from kpi_forecast.model.kpi import MAX_KPI_VALUE
 
 MAX_VALUES = 100_000  # steps in one series: a year of 5-minute samples
 MAX_BATCH_ITEMS = 100_000

@@ -102,15 +102,16 @@ class Service:
         self.model: OnnxForecaster | None = None
         self.load_seconds = 0.0
         self.history: History | None = None
-        self.batcher = DynamicBatcher(
-            lambda: self.model, self.metrics, controls.batching.max_batch_size,
-            controls.batching.max_queue_delay_ms / 1000.0, controls.batching.max_queue_size,
-        )
         self._reload_lock = asyncio.Lock()
         self.loop_lag = LoopLag()
         self.ingestor = Ingestor(lambda: self.history, self.metrics, self.kpi_source)
         self.recalibrator = Recalibrator(lambda: self.model, lambda: self.history,
                                          lambda: self.controls.recalibration, self.metrics)
+        self.batcher = DynamicBatcher(
+            lambda: self.model, self.recalibrator.for_model, self.metrics,
+            controls.batching.max_batch_size, controls.batching.max_queue_delay_ms / 1000.0,
+            controls.batching.max_queue_size,
+        )
         self.e2_transport: TcpTransport | None = None
         # At most the queue's bound; "off" admits everything (the queue's bound still holds).
         self.admission = ConcurrencyLimit(maximum=controls.batching.max_queue_size,
@@ -340,8 +341,7 @@ class Service:
             return self._fallback(model, history, horizon, "model_error",
                                   time.monotonic() - arrival)
         columns, names = self.selected(result.model)
-        quantiles = self.recalibrator.for_model(result.model).apply(result.quantiles, history)
-        return Answer(quantiles[:, :horizon, columns], names,
+        return Answer(result.quantiles[:, :horizon, columns], names,
                       result.model.metadata.model_version, "model", None,
                       result.started - arrival)
 

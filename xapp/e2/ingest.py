@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from kpi_forecast.model.config import MAX_KPI_VALUE
+from kpi_forecast.model.kpi import kpi_problem
 from kpi_forecast.xapp.controls import KpiSource
 from kpi_forecast.xapp.e2 import e2ap, kpm
 from kpi_forecast.xapp.e2.transport import MESSAGE_TYPES, RIC_INDICATION, Frame
@@ -136,10 +136,11 @@ class Ingestor:
             raise _Rejected("measurement-missing", f"no {source.measurement} in the report")
         granularity = pd.Timedelta(message.granularity_ms or route.granularity_ms, "ms")
         stamp = pd.Timestamp(start)
-        bad = [v for v in values if v is not None and (
-            not math.isfinite(v) or v < 0 or v * source.scale > MAX_KPI_VALUE)]
+        bad = [(v, problem) for v in values if v is not None
+               and (problem := "not a number" if math.isnan(v) else kpi_problem(v * source.scale))]
         if bad:  # checked before writing anything: a report is taken whole or not at all
-            raise _Rejected("value", f"{source.measurement} = {bad[0]}")
+            value, problem = bad[0]
+            raise _Rejected("value", f"{source.measurement} = {value}: {problem}")
         # noValue / incomplete period: the step stays missing
         return _Write(route.cell_id, [(stamp + period * granularity, value * source.scale)
                                       for period, value in enumerate(values) if value is not None])
