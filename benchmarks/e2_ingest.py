@@ -108,7 +108,7 @@ async def through_the_xapp(model_dir: Path, cells: int, hours: int) -> dict:
         for cell in range(cells):
             service.ingestor.add_route(1, cell + 1, Route(f"cell-{cell}", 3_600_000))
         sender = TcpTransport("127.0.0.1", 0)
-        port = service.e2_transport.port
+        port = service.e2.transport.port
         started = time.perf_counter()
         for frame in frames:
             await sender.send("127.0.0.1", port, frame)

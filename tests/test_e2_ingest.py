@@ -59,7 +59,7 @@ def test_replayed_reports_become_the_history_a_forecast_uses(model_dir: Path,
             for action, cell in enumerate(cells, start=1):
                 service.ingestor.add_route(7, action, Route(cell, QUARTER_MS))
             sender = TcpTransport("127.0.0.1", 0)
-            port = service.e2_transport.port
+            port = service.e2.transport.port
             frames = []
             for h in range(hours):
                 for action in (1, 2):

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
+from kpi_forecast.xapp.routes import FORECAST_ROUTES
+
 PREFIX = "kpi_forecast"
 BUDGET_FRACTIONS = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1.25, 1.5, 2.0, 5.0)
 
-FORECAST_ROUTES = (
-    "/v1/forecast", "/v1/forecast/batch", "/v1/cells/{cell_id}/forecast", "/v1/cells/forecast",
-)
 FALLBACK_REASONS = ("queue_delay", "timeout", "model_error")
 SHED_REASONS = ("queue_full", "deadline", "not_ready", "overload", "history_store")
 
@@ -67,9 +66,9 @@ class Metrics:
         # Series that exist from the start read as 0 rather than absent: rate() over the
         # first requests then sees them begin, and alerts have something to compare with.
         for route in FORECAST_ROUTES:
-            self.request_latency.labels(route=route)
-            self.budget_violations.labels(route=route)
-            self.goodput.labels(route=route)
+            self.request_latency.labels(route=route.path)
+            self.budget_violations.labels(route=route.path)
+            self.goodput.labels(route=route.path)
         for reason in FALLBACK_REASONS:
             self.fallbacks.labels(reason=reason)
         for reason in SHED_REASONS:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated, Literal
 
+from fastapi import Path
 from pydantic import (
     AfterValidator,
     AwareDatetime,
@@ -57,6 +58,8 @@ Kpi = Annotated[float, Field(ge=0.0, le=MAX_KPI_VALUE, allow_inf_nan=False, stri
 # No "/": a cell is addressed in paths (/v1/cells/{id}/forecast), where one could not be.
 CELL_ID_PATTERN = r"^[^/]+$"
 CellId = Annotated[str, Field(min_length=1, max_length=MAX_CELL_ID, pattern=CELL_ID_PATTERN)]
+# The same rule for a cell id in a route's path.
+CellIdPath = Annotated[str, Path(min_length=1, max_length=MAX_CELL_ID, pattern=CELL_ID_PATTERN)]
 Horizon = Annotated[Annotated[int, Field(ge=1)] | None, BeforeValidator(_whole), Field(
     default=None, description="steps to forecast; default from config, at most the model's "
     "horizon")]

@@ -75,7 +75,10 @@ Handler = Callable[[Frame], Awaitable[None]]
 
 
 class Transport(Protocol):
-    """What the xApp needs from a message transport: receive frames, send frames."""
+    """What the xApp needs from a message transport: receive frames on ``port`` (bound once
+    started), send frames."""
+
+    port: int
 
     async def start(self, handler: Handler) -> None: ...
 

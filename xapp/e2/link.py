@@ -1,0 +1,83 @@
+"""The xApp's E2 side wired together: a transport (``Transport``, the rmr-data stream) whose
+frames go to the subscription (answers to our requests) or to ingestion (indications), the
+subscription made once a model says which KPI to ask for, and the orderly stop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import pandas as pd
+
+from kpi_forecast.model.runtime import OnnxForecaster
+from kpi_forecast.xapp.controls import E2, KpiSource
+from kpi_forecast.xapp.e2.ingest import Ingestor
+from kpi_forecast.xapp.e2.subscription import Subscriber
+from kpi_forecast.xapp.e2.transport import Frame, Transport
+
+log = logging.getLogger(__name__)
+
+
+class E2Link:
+    def __init__(self, controls: Callable[[], E2], transport: Callable[[E2], Transport],
+                 ingestor: Ingestor, model: Callable[[], OnnxForecaster | None],
+                 kpi_source: Callable[[], KpiSource | None], http_port: int) -> None:
+        self._controls = controls
+        self._new_transport = transport
+        self.ingestor = ingestor
+        self._model = model
+        self._kpi_source = kpi_source
+        self._http_port = http_port
+        self.transport: Transport | None = None
+        self.subscriber: Subscriber | None = None
+
+    async def start(self) -> list[asyncio.Task]:
+        """Listen when E2 is enabled, and subscribe in the background when the subscription
+        manager is known; the writer of what E2 delivers runs in any case."""
+        e2 = self._controls()
+        tasks = []
+        if e2.enabled:
+            self.transport = self._new_transport(e2)
+            await self.transport.start(self._on_frame)
+            log.info("e2: listening for rmr-data frames on port %d", self.transport.port)
+            if e2.submgr_url:
+                self.subscriber = Subscriber(e2.submgr_url, e2.endpoint_host(),
+                                             self.transport.port, self._http_port, self.ingestor)
+                tasks.append(asyncio.create_task(self._subscribe_when_ready(),
+                                                 name="e2-subscribe"))
+        return [*tasks, asyncio.create_task(self.ingestor.run(), name="e2-writer")]
+
+    async def _on_frame(self, frame: Frame) -> None:
+        if self.subscriber is not None and await self.subscriber.handle(frame):
+            return
+        await self.ingestor.handle(frame)
+
+    async def _subscribe_when_ready(self) -> None:
+        """Subscribe once a model says which KPI, and at which step, to ask for; a model whose
+        KPI no measurement feeds (controls.e2.kpis) is said once, then waited out."""
+        told = None
+        while (source := self._kpi_source()) is None:
+            model = self._model()
+            if model is not None and model.metadata.model_version != told:
+                told = model.metadata.model_version
+                log.warning("e2: not subscribing: the model's KPI %r has no measurement in "
+                            "controls.e2.kpis (%s); waiting for a model or config that maps it",
+                            model.metadata.target, ", ".join(self._controls().kpis))
+            await asyncio.sleep(0.1)
+        step_ms = int(self._model().step / pd.Timedelta("1ms"))
+        period = self._controls().reporting_period_ms or step_ms
+        await self.subscriber.subscribe(source.measurement, period)
+
+    async def stop(self, step_s: float) -> None:
+        """Unsubscribe, stop listening, write what was received: each step bounded by
+        ``step_s``, so that the process exits within seconds whatever is down."""
+        if self.subscriber is not None:
+            await self.subscriber.unsubscribe(within_s=step_s)
+        if self.transport is not None:
+            await self.transport.close()
+        try:  # what was received is written, if it can be
+            await asyncio.wait_for(self.ingestor.flush(), step_s)
+        except TimeoutError:
+            log.warning("e2: stopping with indications unwritten: the history store did not "
+                        "take them within %.0f s", step_s)

@@ -1,0 +1,172 @@
+"""The forecast routes: one series (/v1/forecast), many (/v1/forecast/batch, JSON here and
+Arrow in ``arrow_route``), and the cells whose history the xApp holds (one, or many)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import numpy as np
+import pandas as pd
+from fastapi import Query, Request, Response
+from pydantic import ValidationError
+
+from kpi_forecast.model.features import calendar_zone
+from kpi_forecast.model.runtime import OnnxForecaster
+from kpi_forecast.xapp import binary, openapi
+from kpi_forecast.xapp.answers import cell_response, json_response
+from kpi_forecast.xapp.arrow_route import forecast_arrow
+from kpi_forecast.xapp.errors import ERRORS, ClientError, validation_error
+from kpi_forecast.xapp.history import History
+from kpi_forecast.xapp.routes import BY_NAME, Handlers
+from kpi_forecast.xapp.schemas import (
+    FREQ_DESCRIPTION,
+    BatchRequest,
+    BatchResponse,
+    CellIdPath,
+    CellsForecastRequest,
+    ForecastRequest,
+    ForecastResponse,
+)
+from kpi_forecast.xapp.series import series
+from kpi_forecast.xapp.service import Service
+
+
+def forecast_handlers(service: Service) -> Handlers:
+    """Each route's handler and OpenAPI options, by the route table's name."""
+    decider, gate = service.decider, service.gate
+
+    async def forecast(request: Request) -> Response:
+        # The hot route parses and validates its body in one pass of pydantic-core's JSON
+        # parser: FastAPI's json.loads, then validation of the Python objects, cost twice as
+        # much (the profile of the loaded xApp, docs/benchmarks.md).
+        arrival = request.state.arrival
+        try:
+            body = ForecastRequest.model_validate_json(await request.body())
+        except ValidationError as exc:
+            return validation_error(exc.errors())
+        model, _ = decider.check_request(body.freq, body.horizon)
+        values, last = series(body, model)
+        answer = await decider.forecast(values[None], pd.DatetimeIndex([last]), body.horizon,
+                                        arrival, body.freq)
+        latency = gate.observe(BY_NAME["forecast"], arrival, answer)
+        return json_response(cell_response(body.cell_id, answer, 0, last.to_pydatetime(),
+                                           model.step.to_pytimedelta(), latency))
+
+    async def forecast_batch(
+        request: Request,
+        freq: Annotated[str | None, Query(description="the grid step of an Arrow body "
+                                          "(default: the model's); " + FREQ_DESCRIPTION)] = None,
+        horizon: Annotated[int | None, Query(ge=1, description="steps to forecast, for an "
+                                             "Arrow body and for JSON items that give none; at "
+                                             "most the model's horizon")] = None,
+    ) -> Response:
+        arrival = request.state.arrival
+        body = await request.body()
+        if request.headers.get("content-type", "").startswith(binary.ARROW_STREAM):
+            return await forecast_arrow(service, body, freq, horizon, arrival)
+        try:
+            batch = BatchRequest.model_validate_json(body)
+        except ValidationError as exc:
+            return validation_error(exc.errors())
+        return await _batch_json(service, batch, arrival, freq, horizon)
+
+    async def cell_forecast(
+        cell_id: CellIdPath, request: Request,
+        horizon: Annotated[int | None, Query(ge=1, description="steps to forecast; at most "
+                                             "the model's horizon")] = None,
+    ) -> Response:
+        arrival = request.state.arrival
+        store = service.holder.store()
+        model, _ = decider.check_request(store.freq, horizon)
+        values, last = await _held(store, model, [cell_id])
+        answer = await decider.forecast(values, last, horizon, arrival, store.freq)
+        latency = gate.observe(BY_NAME["cell_forecast"], arrival, answer)
+        local = last.tz_convert(calendar_zone(model.metadata.calendar_tz))
+        return json_response(cell_response(cell_id, answer, 0, local[0].to_pydatetime(),
+                                           model.step.to_pytimedelta(), latency))
+
+    async def cells_forecast(body: CellsForecastRequest, request: Request) -> Response:
+        """Forecasts for many held cells in one call: what a control loop over its cells asks."""
+        arrival = request.state.arrival
+        store = service.holder.store()
+        model, _ = decider.check_request(store.freq, body.horizon)
+        values, last = await _held(store, model, body.cell_ids)
+        answer = await decider.forecast(values, last, body.horizon, arrival, store.freq)
+        latency = gate.observe(BY_NAME["cells_forecast"], arrival, answer, len(body.cell_ids))
+        local = last.tz_convert(calendar_zone(model.metadata.calendar_tz)).to_pydatetime()
+        step = model.step.to_pytimedelta()
+        items = [cell_response(cell_id, answer, row, local[row], step, latency)
+                 for row, cell_id in enumerate(body.cell_ids)]
+        return json_response(BatchResponse.model_construct(items=items,
+                                                           latency_ms=round(latency, 3)))
+
+    return {
+        "forecast": (forecast, {
+            "response_model": ForecastResponse, "responses": ERRORS, "tags": ["forecast"],
+            "openapi_extra": {"requestBody": {"content": {
+                "application/json": {"schema": openapi.component_ref(ForecastRequest)}},
+                "required": True}}}),
+        "forecast_batch": (forecast_batch, {
+            "response_model": BatchResponse, "tags": ["forecast"],
+            "responses": {**ERRORS, 200: {"content": {binary.ARROW_STREAM: {
+                "schema": {"type": "string", "format": "binary"}}}}},
+            "openapi_extra": {"requestBody": {"content": {
+                "application/json": {"schema": openapi.component_ref(BatchRequest)},
+                binary.ARROW_STREAM: {"schema": {"type": "string", "format": "binary"}},
+            }, "required": True}},
+            "description": "JSON items, or an Arrow IPC stream (`cell_id` string, `start` "
+            "timestamp with a time zone, `values` list of floats, null = missing) answered in "
+            "Arrow: a long table `cell_id, timestamp, pNN...`, with the model version, source "
+            "and latency in the X-Model-Version, X-Source and X-Latency-Ms headers."}),
+        "cell_forecast": (cell_forecast, {
+            "response_model": ForecastResponse, "responses": ERRORS, "tags": ["cells"]}),
+        "cells_forecast": (cells_forecast, {
+            "response_model": BatchResponse, "responses": ERRORS, "tags": ["cells"]}),
+    }
+
+
+async def _held(store: History, model: OnnxForecaster, cell_ids: list[str]
+                ) -> tuple[np.ndarray, pd.DatetimeIndex]:
+    """The cells' windows [cells, length] and last steps, or the client's error: a cell not
+    held (404), or one with less than a patch of samples (409)."""
+    windows = await store.windows(cell_ids)
+    needed = model.metadata.config.patch_len
+    for cell_id, held in zip(cell_ids, windows, strict=True):
+        if held is None:
+            raise ClientError(404, f"no history held for cell {cell_id!r}")
+        observed = int((~np.isnan(held[0])).sum())
+        if observed < needed:
+            raise ClientError(409, f"cell {cell_id!r}: {observed} sample(s) held, at least "
+                              f"{needed} needed (one patch of the model) before a forecast")
+    return (np.stack([values for values, _ in windows]),
+            pd.DatetimeIndex([last for _, last in windows]))
+
+
+async def _batch_json(service: Service, batch: BatchRequest, arrival: float,
+                      freq: str | None, horizon: int | None) -> Response:
+    """Items of any lengths and horizons (``horizon`` for those that give none): one model
+    call at the longest horizon asked for, each answer cut to its own."""
+    decider = service.decider
+    for spelling in {item.freq for item in batch.items} | ({freq} if freq is not None else set()):
+        model, _ = decider.check_request(spelling, horizon)  # each the model's step
+    # Each distinct horizon checked once, not once per item of up to 10^5.
+    asked = {item.horizon or horizon for item in batch.items}
+    resolved = {h: decider.check_request(model.metadata.freq, h)[1] for h in asked}
+    horizons = [resolved[item.horizon or horizon] for item in batch.items]
+    rows = [series(item, model) for item in batch.items]
+    longest = max(len(values) for values, _ in rows)
+    history = np.full((len(rows), longest), np.nan, np.float32)
+    for row, (values, _) in enumerate(rows):
+        history[row, longest - len(values) :] = values
+    # Items may carry different UTC offsets: one index needs one zone.
+    last = pd.DatetimeIndex(pd.to_datetime([stamp for _, stamp in rows], utc=True))
+    answer = await decider.forecast(history, last, max(horizons), arrival, model.metadata.freq)
+    latency = service.gate.observe(BY_NAME["forecast_batch"], arrival, answer, len(rows))
+    step = model.step.to_pytimedelta()
+    items = [
+        cell_response(item.cell_id, answer, row, stamp.to_pydatetime(), step, latency, steps)
+        for row, (item, (_, stamp), steps) in enumerate(zip(batch.items, rows, horizons,
+                                                            strict=True))
+    ]
+    return json_response(BatchResponse.model_construct(items=items,
+                                                       latency_ms=round(latency, 3)))

@@ -1,0 +1,46 @@
+"""The model routes: what is served (/v1/model), and a new model directory swapped in
+(/v1/model/reload; a bad one is refused and the old one keeps serving)."""
+
+from __future__ import annotations
+
+import os
+
+from kpi_forecast.model.artifact import ArtifactError
+from kpi_forecast.xapp.errors import ERRORS, ClientError, Shed
+from kpi_forecast.xapp.routes import Handlers
+from kpi_forecast.xapp.schemas import ModelOut, ReloadRequest
+from kpi_forecast.xapp.service import Service
+
+
+def model_handlers(service: Service) -> Handlers:
+    """Each route's handler and OpenAPI options, by the route table's name."""
+
+    async def model_info() -> ModelOut:
+        if service.model is None:
+            raise Shed("not_ready", "no model loaded yet")
+        return _model_out(service)
+
+    async def reload(body: ReloadRequest | None = None) -> ModelOut:
+        if body and body.model_dir and not os.path.isdir(body.model_dir):
+            raise ClientError(404, f"model_dir {body.model_dir!r}: no such directory")
+        try:
+            await service.holder.reload(body.model_dir if body else None)
+        except (ArtifactError, ValueError) as exc:
+            raise ClientError(422, f"model rejected, the previous one keeps serving: {exc}"
+                              ) from None
+        return _model_out(service)
+
+    options = {"response_model": ModelOut, "responses": ERRORS, "tags": ["model"]}
+    return {"model_info": (model_info, options), "reload": (reload, options)}
+
+
+def _model_out(service: Service) -> ModelOut:
+    model = service.model
+    meta = model.metadata
+    return ModelOut(
+        model_version=meta.model_version, model_dir=str(model.model_dir), target=meta.target,
+        freq=meta.freq, context=meta.context, horizon=meta.horizon, quantiles=meta.quantiles,
+        calendar_tz=meta.calendar_tz, holidays=meta.holidays,
+        load_seconds=round(service.holder.load_seconds, 3), runtime=model.describe(),
+        recalibration=service.recalibrator.describe(model),
+    )

@@ -1,0 +1,50 @@
+"""The O-RAN SC routes under /ric/v1: health (alive, ready), the descriptor in force, and the
+Prometheus metrics."""
+
+from __future__ import annotations
+
+from fastapi import Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from kpi_forecast.xapp.history import HistoryUnavailable
+from kpi_forecast.xapp.routes import Handlers
+from kpi_forecast.xapp.schemas import ErrorOut
+from kpi_forecast.xapp.service import Service
+
+
+def ric_handlers(service: Service) -> Handlers:
+    """Each route's handler and OpenAPI options, by the route table's name."""
+
+    async def alive() -> dict:
+        return {"status": "alive"}
+
+    async def ready() -> JSONResponse:
+        if service.model is None:
+            return JSONResponse({"error": "no model loaded and warmed up yet"}, status_code=503)
+        return JSONResponse({"status": "ready",
+                             "model_version": service.model.metadata.model_version})
+
+    async def config() -> list[dict]:
+        descriptor = service.descriptor
+        return [{"metadata": {"xappName": descriptor.name, "configType": "json"},
+                 "config": descriptor.raw}]
+
+    async def metrics() -> Response:
+        try:
+            held = await service.history.count() if service.history else 0
+        except HistoryUnavailable:
+            held = float("nan")  # unknown, rather than a scrape that fails as a whole
+        service.metrics.cells_held.set(held)
+        service.gate.show()
+        return Response(generate_latest(service.metrics.registry),
+                        media_type=CONTENT_TYPE_LATEST)
+
+    ric = {"tags": ["ric"]}
+    return {
+        "alive": (alive, ric),
+        "ready": (ready, {**ric, "responses": {503: {"model": ErrorOut}}}),
+        "config": (config, ric),
+        "metrics": (metrics, {**ric, "response_class": Response, "responses": {
+            200: {"content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}}}}),
+    }

@@ -1,0 +1,71 @@
+"""The one route table of the xApp: what the app routes, what the metrics label, what
+admission control gates and what a request's budget is.
+
+Each route is declared once, here; `api.py` binds a handler to each by name (and refuses a
+table and handlers that do not match), `boundary.py` gates and labels requests with it, and
+`metrics.py` creates the series of every forecast route from it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Series = Literal["none", "one", "many"]
+# What each routes module gives api.py: by route name, the handler and its OpenAPI options.
+Handlers = dict[str, tuple[Callable[..., Awaitable[Any]], dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    path: str  # the template, as the metrics label it
+    name: str  # the handler's name: the OpenAPI operationId
+    # What a forecast route forecasts: one series (its answers steer the admission limit) or
+    # many (held to the budget of the model calls they need); "none" for every other route.
+    series: Series = "none"
+
+    @property
+    def forecast(self) -> bool:
+        """Forecast routes are what overload shedding applies to."""
+        return self.series != "none"
+
+    def matches(self, method: str, path: str) -> bool:
+        return method == self.method and _pattern(self.path).fullmatch(path) is not None
+
+
+ROUTES = (
+    Route("GET", "/ric/v1/health/alive", "alive"),
+    Route("GET", "/ric/v1/health/ready", "ready"),
+    Route("GET", "/ric/v1/config", "config"),
+    Route("GET", "/ric/v1/metrics", "metrics"),
+    Route("POST", "/v1/forecast", "forecast", series="one"),
+    Route("POST", "/v1/forecast/batch", "forecast_batch", series="many"),
+    Route("GET", "/v1/cells", "cells"),
+    Route("POST", "/v1/cells/{cell_id}/history", "add_history"),
+    Route("POST", "/v1/cells/history", "add_histories"),
+    Route("GET", "/v1/cells/{cell_id}/forecast", "cell_forecast", series="one"),
+    Route("POST", "/v1/cells/forecast", "cells_forecast", series="many"),
+    Route("GET", "/v1/model", "model_info"),
+    Route("POST", "/v1/model/reload", "reload"),
+)
+BY_NAME = {route.name: route for route in ROUTES}
+FORECAST_ROUTES = tuple(route for route in ROUTES if route.forecast)
+UNMATCHED = "unmatched"
+
+
+def find(method: str, path: str) -> Route | None:
+    """The route a request is for, before the framework has routed it (None: no route)."""
+    # A literal path first: /v1/cells/history is not a cell called "history".
+    literal = next((r for r in ROUTES if "{" not in r.path and r.matches(method, path)), None)
+    return literal or next((r for r in ROUTES if r.matches(method, path)), None)
+
+
+def _pattern(template: str) -> re.Pattern[str]:
+    return _PATTERNS[template]
+
+
+_PATTERNS = {route.path: re.compile(re.sub(r"\{[^}]+\}", "[^/]+", route.path))
+             for route in ROUTES}
