@@ -1,4 +1,5 @@
-"""The Kubernetes API client of the `kpi-forecast k8s` commands (the `k8s` extra)."""
+"""The Kubernetes API client of the `kpi-forecast k8s` commands (kubernetes: in the serve and
+train extras)."""
 
 from __future__ import annotations
 

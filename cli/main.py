@@ -12,6 +12,7 @@ import sys
 
 from kpi_forecast.model.errors import UserError
 from kpi_forecast.training import commands as training_commands
+from kpi_forecast.training import evaluation_commands, job_commands
 from kpi_forecast.xapp import commands as serving_commands
 from kpi_forecast.xapp.e2 import commands as e2_commands
 
@@ -20,12 +21,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kpi-forecast", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     training_commands.add_commands(commands)
+    evaluation_commands.add_commands(commands)
     serving_commands.add_commands(commands)
     ops = commands.add_parser("k8s", help="Kubernetes: the xApp's status, package, rollout; "
                               "distributed training jobs")
     k8s = ops.add_subparsers(dest="k8s_command", required=True)
     serving_commands.add_k8s_commands(k8s)
-    training_commands.add_k8s_commands(k8s)
+    job_commands.add_k8s_commands(k8s)
     e2_commands.add_commands(commands)
     return parser
 

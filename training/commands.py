@@ -1,8 +1,6 @@
-"""The training and evaluation commands: train, export, backtest, predict, and the cluster's
-distributed training job (`kpi-forecast k8s train-job`).
+"""The training commands: train (also under torchrun) and export.
 
-Torch is imported only inside train and export: backtest and predict run on ONNX Runtime with
-the `serve` extra alone, and the parser itself needs neither.
+Torch is imported only inside them: the parser itself needs none.
 """
 
 from __future__ import annotations
@@ -15,68 +13,21 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pandas as pd
-
-from kpi_forecast.cli.cluster import kubernetes_client
 from kpi_forecast.cli.signals import stop_on_signals
 from kpi_forecast.model.errors import UserError
+from kpi_forecast.training.arguments import (
+    holiday_calendar,
+    parse_quantiles,
+    parse_steps,
+    positive_int,
+)
 from kpi_forecast.training.defaults import DEFAULT_HORIZON, default_context
 
 if TYPE_CHECKING:
     from kpi_forecast.data.panel import Panel
-    from kpi_forecast.model.runtime import OnnxForecaster
     from kpi_forecast.training.distributed import Group
 
 log = logging.getLogger(__name__)
-
-
-def parse_steps(text: str, step: pd.Timedelta, option: str) -> int:
-    """A count of steps ("336") or a duration ("14D", "24h") converted to steps."""
-    if text.isdigit():
-        steps = int(text)
-    else:
-        try:
-            duration = pd.Timedelta(text)
-        except ValueError as exc:
-            raise UserError(f"{option} {text!r}: neither a step count nor a duration") from exc
-        steps = duration // step
-        if steps * step != duration:
-            raise UserError(f"{option} {text!r}: not a whole number of {step} steps")
-    if steps < 1:
-        raise UserError(f"{option} {text!r}: must be at least one step")
-    return steps
-
-
-def holiday_calendar(text: str) -> str:
-    from kpi_forecast.model.features import check_holidays
-
-    try:
-        return check_holidays(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
-
-
-def parse_quantiles(text: str) -> list[float]:
-    try:
-        return [float(q) for q in text.split(",")]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text}") from exc
-
-
-def positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"not a whole number >= 1: {text}")
-    return int(text)
-
-
-def non_negative_int(text: str) -> int:
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"not a whole number >= 0: {text}")
-    return int(text)
-
-
-def windows_or_auto(text: str) -> int | str:
-    return text if text == "auto" else non_negative_int(text)
 
 
 def cmd_train(args: argparse.Namespace) -> None:
@@ -143,116 +94,8 @@ def cmd_export(args: argparse.Namespace) -> None:
     print(f"model: {export_model(Path(args.model))}")
 
 
-def load_forecaster(args: argparse.Namespace) -> OnnxForecaster:
-    from kpi_forecast.model.runtime import OnnxForecaster, RuntimeOptions
-
-    options = RuntimeOptions(provider=args.provider, intra_op_threads=args.threads)
-    forecaster = OnnxForecaster(args.model, options)
-    log.info("onnxruntime %s on %s", forecaster.describe()["onnxruntime"], forecaster.provider)
-    return forecaster
-
-
-def cmd_backtest(args: argparse.Namespace) -> None:
-    from kpi_forecast.data.ingest import load_panel
-    from kpi_forecast.training.backtest import backtest
-
-    forecaster = load_forecaster(args)
-    meta = forecaster.metadata
-    panel = load_panel(args.data, meta.target, freq=args.freq or meta.freq, tz=meta.calendar_tz)
-    step = parse_steps(args.step, panel.step, "--step") if args.step else None
-    result = backtest(forecaster, panel, folds=args.folds, step=step,
-                      recalibrate_windows=recalibrate_windows(args, forecaster))
-    out = Path(args.out or Path(args.model) / "backtest")
-    out.mkdir(parents=True, exist_ok=True)
-    result.overall.to_csv(out / "overall.csv", index_label="model")
-    result.per_cell.to_csv(out / "per_cell.csv", index=False)
-    print(f"{len(result.origins)} folds, origins {result.origins[0]} .. {result.origins[-1]}")
-    print(f"last fold's quantiles {result.recalibrations[-1].describe(meta.quantile_names())}")
-    print(result.overall.to_string(float_format=lambda v: f"{v:.3f}"))
-    print(f"csv: {out / 'overall.csv'}, {out / 'per_cell.csv'}")
-
-
-def cmd_predict(args: argparse.Namespace) -> None:
-    from kpi_forecast.data.ingest import load_panel
-    from kpi_forecast.training.predict import predict_frame
-
-    forecaster = load_forecaster(args)
-    meta = forecaster.metadata
-    panel = load_panel(args.data, meta.target, freq=args.freq or meta.freq, tz=meta.calendar_tz)
-    frame, recalibrated = predict_frame(forecaster, panel, recalibrate_windows(args, forecaster))
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(args.out, index=False)
-    print(f"{len(frame)} forecasts for {panel.n_cells} cells: {args.out}")
-    print(f"quantiles {recalibrated.describe(meta.quantile_names())}")
-
-
-def recalibrate_windows(args: argparse.Namespace, forecaster: OnnxForecaster) -> int:
-    from kpi_forecast.model.recalibration import week_of_windows
-
-    if args.recalibrate == "auto":
-        return week_of_windows(forecaster.metadata.horizon, forecaster.step)
-    return args.recalibrate
-
-
-def cmd_train_job(args: argparse.Namespace) -> None:
-    import urllib3
-    import yaml
-    from kubernetes.client.rest import ApiException
-    from kubernetes.config import ConfigException
-
-    from kpi_forecast.training import k8s_job
-
-    logging.getLogger("urllib3").setLevel(logging.ERROR)
-    extra = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
-    try:
-        spec = k8s_job.TrainJobSpec(
-            name=args.name, image=args.image, data=args.data, out=args.out,
-            target=args.target, namespace=args.namespace, nodes=args.nodes, gpus=args.gpus,
-            procs_per_node=args.procs_per_node, cpu=args.cpu, memory=args.memory,
-            claim=args.claim, train_args=extra)
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
-    kind, api = args.kind, None
-    try:
-        if kind == "auto" or not args.dry_run:
-            try:
-                api = kubernetes_client(args)
-            except ConfigException as exc:
-                if not args.dry_run:
-                    raise UserError(str(exc)) from None
-                log.warning("no cluster configured (%s): printing a plain Job", exc)
-                kind = "job"
-        if kind == "auto":
-            kind = "pytorchjob" if k8s_job.has_pytorchjob(api) else "job"
-        objects = k8s_job.manifests(spec, kind)
-        if args.dry_run:
-            print(yaml.safe_dump_all(objects, sort_keys=False), end="")
-            return
-        created = k8s_job.submit(api, objects)
-    except ApiException as exc:
-        raise UserError(f"the API server refused: {exc.status} {exc.reason}") from None
-    except urllib3.exceptions.HTTPError as exc:
-        raise UserError(f"cannot reach the Kubernetes API server: {exc}") from None
-    print(f"{args.namespace}: created {', '.join(created)}; {k8s_job.describe(spec)}")
-
-
-def add_runtime_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--provider", choices=["auto", "cuda", "cpu"], default="auto",
-                        help="ONNX Runtime execution provider (auto: CUDA when available)")
-    parser.add_argument("--threads", type=non_negative_int, default=0,
-                        help="ONNX Runtime intra-op threads per call (default 0: one, and a large "
-                        "batch split across the CPUs)")
-
-
-def add_recalibration_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--recalibrate", type=windows_or_auto, default="auto", metavar="N",
-                        help="recalibrate the quantiles on the last N horizons of each history "
-                        "before forecasting (default auto: the horizons that cover a week; 0: "
-                        "keep the model's own calibration)")
-
-
 def add_commands(commands: argparse._SubParsersAction) -> None:
-    """train, export, backtest and predict."""
+    """train and export."""
     train = commands.add_parser(
         "train", help="train a forecaster and export it",
         description="Train a forecaster and export it. Runs unchanged under torchrun "
@@ -290,57 +133,3 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     export = commands.add_parser("export", help="(re-)export model.onnx from the weights")
     export.add_argument("--model", required=True)
     export.set_defaults(run=cmd_export)
-
-    bt = commands.add_parser("backtest", help="rolling-origin evaluation against baselines")
-    bt.add_argument("--model", required=True)
-    bt.add_argument("--data", required=True)
-    bt.add_argument("--folds", type=int, default=7)
-    bt.add_argument("--step", help="steps or duration between origins (default: horizon)")
-    bt.add_argument("--freq")
-    bt.add_argument("--out", help="folder for the CSVs (default MODEL/backtest)")
-    add_runtime_options(bt)
-    add_recalibration_option(bt)
-    bt.set_defaults(run=cmd_backtest)
-
-    predict = commands.add_parser("predict", help="forecast after each cell's last sample")
-    predict.add_argument("--model", required=True)
-    predict.add_argument("--data", required=True)
-    predict.add_argument("--out", required=True, help="CSV to write")
-    predict.add_argument("--freq")
-    add_runtime_options(predict)
-    add_recalibration_option(predict)
-    predict.set_defaults(run=cmd_predict)
-
-
-def add_k8s_commands(k8s: argparse._SubParsersAction) -> None:
-    """k8s train-job."""
-    job = k8s.add_parser(
-        "train-job", help="distributed training on the cluster: a Job, or a Kubeflow "
-        "PyTorchJob where that resource exists (printed with --dry-run, else submitted)",
-        description="Arguments after '--' go to 'kpi-forecast train' unchanged.")
-    job.set_defaults(run=cmd_train_job)
-    job.add_argument("--image", required=True, help="the training image (Dockerfile target "
-                     "train, or its GPU build)")
-    job.add_argument("--data", required=True, help="file or Parquet dataset directory on the "
-                     "workspace volume, e.g. /workspace/kpis")
-    job.add_argument("--out", required=True, help="model directory on the workspace volume")
-    job.add_argument("--target", required=True, help="KPI column to forecast")
-    job.add_argument("--gpus", type=non_negative_int, default=0, help="GPUs per node "
-                     "(default 0: CPU with gloo)")
-    job.add_argument("--nodes", type=positive_int, default=1)
-    job.add_argument("--procs-per-node", type=non_negative_int, default=0,
-                     help="ranks per node (default: one per GPU, or 1 on CPU)")
-    job.add_argument("--cpu", type=positive_int, default=2, help="cores per node (default 2)")
-    job.add_argument("--memory", default="8Gi", help="memory per node (default 8Gi)")
-    job.add_argument("--claim", default="kpi-forecast-training",
-                     help="PersistentVolumeClaim mounted at /workspace (ReadWriteMany for "
-                     "several nodes)")
-    job.add_argument("--name", default="kpi-forecast-train")
-    job.add_argument("--namespace", default="ricplt")
-    job.add_argument("--kind", choices=["auto", "job", "pytorchjob"], default="auto",
-                     help="auto: a PyTorchJob when the cluster has the Kubeflow training "
-                     "operator, else a Job")
-    job.add_argument("--dry-run", action="store_true", help="print the manifests as YAML")
-    job.add_argument("--kubeconfig")
-    job.add_argument("--context")
-    job.add_argument("train_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
