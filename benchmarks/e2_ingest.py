@@ -2,7 +2,8 @@
 
 1. Decode cost per indication (E2AP, KPM header, KPM message), one core, no I/O.
 2. Ingestion rate: indications decoded and written to history per second, in process on one
-   core, and over the rmr-data TCP stream into a running xApp (the sender on the same machine).
+   core, and into a running xApp over the rmr-data TCP framing and over the RIC's librmr
+   (``../shared/rmr``; the sender on the same machine).
 3. End-to-end: from sending the indication of a new hour to a forecast from
    `GET /v1/cells/{id}/forecast` that includes it.
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import os
 import sys
 import tempfile
 import time
@@ -23,19 +25,21 @@ import httpx
 import numpy as np
 import pandas as pd
 
-from benchmarks.common import RAW, machine, write_section
+from benchmarks.common import RAW, free_port, machine, write_section
 from benchmarks.runtime import CONTEXT, default_model
 from kpi_forecast.xapp.api import create_app
 from kpi_forecast.xapp.config import CONFIG_FILE_NAME, DEFAULT_DIR, load_descriptor
 from kpi_forecast.xapp.controls import KpiSource
-from kpi_forecast.xapp.e2 import e2ap, kpm
+from kpi_forecast.xapp.e2 import e2ap, kpm, rmr
 from kpi_forecast.xapp.e2.ingest import Ingestor, Route
-from kpi_forecast.xapp.e2.transport import RIC_INDICATION, Frame, TcpTransport
+from kpi_forecast.xapp.e2.rmr import RmrTransport
+from kpi_forecast.xapp.e2.transport import RIC_INDICATION, Frame, TcpTransport, Transport
 from kpi_forecast.xapp.history import MemoryHistory
 from kpi_forecast.xapp.metrics import Metrics
 
 MEASUREMENT = "RRU.PrbUsedDl"
 START = dt.datetime(2024, 3, 4, tzinfo=dt.UTC)
+SHARED_RMR = Path(__file__).resolve().parents[1].parent / "shared" / "rmr"
 
 
 def indication(action: int, start: dt.datetime, values: list[float]) -> Frame:
@@ -92,10 +96,28 @@ def in_process_rate(frames: list[Frame], cells: int) -> float:
     return asyncio.run(run())
 
 
-async def through_the_xapp(model_dir: Path, cells: int, hours: int) -> dict:
+def rmr_available() -> bool:
+    """librmr from ../shared/rmr, run as without a routing manager (wormholes only)."""
+    library = SHARED_RMR / "lib" / rmr.LIBRARY
+    if not library.is_file():
+        return False
+    table = Path(tempfile.mkdtemp()) / "rmr-routes.txt"
+    table.write_text("newrt|start\nnewrt|end\n")
+    os.environ.update(RMR_SEED_RT=str(table), RMR_RTG_SVC="-1")
+    rmr.LIBRARY = str(library)
+    return True
+
+
+def new_sender(transport: str) -> Transport:
+    return RmrTransport(free_port()) if transport == "rmr" else TcpTransport("127.0.0.1", 0)
+
+
+async def through_the_xapp(model_dir: Path, cells: int, hours: int, transport: str) -> dict:
     raw = json.loads((DEFAULT_DIR / CONFIG_FILE_NAME).read_text())
     raw["controls"].update(modelDir=str(model_dir), e2={
-        "enabled": True, "port": 0, "kpis": {"traffic": {"measurement": MEASUREMENT}}})
+        "enabled": True, "transport": transport,
+        "port": free_port() if transport == "rmr" else 0,
+        "kpis": {"traffic": {"measurement": MEASUREMENT}}})
     config = model_dir.parent / CONFIG_FILE_NAME
     config.write_text(json.dumps(raw))
     frames = frames_for(cells, hours)
@@ -107,7 +129,8 @@ async def through_the_xapp(model_dir: Path, cells: int, hours: int) -> dict:
             await asyncio.sleep(0.01)
         for cell in range(cells):
             service.ingestor.add_route(1, cell + 1, Route(f"cell-{cell}", 3_600_000))
-        sender = TcpTransport("127.0.0.1", 0)
+        sender = new_sender(transport)
+        await sender.start(lambda frame: asyncio.sleep(0))
         port = service.e2.transport.port
         started = time.perf_counter()
         for frame in frames:
@@ -129,8 +152,8 @@ async def through_the_xapp(model_dir: Path, cells: int, hours: int) -> dict:
                     break
             latencies.append((time.perf_counter() - started) * 1000)
         await sender.close()
-    return {"tcp_rate": rate, "to_forecast_ms": float(np.median(latencies)),
-            "to_forecast_max_ms": float(np.max(latencies))}
+    return {f"{transport}_rate": rate, f"{transport}_to_forecast_ms": float(np.median(latencies)),
+            f"{transport}_to_forecast_max_ms": float(np.max(latencies))}
 
 
 def main() -> int:
@@ -142,7 +165,9 @@ def main() -> int:
         model_dir = Path(tmp) / "model"
         model_dir.mkdir()
         default_model(model_dir)
-        e2e = asyncio.run(through_the_xapp(model_dir, cells, hours))
+        transports = ["tcp", "rmr"] if rmr_available() else ["tcp"]
+        e2e = {key: value for transport in transports for key, value in
+               asyncio.run(through_the_xapp(model_dir, cells, hours, transport)).items()}
     table = pd.DataFrame([{**cost, "decode_total_us": sum(cost.values()),
                            "in_process_per_s": rate, **e2e}])
     RAW.mkdir(parents=True, exist_ok=True)
@@ -160,10 +185,14 @@ def main() -> int:
         f"| decode per indication: KPM header + message (asn1tools) | "
         f"{cost['kpm_header_us'] + cost['kpm_message_us']:.0f} us |",
         f"| ingested per second, in process, one core (decode + history) | {rate:,.0f} |",
-        f"| ingested per second over TCP into the running xApp (sender on the same 2 cores) | "
-        f"{e2e['tcp_rate']:,.0f} |",
-        f"| indication of a new hour -> forecast including it (median / max of 20) | "
-        f"{e2e['to_forecast_ms']:.1f} / {e2e['to_forecast_max_ms']:.1f} ms |",
+        *[line for transport, name in (("tcp", "the TCP framing"), ("rmr", "RMR (librmr)"))
+          if f"{transport}_rate" in e2e for line in (
+              f"| ingested per second over {name} into the running xApp (sender on the same "
+              f"2 cores) | {e2e[f'{transport}_rate']:,.0f} |",
+              f"| over {name}: indication of a new hour -> forecast including it (median / "
+              f"max of 20) | {e2e[f'{transport}_to_forecast_ms']:.1f} / "
+              f"{e2e[f'{transport}_to_forecast_max_ms']:.1f} ms |")],
+        *([] if "rmr_rate" in e2e else ["", "RMR not measured: ../shared/rmr is absent."]),
         "",
     ]
     print("\n".join(lines))

@@ -27,7 +27,6 @@ import datetime as dt
 import io
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -40,7 +39,7 @@ import httpx
 import numpy as np
 import pandas as pd
 
-from benchmarks.common import RAW, machine, write_section
+from benchmarks.common import RAW, free_port, machine, write_section
 from benchmarks.runtime import CONTEXT, default_model
 from kpi_forecast.model.features import forecast_calendar
 from kpi_forecast.model.runtime import OnnxForecaster, RuntimeOptions
@@ -58,12 +57,6 @@ STEADY = (4, 50)  # connections x requests/s each: 200 requests/s
 # A step's rate counts as offered when this share of it was sent: hey rounds its pacing, and
 # a short run loses its last interval.
 DELIVERED = 0.95
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def rss_mb(pid: int) -> float:

@@ -7,6 +7,7 @@ import shutil
 
 import pytest
 
+from tests.rmr_library import rmr_library  # noqa: F401 - a fixture for every test module
 from tests.system_tools import PACKAGES, USED
 
 # Set by .ci/run: there every tool is installed, so a skip means a check did not run.

@@ -14,9 +14,11 @@ from kpi_forecast.model.config import ModelConfig
 from kpi_forecast.xapp.controls import KpiSource
 from kpi_forecast.xapp.e2 import e2ap, kpm
 from kpi_forecast.xapp.e2.ingest import Ingestor, Route
+from kpi_forecast.xapp.e2.rmr import RmrTransport
 from kpi_forecast.xapp.e2.transport import RIC_INDICATION, RIC_SUB_RESP, Frame, TcpTransport
 from kpi_forecast.xapp.history import HistoryUnavailable, MemoryHistory
 from kpi_forecast.xapp.metrics import Metrics
+from tests.processes import free_port
 from tests.tolerance import answer_tolerance
 from tests.xapp_helpers import CONTEXT, HORIZON, descriptor, make_model, running
 
@@ -47,18 +49,33 @@ def hourly_load(cells: int, hours: int) -> np.ndarray:
     return np.round(np.maximum(daily + rng.normal(0, 3, (cells, hours)), 1.0), 2)
 
 
-def test_replayed_reports_become_the_history_a_forecast_uses(model_dir: Path,
-                                                             tmp_path: Path) -> None:
+def transport_controls(transport: str) -> dict:
+    # RMR listens on the port it is given: one free now.
+    return {**E2_CONTROLS, "transport": transport,
+            "port": free_port() if transport == "rmr" else 0}
+
+
+@pytest.mark.parametrize("transport", ["tcp", "rmr"])
+def test_replayed_reports_become_the_history_a_forecast_uses(model_dir: Path, tmp_path: Path,
+                                                             transport: str,
+                                                             request: pytest.FixtureRequest
+                                                             ) -> None:
+    """The same E2AP / E2SM-KPM bytes over the tcp framing and over the RIC's librmr."""
+    if transport == "rmr":
+        request.getfixturevalue("rmr_library")
     hours = CONTEXT
     load = hourly_load(2, hours)
     cells = ["cell-A", "cell-B"]
 
     async def go() -> None:
-        async with running(descriptor(tmp_path, model_dir, e2=E2_CONTROLS)) as client:
+        controls = transport_controls(transport)
+        async with running(descriptor(tmp_path, model_dir, e2=controls)) as client:
             service = client.app.state.service
             for action, cell in enumerate(cells, start=1):
                 service.ingestor.add_route(7, action, Route(cell, QUARTER_MS))
-            sender = TcpTransport("127.0.0.1", 0)
+            sender = (RmrTransport(free_port()) if transport == "rmr"
+                      else TcpTransport("127.0.0.1", 0))
+            await sender.start(lambda frame: asyncio.sleep(0))
             port = service.e2.transport.port
             frames = []
             for h in range(hours):
@@ -70,7 +87,7 @@ def test_replayed_reports_become_the_history_a_forecast_uses(model_dir: Path,
             frames.append(frames[10])  # a duplicate: taken, changes nothing
             frames.append(Frame(RIC_INDICATION, 7, b"\x00\x01garbage"))
             frames.append(indication(7, 99, START, [1.0]))  # no such action subscribed
-            frames.append(Frame(RIC_SUB_RESP, 7, b""))  # not an indication
+            frames.append(Frame(RIC_SUB_RESP, 7, b"\x00"))  # not an indication
             frames.append(indication(7, 1, START, [-5.0]))  # not a KPI value
             for frame in frames:
                 await sender.send("127.0.0.1", port, frame)

@@ -12,11 +12,12 @@ from kpi_forecast.model.runtime import OnnxForecaster
 from kpi_forecast.xapp.admission import Admission
 from kpi_forecast.xapp.batcher import DynamicBatcher
 from kpi_forecast.xapp.config import Descriptor, model_fields_changed
-from kpi_forecast.xapp.controls import Controls
+from kpi_forecast.xapp.controls import E2, Controls
 from kpi_forecast.xapp.decision import Budget, Decider
 from kpi_forecast.xapp.e2.ingest import Ingestor
 from kpi_forecast.xapp.e2.link import E2Link
-from kpi_forecast.xapp.e2.transport import TcpTransport
+from kpi_forecast.xapp.e2.rmr import RmrTransport
+from kpi_forecast.xapp.e2.transport import TcpTransport, Transport
 from kpi_forecast.xapp.failures import describe
 from kpi_forecast.xapp.history import History, HistoryUnavailable
 from kpi_forecast.xapp.metrics import Metrics
@@ -71,10 +72,13 @@ class Service:
     def history(self) -> History | None:
         return self.holder.history
 
-    def _transport(self, e2) -> TcpTransport:
-        return TcpTransport(
-            "0.0.0.0", e2.port,
-            on_broken=lambda reason: self.metrics.e2_rejected.labels(reason=reason).inc())
+    def _transport(self, e2: E2) -> Transport:
+        def broken(reason: str) -> None:
+            self.metrics.e2_rejected.labels(reason=reason).inc()
+
+        if e2.transport == "rmr":
+            return RmrTransport(e2.port, on_broken=broken)
+        return TcpTransport("0.0.0.0", e2.port, on_broken=broken)
 
     async def _prepare(self, model: OnnxForecaster) -> None:
         """Take the recalibration other replicas keep for ``model`` before serving it, so a

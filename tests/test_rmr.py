@@ -1,0 +1,61 @@
+"""The RMR transport on the real librmr: the RIC's health check, and the mistakes a deployment
+can make with it named in one line."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kpi_forecast.model.errors import UserError
+from kpi_forecast.xapp.config import ConfigError
+from kpi_forecast.xapp.e2.rmr import RmrError, RmrTransport
+from tests.processes import free_port
+from tests.rmr_library import RMR
+from tests.xapp_helpers import descriptor, make_model, running
+
+E2 = {"enabled": True, "transport": "rmr", "kpis": {"kpi": {"measurement": "RRU.PrbUsedDl"}}}
+
+
+def test_rmr_probe_finds_the_xapp_healthy(rmr_library: Path, tmp_path: Path) -> None:
+    """rmr_probe, the RIC's RMR health check (100 -> 101), against the running xApp: what a
+    deployment may use as its probe."""
+    port = free_port()
+
+    async def go() -> None:
+        desc = descriptor(tmp_path, make_model(tmp_path / "model"), e2={**E2, "port": port})
+        async with running(desc):
+            probe = await asyncio.to_thread(
+                subprocess.run, [str(RMR / "bin" / "rmr_probe"), "-h", f"127.0.0.1:{port}",
+                                 "-t", "10"], capture_output=True, text=True, timeout=30)
+            assert probe.returncode == 0, probe.stdout + probe.stderr
+
+    asyncio.run(go())
+
+
+def test_no_probe_answer_once_the_transport_is_closed(rmr_library: Path) -> None:
+    port = free_port()
+
+    async def go() -> None:
+        transport = RmrTransport(port)
+        await transport.start(lambda frame: asyncio.sleep(0))
+        await transport.close()
+        probe = await asyncio.to_thread(
+            subprocess.run, [str(RMR / "bin" / "rmr_probe"), "-h", f"127.0.0.1:{port}",
+                             "-t", "2"], capture_output=True, text=True, timeout=30)
+        assert probe.returncode != 0
+
+    asyncio.run(go())
+
+
+def test_a_missing_library_is_named_with_where_to_put_it() -> None:
+    with pytest.raises(RmrError, match="LD_LIBRARY_PATH") as caught:
+        RmrTransport(4560, library="/nonexistent/librmr_si.so.4")
+    assert isinstance(caught.value, UserError)  # one line and exit 2 from the CLI
+
+
+def test_rmr_needs_its_port_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="e2.port 0"):
+        descriptor(tmp_path, tmp_path / "model", e2={**E2, "port": 0})

@@ -1,0 +1,192 @@
+"""The RIC's own message router: an RMR transport behind the ``Transport`` protocol.
+
+On an O-RAN SC near-RT RIC the E2 termination delivers RIC Indications and subscription
+outcomes to xApps over RMR (librmr, SI95). This binds the few librmr calls the xApp needs
+through ctypes, against ``rmr.h`` of RMR 4.9.4: the O-RAN SC Python framework's bindings
+would pin redis 4 and protobuf 3 into the serving image.
+
+librmr's calls block, so they run on threads of their own: one receives (with a timeout, so
+that it notices a stop) and hands each message to the event loop, waiting for the handler to
+take it, which carries the history store's back-pressure to the sender as TCP does; sends run
+in a worker thread. RMR health checks (RIC_HEALTH_CHECK_REQ, 100) are answered on the
+receiving thread with RIC_HEALTH_CHECK_RESP (101), as O-RAN SC xApps do, so that
+``rmr_probe`` can serve as a probe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from kpi_forecast.model.errors import UserError
+from kpi_forecast.xapp.e2.transport import Frame, Handler
+from kpi_forecast.xapp.failures import describe
+
+log = logging.getLogger(__name__)
+
+# The library's soname: found where the dynamic loader looks (LD_LIBRARY_PATH, ldconfig).
+LIBRARY = "librmr_si.so.4"
+MAX_MESSAGE = 65536  # bytes; E2SM-KPM indications of a cell are far smaller
+RECEIVE_TIMEOUT_MS = 100  # how soon the receiving thread notices a stop
+RMR_OK = 0
+RMR_ERR_TIMEOUT = 12
+RIC_HEALTH_CHECK_REQ = 100
+RIC_HEALTH_CHECK_RESP = 101
+HEALTHY = b"OK\x00"
+
+
+class RmrError(UserError, RuntimeError):
+    """librmr could not be loaded, started or sent with; the message says which."""
+
+
+class _MBuf(ctypes.Structure):
+    """rmr_mbuf_t of rmr.h: the fields up to ``cookie``, in order."""
+
+    _fields_ = [
+        ("state", ctypes.c_int),
+        ("mtype", ctypes.c_int),
+        ("len", ctypes.c_int),
+        ("payload", ctypes.POINTER(ctypes.c_ubyte)),
+        ("xaction", ctypes.POINTER(ctypes.c_ubyte)),
+        ("sub_id", ctypes.c_int),
+        ("tp_state", ctypes.c_int),
+        ("tp_buf", ctypes.c_void_p),
+        ("header", ctypes.c_void_p),
+        ("id", ctypes.c_void_p),
+        ("flags", ctypes.c_int),
+        ("alloc_len", ctypes.c_int),
+        ("ring", ctypes.c_void_p),
+        ("rts_fd", ctypes.c_int),
+        ("cookie", ctypes.c_int),
+    ]
+
+
+_Msg = ctypes.POINTER(_MBuf)
+
+
+def load(path: str = LIBRARY) -> ctypes.CDLL:
+    """librmr with the signatures of the calls used here."""
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as exc:
+        raise RmrError(f"cannot load {path} (RMR's library; put its folder on "
+                       f"LD_LIBRARY_PATH): {exc}") from None
+    signatures = {
+        "rmr_init": ([ctypes.c_char_p, ctypes.c_int, ctypes.c_int], ctypes.c_void_p),
+        "rmr_ready": ([ctypes.c_void_p], ctypes.c_int),
+        "rmr_alloc_msg": ([ctypes.c_void_p, ctypes.c_int], _Msg),
+        "rmr_torcv_msg": ([ctypes.c_void_p, _Msg, ctypes.c_int], _Msg),
+        "rmr_rts_msg": ([ctypes.c_void_p, _Msg], _Msg),
+        "rmr_free_msg": ([_Msg], None),
+        "rmr_wh_open": ([ctypes.c_void_p, ctypes.c_char_p], ctypes.c_int),
+        "rmr_wh_send_msg": ([ctypes.c_void_p, ctypes.c_int, _Msg], _Msg),
+        "rmr_close": ([ctypes.c_void_p], None),
+    }
+    for name, (arguments, result) in signatures.items():
+        function = getattr(lib, name)
+        function.argtypes, function.restype = arguments, result
+    return lib
+
+
+class RmrTransport:
+    """Receives the RIC's messages on ``port`` (rmr-data) and sends through wormholes to the
+    endpoints named (``host:port``), as RMR does for a reply to a known peer."""
+
+    def __init__(self, port: int, on_broken: Callable[[str], None] | None = None,
+                 library: str | None = None) -> None:
+        self.port = port
+        self._on_broken = on_broken or (lambda reason: None)
+        self._lib = load(library or LIBRARY)
+        self._context: int | None = None
+        self._stop = threading.Event()
+        self._receiver: threading.Thread | None = None
+        self._sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rmr-send")
+        self._wormholes: dict[str, int] = {}
+
+    async def start(self, handler: Handler) -> None:
+        if self.port == 0:
+            raise RmrError("RMR needs its port named (it has no 'any free port')")
+        context = self._lib.rmr_init(str(self.port).encode(), MAX_MESSAGE, 0)
+        if not context:
+            raise RmrError(f"rmr_init on port {self.port} failed (is the port free?)")
+        self._context = context
+        loop = asyncio.get_running_loop()
+        self._receiver = threading.Thread(target=self._receive, args=(loop, handler),
+                                          name="rmr-receive", daemon=True)
+        self._receiver.start()
+
+    def _receive(self, loop: asyncio.AbstractEventLoop, handler: Handler) -> None:
+        lib, context, message = self._lib, self._context, None
+        while not self._stop.is_set():
+            message = lib.rmr_torcv_msg(context, message, RECEIVE_TIMEOUT_MS)
+            if not message:
+                continue
+            m = message.contents
+            if m.state != RMR_OK:
+                if m.state != RMR_ERR_TIMEOUT:
+                    self._on_broken("rmr")
+                continue
+            if m.mtype == RIC_HEALTH_CHECK_REQ:
+                message = self._answer_health_check(message)
+                continue
+            frame = Frame(m.mtype, m.sub_id, ctypes.string_at(m.payload, m.len))
+            try:
+                asyncio.run_coroutine_threadsafe(handler(frame), loop).result()
+            except RuntimeError:  # the loop has closed: the process is stopping
+                break
+            except Exception as exc:  # one bad message never stops ingestion
+                self._on_broken("handler")
+                log.warning("e2: a message of type %d could not be handled: %s", frame.msg_type,
+                            describe(exc))
+        if message:
+            lib.rmr_free_msg(message)
+
+    def _answer_health_check(self, message: _Msg) -> _Msg:
+        m = message.contents
+        if m.alloc_len and len(HEALTHY) > m.alloc_len:
+            return message
+        ctypes.memmove(m.payload, HEALTHY, len(HEALTHY))
+        m.len, m.mtype = len(HEALTHY), RIC_HEALTH_CHECK_RESP
+        return self._lib.rmr_rts_msg(self._context, message)
+
+    async def send(self, host: str, port: int, frame: Frame) -> None:
+        await asyncio.get_running_loop().run_in_executor(self._sender, self._send_blocking,
+                                                         f"{host}:{port}", frame)
+
+    def _send_blocking(self, target: str, frame: Frame) -> None:
+        lib, context = self._lib, self._context
+        if context is None:
+            raise RmrError("the RMR transport is not started")
+        wormhole = self._wormholes.get(target)
+        if wormhole is None:
+            wormhole = lib.rmr_wh_open(context, target.encode())
+            if wormhole < 0:
+                raise RmrError(f"cannot open an RMR wormhole to {target}")
+            self._wormholes[target] = wormhole
+        message = lib.rmr_alloc_msg(context, max(len(frame.payload), 1))
+        try:
+            m = message.contents
+            m.mtype, m.sub_id, m.len = frame.msg_type, frame.subscription_id, len(frame.payload)
+            ctypes.memmove(m.payload, frame.payload, len(frame.payload))
+            message = lib.rmr_wh_send_msg(context, wormhole, message)
+            if not message or message.contents.state != RMR_OK:
+                state = message.contents.state if message else "none"
+                self._wormholes.pop(target, None)  # reopened on the next send: a restart
+                raise RmrError(f"RMR send of type {frame.msg_type} to {target} failed "
+                               f"(state {state})")
+        finally:
+            if message:
+                lib.rmr_free_msg(message)
+
+    async def close(self) -> None:
+        self._stop.set()
+        if self._receiver is not None:
+            await asyncio.to_thread(self._receiver.join)
+        self._sender.shutdown(wait=True)
+        if self._context is not None:
+            self._lib.rmr_close(self._context)
+            self._context = None
