@@ -57,8 +57,9 @@ class Service:
                                           enabled=controls.batching.admission == "adaptive")
         self.gate = Admission(self.admission, self.loop_lag, self.budget, self.metrics)
         self.ingestor = Ingestor(lambda: self.history, self.metrics, self.holder.kpi_source)
-        self.e2 = E2Link(lambda: self.controls.e2, self._transport, self.ingestor,
-                         lambda: self.model, self.holder.kpi_source, http_port)
+        self.e2 = E2Link(lambda: self.controls.e2,
+                         self._transport(controls.e2) if controls.e2.enabled else None,
+                         self.ingestor, lambda: self.model, self.holder.kpi_source, http_port)
 
     @property
     def controls(self) -> Controls:

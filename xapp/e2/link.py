@@ -20,16 +20,17 @@ log = logging.getLogger(__name__)
 
 
 class E2Link:
-    def __init__(self, controls: Callable[[], E2], transport: Callable[[E2], Transport],
+    def __init__(self, controls: Callable[[], E2], transport: Transport | None,
                  ingestor: Ingestor, model: Callable[[], OnnxForecaster | None],
                  kpi_source: Callable[[], KpiSource | None], http_port: int) -> None:
+        """``transport`` is None when E2 is off; it is built before the app starts, so that a
+        transport that cannot be had (no librmr) is said before anything runs."""
         self._controls = controls
-        self._new_transport = transport
+        self.transport = transport
         self.ingestor = ingestor
         self._model = model
         self._kpi_source = kpi_source
         self._http_port = http_port
-        self.transport: Transport | None = None
         self.subscriber: Subscriber | None = None
 
     async def start(self) -> list[asyncio.Task]:
@@ -37,8 +38,7 @@ class E2Link:
         manager is known; the writer of what E2 delivers runs in any case."""
         e2 = self._controls()
         tasks = []
-        if e2.enabled:
-            self.transport = self._new_transport(e2)
+        if self.transport is not None:
             await self.transport.start(self._on_frame)
             log.info("e2: listening for rmr-data frames on port %d", self.transport.port)
             if e2.submgr_url:
