@@ -16,25 +16,8 @@ from kpi_forecast.xapp.e2.rmr import RmrError, RmrTransport
 from tests.processes import BIN, answers, free_port, running
 from tests.rmr_library import RMR
 from tests.xapp_helpers import descriptor, make_model, write_descriptor
-from tests.xapp_helpers import running as running_app
 
 E2 = {"enabled": True, "transport": "rmr", "kpis": {"kpi": {"measurement": "RRU.PrbUsedDl"}}}
-
-
-def test_rmr_probe_finds_the_xapp_healthy(rmr_library: Path, tmp_path: Path) -> None:
-    """rmr_probe, the RIC's RMR health check (100 -> 101), against the running xApp: what a
-    deployment may use as its probe."""
-    port = free_port()
-
-    async def go() -> None:
-        desc = descriptor(tmp_path, make_model(tmp_path / "model"), e2={**E2, "port": port})
-        async with running_app(desc):
-            probe = await asyncio.to_thread(
-                subprocess.run, [str(RMR / "bin" / "rmr_probe"), "-h", f"127.0.0.1:{port}",
-                                 "-t", "10"], capture_output=True, text=True, timeout=30)
-            assert probe.returncode == 0, probe.stdout + probe.stderr
-
-    asyncio.run(go())
 
 
 def test_no_probe_answer_once_the_transport_is_closed(rmr_library: Path) -> None:

@@ -6,11 +6,11 @@ through ctypes, against ``rmr.h`` of RMR 4.9.4: the O-RAN SC Python framework's 
 would pin redis 4 and protobuf 3 into the serving image.
 
 librmr's calls block, so they run on threads of their own: one receives (with a timeout, so
-that it notices a stop) and hands each message to the event loop, waiting for the handler to
-take it, which carries the history store's back-pressure to the sender as TCP does; sends run
-in a worker thread. RMR health checks (RIC_HEALTH_CHECK_REQ, 100) are answered on the
-receiving thread with RIC_HEALTH_CHECK_RESP (101), as O-RAN SC xApps do, so that
-``rmr_probe`` can serve as a probe.
+that it notices a stop) and hands what has arrived to the event loop in batches, waiting for
+the handler to take them, which carries the history store's back-pressure to the sender as
+TCP does; sends run in a worker thread. RMR health checks (RIC_HEALTH_CHECK_REQ, 100) are
+answered on the receiving thread with RIC_HEALTH_CHECK_RESP (101), as O-RAN SC xApps do, so
+that ``rmr_probe`` can serve as a probe.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 LIBRARY = "librmr_si.so.4"
 MAX_MESSAGE = 65536  # bytes; E2SM-KPM indications of a cell are far smaller
 RECEIVE_TIMEOUT_MS = 100  # how soon the receiving thread notices a stop
+RECEIVE_BATCH = 64  # messages handed to the event loop at once, at most
 RMR_OK = 0
 RMR_ERR_TIMEOUT = 12
 RIC_HEALTH_CHECK_REQ = 100
@@ -121,29 +122,47 @@ class RmrTransport:
 
     def _receive(self, loop: asyncio.AbstractEventLoop, handler: Handler) -> None:
         lib, context, message = self._lib, self._context, None
+        frames: list[Frame] = []
         while not self._stop.is_set():
-            message = lib.rmr_torcv_msg(context, message, RECEIVE_TIMEOUT_MS)
-            if not message:
-                continue
-            m = message.contents
-            if m.state != RMR_OK:
-                if m.state != RMR_ERR_TIMEOUT:
-                    self._on_broken("rmr")
-                continue
-            if m.mtype == RIC_HEALTH_CHECK_REQ:
-                message = self._answer_health_check(message)
-                continue
-            frame = Frame(m.mtype, m.sub_id, ctypes.string_at(m.payload, m.len))
-            try:
-                asyncio.run_coroutine_threadsafe(handler(frame), loop).result()
-            except RuntimeError:  # the loop has closed: the process is stopping
+            # Waits for the first message; then takes what is already there, up to a batch,
+            # so that a burst crosses to the event loop once, not once per message.
+            timeout = 0 if frames else RECEIVE_TIMEOUT_MS
+            message = lib.rmr_torcv_msg(context, message, timeout)
+            m = message.contents if message else None
+            if m is not None and m.state == RMR_OK:
+                if m.mtype == RIC_HEALTH_CHECK_REQ:
+                    message = self._answer_health_check(message)
+                else:
+                    frames.append(Frame(m.mtype, m.sub_id, ctypes.string_at(m.payload, m.len)))
+                if len(frames) < RECEIVE_BATCH:
+                    continue
+            elif m is not None and m.state != RMR_ERR_TIMEOUT:
+                self._on_broken("rmr")
+            if frames and not self._hand_over(loop, handler, frames):
                 break
-            except Exception as exc:  # one bad message never stops ingestion
-                self._on_broken("handler")
-                log.warning("e2: a message of type %d could not be handled: %s", frame.msg_type,
-                            describe(exc))
+            frames = []
         if message:
             lib.rmr_free_msg(message)
+
+    def _hand_over(self, loop: asyncio.AbstractEventLoop, handler: Handler,
+                   frames: list[Frame]) -> bool:
+        """Run the handler on each frame, in order, on the event loop; wait for it to take
+        them (the store's back-pressure). False once the loop has closed."""
+
+        async def handle_all() -> None:
+            for frame in frames:
+                try:
+                    await handler(frame)
+                except Exception as exc:  # one bad message never stops ingestion
+                    self._on_broken("handler")
+                    log.warning("e2: a message of type %d could not be handled: %s",
+                                frame.msg_type, describe(exc))
+
+        try:
+            asyncio.run_coroutine_threadsafe(handle_all(), loop).result()
+        except RuntimeError:  # the loop has closed: the process is stopping
+            return False
+        return True
 
     def _answer_health_check(self, message: _Msg) -> _Msg:
         m = message.contents
