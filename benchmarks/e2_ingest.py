@@ -198,6 +198,10 @@ def main() -> int:
               f"{e2e[f'{transport}_to_forecast_max_ms']:.1f} ms |")],
         *([] if "rmr_rate" in e2e else ["", "RMR not measured: ../shared/rmr is absent."]),
         "",
+        "The sender runs in the xApp's process and event loop, one send at a time: over RMR "
+        "each send is a hop to a worker thread and a librmr call, so the rates compare the two "
+        "paths as a whole (sender included), not the xApp's receiving alone.",
+        "",
     ]
     print("\n".join(lines))
     write_section("e2-ingest", "\n".join(lines))
