@@ -33,7 +33,7 @@ class Route:
         return self.series != "none"
 
     def matches(self, method: str, path: str) -> bool:
-        return method == self.method and _pattern(self.path).fullmatch(path) is not None
+        return method == self.method and _PATTERNS[self.path].fullmatch(path) is not None
 
 
 ROUTES = (
@@ -58,14 +58,13 @@ UNMATCHED = "unmatched"
 
 def find(method: str, path: str) -> Route | None:
     """The route a request is for, before the framework has routed it (None: no route)."""
-    # A literal path first: /v1/cells/history is not a cell called "history".
-    literal = next((r for r in ROUTES if "{" not in r.path and r.matches(method, path)), None)
-    return literal or next((r for r in ROUTES if r.matches(method, path)), None)
-
-
-def _pattern(template: str) -> re.Pattern[str]:
-    return _PATTERNS[template]
+    # A literal path first, looked up rather than matched (every forecast asks): and
+    # /v1/cells/history is not a cell called "history".
+    literal = _LITERAL.get((method, path))
+    return literal or next((r for r in _TEMPLATED if r.matches(method, path)), None)
 
 
 _PATTERNS = {route.path: re.compile(re.sub(r"\{[^}]+\}", "[^/]+", route.path))
              for route in ROUTES}
+_LITERAL = {(route.method, route.path): route for route in ROUTES if "{" not in route.path}
+_TEMPLATED = tuple(route for route in ROUTES if "{" in route.path)
