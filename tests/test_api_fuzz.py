@@ -18,7 +18,7 @@ import pytest
 from tests.processes import BIN, ROOT, answers, free_port, running
 from tests.xapp_helpers import make_model, write_descriptor
 
-FUZZ_SECONDS = 60
+FUZZ_SECONDS = 40
 PHASES = ("Examples", "Coverage", "Fuzzing", "Stateful")
 
 
