@@ -78,6 +78,25 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     python -I -c "import onnxruntime, kpi_forecast.xapp.server"
 
 
+# --- librmr, the RIC message router, built from its public source ------------------------------
+FROM ${PYTHON_BASE} AS rmr-builder
+# RMR 4.9.4 (o-ran-sc/ric-plt-lib-rmr), the release the tests run against in ../shared/rmr, built
+# the same way: SI95 transport, depends on libc only. The xApp loads librmr_si.so.4 through
+# ctypes (xapp/e2/rmr.py); the build tools stay in this stage.
+ARG RMR_COMMIT=8b9a214906a40b338def981d5c16b4ea247176fb
+# The distribution's current toolchain: the library's ABI is libc's, not the compiler's.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends ca-certificates cmake g++ gcc git make \
+    && rm -rf /var/lib/apt/lists/*
+RUN git init -q /rmr-src \
+    && git -C /rmr-src fetch -q --depth 1 https://github.com/o-ran-sc/ric-plt-lib-rmr.git "${RMR_COMMIT}" \
+    && git -C /rmr-src checkout -q FETCH_HEAD \
+    && cmake -S /rmr-src -B /rmr-build -DCMAKE_INSTALL_PREFIX=/opt/rmr \
+    && make -C /rmr-build install \
+    && rm -f /opt/rmr/lib/*.a
+
+
 # --- the training venv: the `train` extra with the CPU build of the pinned torch --------------
 FROM build-base AS train-builder
 # The extra index offers torch==2.13.0+cpu, which pip prefers to PyPI's 2.13.0 (a local version
@@ -135,6 +154,8 @@ ENV PATH=/opt/venv/bin:${PATH} \
     PYTHONUNBUFFERED=1 \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility
 COPY --from=builder /opt/venv /opt/venv
+# librmr where the loader looks (ldconfig below): the E2 side speaks RMR, as on any O-RAN SC RIC.
+COPY --from=rmr-builder /opt/rmr/lib/ /usr/local/lib/
 # Empty for the CPU variant; for gpu, the venv's NVIDIA library folders (see the builder).
 COPY --from=builder /opt/ld.so.conf.d/ /etc/ld.so.conf.d/
 # A numeric, non-root user so that Kubernetes' runAsNonRoot can verify it. The model folder is
@@ -146,7 +167,7 @@ RUN groupadd --system --gid 10001 ric \
     && ldconfig
 WORKDIR /opt/ric
 VOLUME ["/opt/ric/model"]
-# http (REST, probes, metrics), rmr-data (E2 frames), rmr-route
+# http (REST, probes, metrics), rmr-data (RMR messages: E2, health checks), rmr-route
 EXPOSE 8080 4560 4561
 # For plain Docker; Kubernetes uses the chart's probes instead. Python, as slim has no curl.
 HEALTHCHECK --interval=15s --timeout=3s --start-period=30s --retries=3 \

@@ -3,11 +3,15 @@ the RIC's message router for real."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from kpi_forecast.xapp.e2 import rmr
+from kpi_forecast.xapp.e2.rmr import RmrTransport
+from tests.processes import free_port
 
 RMR = Path(__file__).resolve().parents[1].parent / "shared" / "rmr"
 
@@ -24,4 +28,12 @@ def rmr_library(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     monkeypatch.setenv("RMR_SEED_RT", str(table))
     monkeypatch.setenv("RMR_RTG_SVC", "-1")
     monkeypatch.setattr(rmr, "LIBRARY", str(library))
+    # For the processes the test starts, as an installed librmr is found.
+    monkeypatch.setenv("LD_LIBRARY_PATH", os.pathsep.join(
+        filter(None, [str(library.parent), os.environ.get("LD_LIBRARY_PATH")])))
     return library
+
+
+def rmr_transport(on_broken: Callable[[str], None] | None = None) -> RmrTransport:
+    """An RMR endpoint on a port free now (RMR has no "any free port")."""
+    return RmrTransport(free_port(), on_broken=on_broken)

@@ -1,4 +1,5 @@
-"""The mock E2 node replays a KPI file into a running xApp through a real subscription."""
+"""The mock E2 node replays a KPI file into a running xApp through a real subscription, the
+messages going through librmr as on a RIC."""
 
 from __future__ import annotations
 
@@ -21,10 +22,11 @@ from kpi_forecast.xapp.e2 import e2ap, kpm
 from kpi_forecast.xapp.e2.ingest import Ingestor, Route
 from kpi_forecast.xapp.e2.mock_node import MockE2Node, create_app
 from kpi_forecast.xapp.e2.subscription import SubscriptionRequest, SubscriptionResponse
-from kpi_forecast.xapp.e2.transport import RIC_INDICATION, RIC_SUB_FAILURE, Frame, TcpTransport
+from kpi_forecast.xapp.e2.transport import RIC_SUB_FAILURE, Frame
 from kpi_forecast.xapp.history import MemoryHistory
 from kpi_forecast.xapp.metrics import Metrics
-from tests.processes import free_port
+from tests.processes import ROOT, free_port
+from tests.rmr_library import rmr_transport
 from tests.tolerance import answer_tolerance
 from tests.xapp_helpers import CONTEXT, HORIZON, descriptor, make_model, running
 
@@ -58,19 +60,19 @@ async def subscribe_first_cell(node: MockE2Node, rmr_port: int,
 
 
 @pytest.mark.slow
-def test_replayed_cells_forecast_like_their_file(tmp_path: Path) -> None:
+def test_replayed_cells_forecast_like_their_file(tmp_path: Path, rmr_library: Path) -> None:
     model_dir = make_model(tmp_path / "model")
     data = tmp_path / "cells.csv"
     generate(n_cells=4, days=9, seed=1, start="2024-03-04", tz="UTC").to_csv(data, index=False)
     panel = load_panel(data, "prb_util")
-    node = MockE2Node(panel, MEASUREMENT, cells_per_node=2, speed=0.0,
-                      faults={"malformed": 0.05, "duplicate": 0.05, "late": 0.05}, seed=0)
-    # Lost reports would leave gaps the direct forecast does not have: tested on their own.
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(node), host="127.0.0.1", port=port,
-                                           log_level="warning", lifespan="off"))
 
     async def go() -> None:
+        node = MockE2Node(panel, MEASUREMENT, rmr_transport(), cells_per_node=2, speed=0.0,
+                          faults={"malformed": 0.05, "duplicate": 0.05, "late": 0.05}, seed=0)
+        # Lost reports would leave gaps the direct forecast does not have: tested on their own.
+        server = uvicorn.Server(uvicorn.Config(create_app(node), host="127.0.0.1", port=port,
+                                               log_level="warning"))
         serving = asyncio.create_task(server.serve())
         while not server.started:
             await asyncio.sleep(0.01)
@@ -78,7 +80,7 @@ def test_replayed_cells_forecast_like_their_file(tmp_path: Path) -> None:
         # against the same values sent directly, and a background recalibration (tested on
         # its own) would blend each with naives of its own length, landing whenever it lands.
         desc = descriptor(tmp_path, model_dir, e2={
-            "enabled": True, "port": 0, "submgrUrl": f"http://127.0.0.1:{port}",
+            "enabled": True, "port": free_port(), "submgrUrl": f"http://127.0.0.1:{port}",
             "kpis": {"kpi": {"measurement": MEASUREMENT}}},
             recalibration={"everySeconds": 0, "maxCells": 256})
         async with running(desc) as client:
@@ -111,15 +113,14 @@ def test_replayed_cells_forecast_like_their_file(tmp_path: Path) -> None:
                     for q in ("p10", "p50", "p90"):
                         assert a[q] == pytest.approx(b[q], abs=within)
         assert node.sent["deletions"] == 2  # the xApp unsubscribed on shutdown
+        assert node.sent["undelivered"] == 0
         server.should_exit = True
-        await serving
-        await node.close()
+        await serving  # its lifespan closes the node
 
     asyncio.run(go())
 
 
-def test_e2sim_command_serves_the_node_inventory(tmp_path: Path) -> None:
-
+def test_e2sim_command_serves_the_node_inventory(tmp_path: Path, rmr_library: Path) -> None:
 
     data = tmp_path / "cells.csv"
     generate(n_cells=3, days=2, seed=0, start="2024-03-04", tz="UTC").to_csv(data, index=False)
@@ -133,7 +134,8 @@ def test_e2sim_command_serves_the_node_inventory(tmp_path: Path) -> None:
         process = subprocess.Popen(
             [sys.executable, "-m", "kpi_forecast.cli", "e2sim", "--data", source, "--kpi",
              f"prb_util={MEASUREMENT}", "--kpi", "dl_throughput_mbps=DRB.UEThpDl",
-             "--listen", f"127.0.0.1:{port}", "--cells-per-node", "2", "--cells", "5"],
+             "--listen", f"127.0.0.1:{port}", "--rmr-port", str(free_port()),
+             "--cells-per-node", "2", "--cells", "5"],
             cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             for _ in range(400):
@@ -141,6 +143,7 @@ def test_e2sim_command_serves_the_node_inventory(tmp_path: Path) -> None:
                     nodes = httpx.get(f"http://127.0.0.1:{port}/ric/v1/e2nodes").json()
                     break
                 except httpx.TransportError:
+                    assert process.poll() is None, process.communicate()[1][-3000:]
                     time.sleep(0.05)
             assert [len(n["cells"]) for n in nodes] == cells
             assert nodes[0]["meid"] == "gnb-000" and nodes[0]["cells"][1]["nrCellId"] == 1
@@ -149,49 +152,76 @@ def test_e2sim_command_serves_the_node_inventory(tmp_path: Path) -> None:
             process.wait(10)
 
 
-def test_the_mock_node_reconnects_when_the_xapp_comes_back(tmp_path: Path) -> None:
+def receiver(port: int, out: Path) -> subprocess.Popen:
+    """An RMR endpoint in a process of its own, writing what it receives to ``out``."""
+    process = subprocess.Popen([sys.executable, "-m", "tests.rmr_receiver", str(port)],
+                               cwd=ROOT, stdout=out.open("w"), stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while "ready" not in out.read_text():
+        assert process.poll() is None and time.monotonic() < deadline, "no RMR receiver"
+        time.sleep(0.02)
+    return process
 
+
+def sequence_numbers(out: Path) -> list[int]:
+    return [int(line) for line in out.read_text().split() if line.isdigit()]
+
+
+def test_an_xapp_restarted_mid_replay_misses_only_what_was_sent_while_it_was_down(
+        tmp_path: Path, rmr_library: Path) -> None:
+    """The RMR-level fault: the xApp's process dies mid-replay and a new one comes up on the
+    same port. What the node could not send meanwhile is dropped and counted, as an E2
+    termination does; once the endpoint is back, every report arrives."""
     data = tmp_path / "cells.csv"
-    generate(n_cells=1, days=2, seed=0, start="2024-03-04", tz="UTC").to_csv(data, index=False)
-    node = MockE2Node(load_panel(data, "prb_util"), MEASUREMENT)
+    generate(n_cells=1, days=10, seed=0, start="2024-03-04", tz="UTC",
+             missing=False).to_csv(data, index=False)
+    panel = load_panel(data, "prb_util")
     port = free_port()
+    first, second = tmp_path / "first.txt", tmp_path / "second.txt"
 
-    async def go() -> None:
-        received: list[Frame] = []
-
-        async def keep(frame: Frame) -> None:
-            received.append(frame)
-
-        sending = asyncio.create_task(node._send("127.0.0.1", port,
-                                                 Frame(RIC_INDICATION, 1, b"x")))
-        await asyncio.sleep(0.3)  # the xApp is down: the node keeps retrying
-        assert not sending.done()
-        xapp = TcpTransport("127.0.0.1", port)
-        await xapp.start(keep)
-        await asyncio.wait_for(sending, 10)
-        for _ in range(100):
-            if received:
-                break
+    async def go() -> MockE2Node:
+        node = MockE2Node(panel, MEASUREMENT, rmr_transport(), pace_ms=5.0)
+        await node.open()
+        xapp = await asyncio.to_thread(receiver, port, first)
+        await subscribe_first_cell(node, port)
+        while len(sequence_numbers(first)) < 40:
+            await asyncio.sleep(0.005)
+        xapp.kill()  # the xApp dies mid-replay...
+        await asyncio.to_thread(xapp.wait)
+        while node.sent["undelivered"] < 10:
+            await asyncio.sleep(0.005)
+        xapp = await asyncio.to_thread(receiver, port, second)  # ...and comes back
+        while node.sent["replays_done"] < 1:
             await asyncio.sleep(0.01)
-        assert received == [Frame(RIC_INDICATION, 1, b"x")]
-        await xapp.close()
+        await asyncio.sleep(0.3)
+        xapp.kill()
+        await asyncio.to_thread(xapp.wait)
         await node.close()
+        return node
 
-    asyncio.run(go())
+    node = asyncio.run(go())
+    before, after = sequence_numbers(first), sequence_numbers(second)
+    assert before == list(range(len(before)))
+    # After the reconnect nothing is lost: every report from the first one it got.
+    assert after and after == list(range(after[0], panel.n_steps)), after
+    # Before it, what was sent while the endpoint was down is counted; what its socket held
+    # when the process died is gone without a trace at the sender, as with TCP.
+    assert 10 <= node.sent["undelivered"] <= after[0] - len(before)
+    assert node.sent["indications"] + node.sent["undelivered"] == panel.n_steps
 
 
-def test_lost_reports_leave_gaps_in_the_history(tmp_path: Path) -> None:
-
+def test_lost_reports_leave_gaps_in_the_history(tmp_path: Path, rmr_library: Path) -> None:
     data = one_cell_two_days(tmp_path)
     panel = load_panel(data, "prb_util")
-    node = MockE2Node(panel, MEASUREMENT, faults={"gap": 0.3}, seed=1)
 
     async def go() -> None:
+        node = MockE2Node(panel, MEASUREMENT, rmr_transport(), faults={"gap": 0.3}, seed=1)
+        await node.open()
         store = MemoryHistory("1h", length=48)
         source = KpiSource(measurement=MEASUREMENT)
         ingestor = Ingestor(lambda: store, Metrics(0.1, 8), lambda: source)
         writer = asyncio.create_task(ingestor.run())
-        xapp = TcpTransport("127.0.0.1", 0)
+        xapp = rmr_transport()
         await xapp.start(ingestor.handle)
         cell = node.nodes()[0]["cells"][0]
         answer = await subscribe_first_cell(node, xapp.port)
@@ -211,20 +241,20 @@ def test_lost_reports_leave_gaps_in_the_history(tmp_path: Path) -> None:
     asyncio.run(go())
 
 
-def test_live_mode_sends_the_past_at_once_then_paces(tmp_path: Path) -> None:
-
-
+def test_live_mode_sends_the_past_at_once_then_paces(tmp_path: Path, rmr_library: Path) -> None:
     data = one_cell_two_days(tmp_path)
-    # 40 of 48 hours are the past; the last 8 go out one every 50 ms (72000x real time).
-    node = MockE2Node(load_panel(data, "prb_util"), MEASUREMENT, speed=72_000.0, live_from=40)
 
     async def go() -> None:
+        # 40 of 48 hours are the past; the last 8 go out one every 50 ms (72000x real time).
+        node = MockE2Node(load_panel(data, "prb_util"), MEASUREMENT, rmr_transport(),
+                          speed=72_000.0, live_from=40)
+        await node.open()
         arrivals: list[float] = []
 
         async def stamp(frame: Frame) -> None:
             arrivals.append(time.monotonic())
 
-        xapp = TcpTransport("127.0.0.1", 0)
+        xapp = rmr_transport()
         await xapp.start(stamp)
         started = time.monotonic()
         await subscribe_first_cell(node, xapp.port)
@@ -241,20 +271,22 @@ def test_live_mode_sends_the_past_at_once_then_paces(tmp_path: Path) -> None:
     asyncio.run(go())
 
 
-def test_a_node_with_several_kpis_reports_what_was_subscribed(tmp_path: Path) -> None:
-
+def test_a_node_with_several_kpis_reports_what_was_subscribed(tmp_path: Path,
+                                                              rmr_library: Path) -> None:
     data = one_cell_two_days(tmp_path)
     panel = load_panel(data, "prb_util")
     throughput = load_panel(data, "dl_throughput_mbps").values
-    node = MockE2Node(panel, MEASUREMENT, extra={"DRB.UEThpDl": throughput}, end=2)
 
     async def go() -> None:
+        node = MockE2Node(panel, MEASUREMENT, rmr_transport(),
+                          extra={"DRB.UEThpDl": throughput}, end=2)
+        await node.open()
         frames: list[Frame] = []
 
         async def keep(frame: Frame) -> None:
             frames.append(frame)
 
-        xapp = TcpTransport("127.0.0.1", 0)
+        xapp = rmr_transport()
         await xapp.start(keep)
         await subscribe_first_cell(node, xapp.port, ("DRB.UEThpDl", MEASUREMENT))
         await subscribe_first_cell(node, xapp.port, ("RRC.ConnMean",))  # not on this node

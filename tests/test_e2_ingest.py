@@ -1,4 +1,4 @@
-"""E2 ingestion into a running xApp: real E2AP/KPM frames over the rmr-data stream."""
+"""E2 ingestion into a running xApp: real E2AP/KPM messages over librmr."""
 
 from __future__ import annotations
 
@@ -14,16 +14,16 @@ from kpi_forecast.model.config import ModelConfig
 from kpi_forecast.xapp.controls import KpiSource
 from kpi_forecast.xapp.e2 import e2ap, kpm
 from kpi_forecast.xapp.e2.ingest import Ingestor, Route
-from kpi_forecast.xapp.e2.rmr import RmrTransport
-from kpi_forecast.xapp.e2.transport import RIC_INDICATION, RIC_SUB_RESP, Frame, TcpTransport
+from kpi_forecast.xapp.e2.transport import RIC_INDICATION, RIC_SUB_RESP, Frame
 from kpi_forecast.xapp.history import HistoryUnavailable, MemoryHistory
 from kpi_forecast.xapp.metrics import Metrics
 from tests.processes import free_port
+from tests.rmr_library import rmr_transport
 from tests.tolerance import answer_tolerance
 from tests.xapp_helpers import CONTEXT, HORIZON, descriptor, make_model, running
 
 MEASUREMENT = "RRU.PrbUsedDl"
-E2_CONTROLS = {"enabled": True, "port": 0, "kpis": {"kpi": {"measurement": MEASUREMENT}}}
+E2_CONTROLS = {"enabled": True, "kpis": {"kpi": {"measurement": MEASUREMENT}}}
 START = dt.datetime(2024, 3, 1, tzinfo=dt.UTC)
 QUARTER_MS = 15 * 60 * 1000
 
@@ -49,32 +49,19 @@ def hourly_load(cells: int, hours: int) -> np.ndarray:
     return np.round(np.maximum(daily + rng.normal(0, 3, (cells, hours)), 1.0), 2)
 
 
-def transport_controls(transport: str) -> dict:
-    # RMR listens on the port it is given: one free now.
-    return {**E2_CONTROLS, "transport": transport,
-            "port": free_port() if transport == "rmr" else 0}
-
-
-@pytest.mark.parametrize("transport", ["tcp", "rmr"])
 def test_replayed_reports_become_the_history_a_forecast_uses(model_dir: Path, tmp_path: Path,
-                                                             transport: str,
-                                                             request: pytest.FixtureRequest
-                                                             ) -> None:
-    """The same E2AP / E2SM-KPM bytes over the tcp framing and over the RIC's librmr."""
-    if transport == "rmr":
-        request.getfixturevalue("rmr_library")
+                                                             rmr_library: Path) -> None:
     hours = CONTEXT
     load = hourly_load(2, hours)
     cells = ["cell-A", "cell-B"]
 
     async def go() -> None:
-        controls = transport_controls(transport)
+        controls = {**E2_CONTROLS, "port": free_port()}
         async with running(descriptor(tmp_path, model_dir, e2=controls)) as client:
             service = client.app.state.service
             for action, cell in enumerate(cells, start=1):
                 service.ingestor.add_route(7, action, Route(cell, QUARTER_MS))
-            sender = (RmrTransport(free_port()) if transport == "rmr"
-                      else TcpTransport("127.0.0.1", 0))
+            sender = rmr_transport()
             await sender.start(lambda frame: asyncio.sleep(0))
             port = service.e2.transport.port
             frames = []

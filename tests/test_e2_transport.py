@@ -1,4 +1,5 @@
-"""The rmr-data frame stream: framing, broken streams, a real TCP round trip."""
+"""The TCP stand-in the E2 benchmark measures RMR against: framing, broken streams, a real
+TCP round trip."""
 
 from __future__ import annotations
 
@@ -6,12 +7,10 @@ import asyncio
 
 import pytest
 
-from kpi_forecast.xapp.e2.transport import (
+from kpi_forecast.xapp.e2.transport import RIC_INDICATION, RIC_SUB_RESP, Frame
+from tests.tcp_transport import (
     HEADER,
     MAX_PAYLOAD,
-    RIC_INDICATION,
-    RIC_SUB_RESP,
-    Frame,
     FrameError,
     TcpTransport,
     encode_frame,

@@ -13,6 +13,7 @@ context, the GPU wiring, the model sources, and values.schema.json turning bad v
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import re
@@ -27,6 +28,7 @@ import pytest
 import yaml
 
 from tests.k8s_tools import tool
+from tests.rmr_library import rmr_transport
 from tests.system_tools import system_tool
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
@@ -368,12 +370,62 @@ def test_oran_sc_services(rendered: Callable[[str], Docs], values: str) -> None:
     assert find(docs, "Deployment")["metadata"]["name"] == "ricxapp-kpi-forecast"
 
 
+def env_of(docs: Docs) -> dict[str, str]:
+    deployment = find(docs, "Deployment")
+    (container,) = [c for c in deployment["spec"]["template"]["spec"]["containers"]
+                    if c["name"] == "kpi-forecast"]
+    return {e["name"]: e.get("value") for e in container["env"]}
+
+
+def test_rmr_routes_come_from_the_routing_manager_or_the_static_table(
+        helm: Path, rendered: Callable[[str], Docs], tmp_path: Path, rmr_library: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """As on an O-RAN SC RIC: by default the routing manager's tables, the static one (empty)
+    until they come; without a routing manager, the static table alone. librmr loads the
+    rendered table and says it is ready."""
+    default = rendered("default")
+    env = env_of(default)
+    assert env["RMR_RTG_SVC"] == "service-ricplt-rtmgr-rmr.ricplt:4561"
+    assert env["RMR_SEED_RT"] == "/opt/ric/config/router.txt"
+    assert env["RMR_SRC_ID"] == f"service-ricxapp-kpi-forecast-rmr.{NAMESPACE}"
+    cm = find(default, "ConfigMap", "configmap-ricxapp-kpi-forecast-appconfig")
+    assert cm["data"]["router.txt"] == "newrt|start\nnewrt|end\n"
+
+    route = "mse|20011|-1|service-ricplt-a1mediator-rmr.ricplt:4562"
+    static = template(helm, "--set", "rmr.routingManager=", "--set-json",
+                      f'rmr.routes=["{route}"]')
+    assert env_of(static)["RMR_RTG_SVC"] == "-1"
+    table = find(static, "ConfigMap", "configmap-ricxapp-kpi-forecast-appconfig")["data"][
+        "router.txt"]
+    assert table == f"newrt|start\n{route}\nnewrt|end\n"
+    # The rendered table is one librmr takes.
+    (tmp_path / "router.txt").write_text(table)
+    monkeypatch.setenv("RMR_SEED_RT", str(tmp_path / "router.txt"))
+
+    async def ready() -> bool:
+        transport = rmr_transport()
+        await transport.start(lambda frame: asyncio.sleep(0))
+        try:
+            for _ in range(100):
+                if transport.ready():
+                    return True
+                await asyncio.sleep(0.05)
+            return False
+        finally:
+            await transport.close()
+
+    assert asyncio.run(ready())
+    # A route that is not one is refused before anything is deployed.
+    error = template_error(helm, "--set-json", 'rmr.routes=["12050 to e2term"]')
+    assert "/rmr/routes/0" in error
+
+
 @pytest.mark.parametrize("values", VALUES_SETS)
 def test_configmap_holds_a_descriptor_the_xapp_accepts(
     rendered: Callable[[str], Docs], values: str, tmp_path: Path
 ) -> None:
     cm = find(rendered(values), "ConfigMap", "configmap-ricxapp-kpi-forecast-appconfig")
-    assert set(cm["data"]) == {"config-file.json", "schema.json"}
+    assert set(cm["data"]) == {"config-file.json", "schema.json", "router.txt"}
     # A YAML literal block keeps the text as is: the xApp reads exactly its own schema.
     assert cm["data"]["schema.json"].encode() == XAPP_SCHEMA.read_bytes()
     config = json.loads(cm["data"]["config-file.json"])

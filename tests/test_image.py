@@ -20,6 +20,7 @@ import pytest
 
 from kpi_forecast.xapp.smoke import wait_ready
 from tests.processes import free_port
+from tests.rmr_library import RMR
 from tests.xapp_helpers import CONTEXT, make_model, write_descriptor
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -159,6 +160,26 @@ def test_serving_venv_has_the_serve_extra_only(parsed: dict[str, Stage]) -> None
     assert any("[serve]" in cmd for cmd in installs), installs
     for cmd in installs:
         assert "torch" not in cmd and "[train" not in cmd and ",train" not in cmd, cmd
+
+
+def test_the_serving_image_carries_the_librmr_the_tests_run_against(
+        parsed: dict[str, Stage]) -> None:
+    """librmr built from the commit ../shared/rmr was built from, and put where the loader
+    finds it (ldconfig after the copy)."""
+    serve = parsed["serve"]
+    copies = [rest for rest in serve.args("COPY") if "--from=rmr-builder" in rest]
+    assert copies and copies[0].split()[-1] == "/usr/local/lib/", copies
+    position = serve.instructions.index(("COPY", copies[0]))
+    assert any(kw == "RUN" and "ldconfig" in rest
+               for kw, rest in serve.instructions[position:])
+    builder = parsed["rmr-builder"]
+    commit = re.search(r"RMR_COMMIT=(\w+)", " ".join(builder.args("ARG")))
+    assert commit is not None
+    source = RMR / "SOURCE.md"
+    if not source.is_file():
+        pytest.skip(f"{source} not present (RMR 4.9.4 in ../shared/rmr)")
+    assert f"`{commit.group(1)}`" in source.read_text()
+    assert any("make -C /rmr-build install" in rest for rest in builder.args("RUN"))
 
 
 def test_training_stage_takes_torch_from_the_cpu_index(parsed: dict[str, Stage]) -> None:

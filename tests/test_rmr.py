@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import subprocess
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from tests.processes import BIN, answers, free_port, running
 from tests.rmr_library import RMR
 from tests.xapp_helpers import descriptor, make_model, write_descriptor
 
-E2 = {"enabled": True, "transport": "rmr", "kpis": {"kpi": {"measurement": "RRU.PrbUsedDl"}}}
+E2 = {"enabled": True, "kpis": {"kpi": {"measurement": "RRU.PrbUsedDl"}}}
 
 
 def test_no_probe_answer_once_the_transport_is_closed(rmr_library: Path) -> None:
@@ -41,8 +42,18 @@ def test_a_missing_library_is_named_with_where_to_put_it() -> None:
     assert isinstance(caught.value, UserError)  # one line and exit 2 from the CLI
 
 
+def test_a_port_in_use_is_named_before_anything_starts(rmr_library: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(RmrError, match=f"RMR cannot listen on port {port}") as caught:
+            RmrTransport(port)
+    assert isinstance(caught.value, UserError)
+
+
 def test_rmr_needs_its_port_named(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="e2.port 0"):
+    with pytest.raises(ConfigError, match="controls.e2.port: 0 is less than the minimum of 1"):
         descriptor(tmp_path, tmp_path / "model", e2={**E2, "port": 0})
 
 

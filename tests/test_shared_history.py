@@ -85,7 +85,7 @@ def eventually(check, seconds: float = 60.0, what=lambda: ""):
 
 @pytest.mark.slow
 def test_two_replicas_share_history_fed_to_one_and_a_restart_serves_at_once(
-        tmp_path: Path) -> None:
+        tmp_path: Path, rmr_library: Path) -> None:
     model_dir = make_model(tmp_path / "model")
     data = tmp_path / "cells.csv"
     generate(n_cells=6, days=9, seed=1, start="2024-03-04", tz="UTC",
@@ -98,9 +98,11 @@ def test_two_replicas_share_history_fed_to_one_and_a_restart_serves_at_once(
         node = subprocess.Popen(
             [sys.executable, "-m", "kpi_forecast.cli", "e2sim", "--data", str(data), "--kpi",
              f"prb_util={MEASUREMENT}", "--listen", f"127.0.0.1:{node_port}", "--speed", "0",
-             "--cells-per-node", "3", "--faults", "duplicate=0.1,late=0.1"],
+             "--rmr-port", str(free_port()), "--cells-per-node", "3",
+             "--faults", "duplicate=0.1,late=0.1"],
             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=logs.open("a"))
-        e2 = {"enabled": True, "port": 0, "submgrUrl": f"http://127.0.0.1:{node_port}",
+        e2 = {"enabled": True, "port": free_port(),
+              "submgrUrl": f"http://127.0.0.1:{node_port}",
               "kpis": {"kpi": {"measurement": MEASUREMENT}}}
         config_a = write_descriptor(tmp_path / "a", model_dir, e2=e2,
                                     historyStore=redis_store(redis_port))

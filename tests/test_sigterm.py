@@ -52,8 +52,8 @@ def logged(server, text: str, seconds: float = 20.0) -> None:
         time.sleep(0.1)
 
 
-def test_serve_stops_while_its_subscription_manager_is_silent(config: Path, tmp_path: Path,
-                                                               silent_port: int) -> None:
+def test_serve_stops_while_its_subscription_manager_is_silent(
+        config: Path, tmp_path: Path, silent_port: int, rmr_library: Path) -> None:
     port = free_port()
     submgr = f"http://127.0.0.1:{silent_port}"
     command = serve(config, port, "--submgr", submgr, "--e2-port", str(free_port()))
@@ -63,8 +63,8 @@ def test_serve_stops_while_its_subscription_manager_is_silent(config: Path, tmp_
                      f"within 5 s for GET {submgr}/ric/v1/e2nodes; attempt 1 failed")
 
 
-def test_serve_says_why_a_subscription_manager_is_unreachable(config: Path,
-                                                              tmp_path: Path) -> None:
+def test_serve_says_why_a_subscription_manager_is_unreachable(
+        config: Path, tmp_path: Path, rmr_library: Path) -> None:
     port, closed = free_port(), free_port()
     submgr = f"http://127.0.0.1:{closed}"
     command = serve(config, port, "--submgr", submgr, "--e2-port", str(free_port()))
@@ -74,11 +74,12 @@ def test_serve_says_why_a_subscription_manager_is_unreachable(config: Path,
 
 
 def test_e2sim_answers_at_once_and_stops_while_the_subscriber_is_unreachable(
-        tmp_path: Path) -> None:
+        tmp_path: Path, rmr_library: Path) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     command = [str(BIN / "kpi-forecast"), "e2sim", "--data", str(SAMPLE), "--kpi",
-               "traffic_mb=DRB.PdcpSduVolumeDL", "--listen", f"127.0.0.1:{port}", "--cells", "2"]
+               "traffic_mb=DRB.PdcpSduVolumeDL", "--listen", f"127.0.0.1:{port}", "--cells", "2",
+               "--rmr-port", str(free_port())]
     with running(command, answers(f"{url}/ric/v1/e2nodes"), tmp_path / "e2sim.log") as node:
         cell = httpx.get(f"{url}/ric/v1/e2nodes").json()[0]["cells"][0]
         request = {"ClientEndpoint": {"Host": UNRESOLVABLE, "RMRPort": 4560}, "Meid": "gnb-000",
@@ -90,12 +91,13 @@ def test_e2sim_answers_at_once_and_stops_while_the_subscriber_is_unreachable(
         assert response.status_code == 201, response.text
         assert time.monotonic() - started < 2.0  # answered, not held while it tries to send
         assert cell["cellId"] == "cell-000"
-        logged(node, f"e2sim: the subscriber's rmr-data endpoint {UNRESOLVABLE}:4560: gaierror: ")
+        logged(node, f"e2sim: the subscriber's rmr-data endpoint {UNRESOLVABLE}:4560: RmrError: "
+                     f"cannot open an RMR wormhole to {UNRESOLVABLE}:4560")
         bad = httpx.post(f"{url}/ric/v1/subscriptions", json={"Meid": "gnb-000"}, timeout=5)
         assert bad.status_code == 422  # a malformed request is the client's error, not a 500
 
 
-def test_serve_says_why_it_does_not_subscribe(tmp_path: Path) -> None:
+def test_serve_says_why_it_does_not_subscribe(tmp_path: Path, rmr_library: Path) -> None:
     config = write_descriptor(tmp_path / "config", make_model(tmp_path / "model"))
     port = free_port()
     command = serve(config, port, "--submgr", "http://127.0.0.1:9", "--e2-port", str(free_port()))

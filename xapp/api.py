@@ -25,15 +25,16 @@ from kpi_forecast.xapp.model_routes import model_handlers
 from kpi_forecast.xapp.ric_routes import ric_handlers
 from kpi_forecast.xapp.routes import ROUTES, Handlers
 from kpi_forecast.xapp.schemas import BatchRequest, ForecastRequest
-from kpi_forecast.xapp.service import STOP_STEP_S, Service
+from kpi_forecast.xapp.service import STOP_STEP_S, Service, TransportFactory, rmr_transport
 
 
 def create_app(
     descriptor: Descriptor, watch_config: bool = True, overrides: dict | None = None,
     appmgr_transport: httpx.AsyncBaseTransport | None = None, http_port: int = 8080,
+    e2_transport: TransportFactory = rmr_transport,
 ) -> FastAPI:
     """The app; ``overrides`` (CLI flags) are re-applied to every reloaded config file."""
-    service = Service(descriptor, http_port=http_port)
+    service = Service(descriptor, http_port=http_port, e2_transport=e2_transport)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -14,7 +14,7 @@ import ipaddress
 import urllib.parse
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 from pydantic.json_schema import SkipJsonSchema
 
@@ -95,11 +95,8 @@ class E2(BaseModel):
 
     enabled: bool = False
     """Ingest E2SM-KPM indications on the rmr-data port."""
-    transport: Literal["tcp", "rmr"] = "tcp"
-    """How frames reach the rmr-data port: tcp, the project's own framing (what kpi-forecast
-    e2sim speaks), or rmr, the RIC's message router (librmr on the library path)."""
-    port: int = Field(4560, ge=0, le=65535)
-    """The rmr-data port (0 picks a free one; tcp only)."""
+    port: int = Field(4560, ge=1, le=65535)
+    """The rmr-data port RMR listens on (librmr: librmr_si.so.4 on the library path)."""
     submgr_url: str | None = Field(None, min_length=1, pattern=r"^https?://.+")
     """Subscription manager base URL; null: do not subscribe (frames may still arrive)."""
     client_host: str | None = Field(None, min_length=1)
@@ -109,13 +106,6 @@ class E2(BaseModel):
     """E2SM-KPM reporting period; null: the model's step."""
     kpis: dict[str, KpiSource] = Field(default_factory=lambda: dict(DEFAULT_KPIS), min_length=1)
     """The E2SM-KPM measurement behind each KPI."""
-
-    @model_validator(mode="after")
-    def _rmr_port_named(self) -> E2:
-        if self.transport == "rmr" and self.port == 0:
-            raise ValueError("e2.port 0 (a free port) is for the tcp transport: RMR listens on "
-                             "the port it is given")
-        return self
 
     def endpoint_host(self) -> str:
         """Where the E2 side is to send this xApp's frames: ``client_host`` when set; else

@@ -31,9 +31,6 @@ VALUES_SCHEMA = CHART / "values.schema.json"
 # folder (model.path), the rmr-data port (containerPorts.rmrData) and Redis (sdl.host, sdl.port).
 CHART_SETS = {("modelDir",), ("e2", "port"), ("historyStore", "host"), ("historyStore", "port"),
               ("historyStore", "db")}
-# Controls the chart leaves at their default: the image carries no librmr yet, so E2 reaches
-# it over the tcp framing.
-CHART_DEFAULTS = {("e2", "transport")}
 # Controls where the chart's template turns an empty string into its own default (the RMR
 # Service's name) or into null, so values.yaml may hold "" for them.
 CHART_EMPTY_MEANS_UNSET = {("e2", "submgrUrl"), ("e2", "clientHost")}
@@ -96,7 +93,7 @@ def chart_controls_schema() -> dict[str, Any]:
         if "properties" not in node:
             return node
         properties = {name: chart(sub, (*path, name)) for name, sub in node["properties"].items()
-                      if (*path, name) not in CHART_SETS | CHART_DEFAULTS}
+                      if (*path, name) not in CHART_SETS}
         required = [name for name, sub in properties.items()
                     if "null" not in (sub.get("type") or []) and "anyOf" not in sub]
         return {**node, "properties": properties, "required": required}

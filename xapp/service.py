@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from kpi_forecast.model.runtime import OnnxForecaster
 from kpi_forecast.xapp.admission import Admission
@@ -17,7 +18,7 @@ from kpi_forecast.xapp.decision import Budget, Decider
 from kpi_forecast.xapp.e2.ingest import Ingestor
 from kpi_forecast.xapp.e2.link import E2Link
 from kpi_forecast.xapp.e2.rmr import RmrTransport
-from kpi_forecast.xapp.e2.transport import TcpTransport, Transport
+from kpi_forecast.xapp.e2.transport import Transport
 from kpi_forecast.xapp.failures import describe
 from kpi_forecast.xapp.history import History, HistoryUnavailable
 from kpi_forecast.xapp.metrics import Metrics
@@ -33,8 +34,18 @@ log = logging.getLogger(__name__)
 STOP_STEP_S = 1.0
 
 
+# Builds the rmr-data transport from the E2 controls and a counter of broken messages (by
+# reason): librmr's, unless another is handed over (the benchmarks' TCP baseline).
+TransportFactory = Callable[[E2, Callable[[str], None]], Transport]
+
+
+def rmr_transport(e2: E2, broken: Callable[[str], None]) -> Transport:
+    return RmrTransport(e2.port, on_broken=broken)
+
+
 class Service:
-    def __init__(self, descriptor: Descriptor, http_port: int = 8080) -> None:
+    def __init__(self, descriptor: Descriptor, http_port: int = 8080,
+                 e2_transport: TransportFactory = rmr_transport) -> None:
         self.descriptor = descriptor
         controls = descriptor.controls
         self.metrics = Metrics(controls.latency_budget_ms / 1000.0,
@@ -58,7 +69,7 @@ class Service:
         self.gate = Admission(self.admission, self.loop_lag, self.budget, self.metrics)
         self.ingestor = Ingestor(lambda: self.history, self.metrics, self.holder.kpi_source)
         self.e2 = E2Link(lambda: self.controls.e2,
-                         self._transport(controls.e2) if controls.e2.enabled else None,
+                         e2_transport(controls.e2, self._broken) if controls.e2.enabled else None,
                          self.ingestor, lambda: self.model, self.holder.kpi_source, http_port)
 
     @property
@@ -73,13 +84,8 @@ class Service:
     def history(self) -> History | None:
         return self.holder.history
 
-    def _transport(self, e2: E2) -> Transport:
-        def broken(reason: str) -> None:
-            self.metrics.e2_rejected.labels(reason=reason).inc()
-
-        if e2.transport == "rmr":
-            return RmrTransport(e2.port, on_broken=broken)
-        return TcpTransport("0.0.0.0", e2.port, on_broken=broken)
+    def _broken(self, reason: str) -> None:
+        self.metrics.e2_rejected.labels(reason=reason).inc()
 
     async def _prepare(self, model: OnnxForecaster) -> None:
         """Take the recalibration other replicas keep for ``model`` before serving it, so a

@@ -46,6 +46,7 @@ def synthetic_panel(column: str, cells: int, seed: int):  # -> Panel
 def cmd_e2sim(args: argparse.Namespace) -> None:
     from kpi_forecast.data.ingest import load_panel
     from kpi_forecast.xapp.e2.mock_node import MockE2Node, create_app
+    from kpi_forecast.xapp.e2.rmr import RmrTransport
 
     pairs = [kpi.partition("=") for kpi in args.kpi]
     for (column, _, measurement), text in zip(pairs, args.kpi, strict=True):
@@ -74,14 +75,14 @@ def cmd_e2sim(args: argparse.Namespace) -> None:
     from kpi_forecast.xapp.server import run
 
     host, _, port = args.listen.rpartition(":")
-    node = MockE2Node(panel, measurement, extra=extra, cells_per_node=args.cells_per_node,
-                      speed=args.speed,
+    node = MockE2Node(panel, measurement, RmrTransport(args.rmr_port), extra=extra,
+                      cells_per_node=args.cells_per_node, speed=args.speed,
                       pace_ms=args.period_ms, start=int(step.get("start", 0)),
                       end=int(step["end"]) if "end" in step else None, faults=args.faults,
                       seed=args.seed, live_from=live_from)
     reported = ", ".join(f"{column} as {name}" for column, _, name in pairs)
     print(f"mock E2 node: {panel.n_cells} cells in {len(node.nodes())} node(s), {reported}; "
-          f"subscription API on http://{args.listen}")
+          f"subscription API on http://{args.listen}, RMR on port {args.rmr_port}")
     # Nothing lingers to wait for: a subscription is answered at once, the rest is background.
     run(create_app(node), host or "127.0.0.1", int(port), graceful_s=2.0)
 
@@ -94,6 +95,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     sim.add_argument("--kpi", required=True, action="append", help="COLUMN=MEASUREMENT, "
                      "e.g. prb_util=RRU.PrbUsedDl (a TS 28.552 name); repeat for more KPIs")
     sim.add_argument("--listen", default="127.0.0.1:8090", help="subscription API HOST:PORT")
+    sim.add_argument("--rmr-port", type=int, default=38000, help="the port librmr sends from "
+                     "(default 38000, the E2 termination's rmr-data port on a RIC)")
     sim.add_argument("--freq", help="grid step of the file (inferred when absent)")
     sim.add_argument("--start", help="first timestamp replayed")
     sim.add_argument("--end", help="timestamp where the replay stops")

@@ -48,6 +48,10 @@ class E2Link:
                                                  name="e2-subscribe"))
         return [*tasks, asyncio.create_task(self.ingestor.run(), name="e2-writer")]
 
+    def ready(self) -> bool:
+        """E2 is off, or its transport can take messages."""
+        return self.transport is None or self.transport.ready()
+
     async def _on_frame(self, frame: Frame) -> None:
         if self.subscriber is not None and await self.subscriber.handle(frame):
             return

@@ -4,9 +4,15 @@ It serves the subscription REST API (see ``xapp.e2.subscription``) and, for each
 subscription, answers with an E2AP RICsubscriptionResponse on the subscriber's rmr-data
 endpoint, then replays the file's values for the subscribed cells as RIC Indications: one per
 reporting period, holding one value per step of the data, stamped with the collection start
-time. Cells are grouped into E2 nodes of ``cells_per_node``. Sending survives the xApp
-restarting (reconnects with backoff), and faults can be injected for tests: malformed payloads,
-duplicates, late (out-of-order) reports and lost reports (gaps).
+time. Cells are grouped into E2 nodes of ``cells_per_node``. The messages go through a
+``Transport``: librmr in ``kpi-forecast e2sim``, to the endpoint the subscription names, as the
+E2 termination sends them on a RIC.
+
+As an E2 termination does, it keeps no indication for an xApp that cannot take it: one that
+cannot be sent (the xApp restarting, not up yet) is dropped and counted (``undelivered``), the
+outage logged once with its reason and its end; the replay goes on. A subscription's outcome
+is retried, with its reason logged, until it is delivered. Faults can be injected for tests:
+malformed payloads, duplicates, late (out-of-order) reports and lost reports (gaps).
 
     kpi-forecast e2sim --data FILE --kpi COL=MEAS_NAME [--listen HOST:PORT] [--speed X] ...
 """
@@ -28,6 +34,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
 from kpi_forecast.data.panel import Panel
 from kpi_forecast.xapp.e2 import e2ap, kpm
+from kpi_forecast.xapp.e2.rmr import RmrError
 from kpi_forecast.xapp.e2.subscription import (
     E2Node,
     SubscriptionDetail,
@@ -40,9 +47,9 @@ from kpi_forecast.xapp.e2.transport import (
     RIC_SUB_FAILURE,
     RIC_SUB_RESP,
     Frame,
-    TcpTransport,
+    Transport,
 )
-from kpi_forecast.xapp.failures import log_retry
+from kpi_forecast.xapp.failures import describe, log_retry
 
 log = logging.getLogger(__name__)
 
@@ -70,10 +77,15 @@ class Subscription:
     task: asyncio.Task | None = None
 
 
+# What a send to an endpoint that is not there raises: librmr's failure, a socket's.
+UNREACHABLE = (RmrError, OSError)
+
+
 @dataclass
 class MockE2Node:
     panel: Panel  # the grid and cells; its target column is reported as ``measurement``
     measurement: str
+    transport: Transport  # started and closed with the node
     # Further measurements on the same grid and cells (other columns of the file), by name.
     extra: dict[str, np.ndarray] = field(default_factory=dict)
     cells_per_node: int = 8
@@ -89,7 +101,7 @@ class MockE2Node:
 
     def __post_init__(self) -> None:
         self._values = {self.measurement: self.panel.values, **self.extra}
-        self._transport = TcpTransport("127.0.0.1", 0)
+        self._unreachable: set[str] = set()  # endpoints in an outage, logged at its start
         self._rng = random.Random(self.seed)
         self._next_instance = 1
         self.step_ms = int(self.panel.step / pd.Timedelta("1ms"))
@@ -102,6 +114,14 @@ class MockE2Node:
                        for i in range(k, min(k + self.cells_per_node, len(ids)))]}
             for k in range(0, len(ids), self.cells_per_node)
         ]
+
+    async def open(self) -> None:
+        """Start the transport (before the first subscription)."""
+
+        async def nothing_expected(frame: Frame) -> None:  # the xApp sends over REST
+            log.warning("e2sim: ignoring a message of type %d", frame.msg_type)
+
+        await self.transport.start(nothing_expected)
 
     # --- subscriptions ---------------------------------------------------------------------
 
@@ -162,7 +182,7 @@ class MockE2Node:
 
     async def _run(self, subscription: Subscription, outcomes: list[Frame]) -> None:
         for outcome in outcomes:
-            await self._send(subscription.host, subscription.port, outcome)
+            await self._send_until_delivered(subscription.host, subscription.port, outcome)
         await self._replay(subscription)
 
     async def _replay(self, subscription: Subscription) -> None:
@@ -180,7 +200,6 @@ class MockE2Node:
             await asyncio.sleep(self._pause(per_report) if caught_up else 0.0)
         for frame in held:
             await self._send(subscription.host, subscription.port, frame)
-            self.sent["indications"] += 1
         self.sent["replays_done"] += 1
 
     def _indication(self, stream: Stream, steps: range) -> Frame:
@@ -205,20 +224,17 @@ class MockE2Node:
             return
         if self._rng.random() < self.faults.get("malformed", 0.0):
             garbage = bytes(self._rng.getrandbits(8) for _ in range(24))
-            await self._send(host, port, Frame(RIC_INDICATION, frame.subscription_id, garbage))
-            self.sent["malformed"] += 1
+            await self._send(host, port, Frame(RIC_INDICATION, frame.subscription_id, garbage),
+                             "malformed")
         if self._rng.random() < self.faults.get("late", 0.0):
             held.append(frame)
             self.sent["late"] += 1
             return
         await self._send(host, port, frame)
-        self.sent["indications"] += 1
         if self._rng.random() < self.faults.get("duplicate", 0.0):
-            await self._send(host, port, frame)
-            self.sent["duplicates"] += 1
+            await self._send(host, port, frame, "duplicates")
         while held and self._rng.random() < 0.5:
             await self._send(host, port, held.pop(0))
-            self.sent["indications"] += 1
 
     def _pause(self, steps: int) -> float:
         if self.pace_ms is not None:
@@ -227,28 +243,49 @@ class MockE2Node:
             return 0.0
         return steps * self.step_ms / 1000.0 / self.speed
 
-    async def _send(self, host: str, port: int, frame: Frame) -> None:
-        """Send, reconnecting with backoff while the xApp is away (a restart)."""
+    async def _send(self, host: str, port: int, frame: Frame,
+                    kind: str = "indications") -> None:
+        """Send once; what cannot be sent is dropped and counted as ``undelivered``."""
+        endpoint = f"{host}:{port}"
+        try:
+            await self.transport.send(host, port, frame)
+        except UNREACHABLE as exc:
+            self.sent["undelivered"] += 1
+            if endpoint not in self._unreachable:
+                self._unreachable.add(endpoint)
+                log.warning("e2sim: the subscriber's rmr-data endpoint %s cannot be reached "
+                            "(%s): dropping indications, counted as undelivered, until it can",
+                            endpoint, describe(exc))
+            return
+        if endpoint in self._unreachable:
+            self._unreachable.discard(endpoint)
+            log.warning("e2sim: %s reached again (%d undelivered so far)", endpoint,
+                        self.sent["undelivered"])
+        self.sent[kind] += 1
+
+    async def _send_until_delivered(self, host: str, port: int, frame: Frame) -> None:
+        """Send, retrying with backoff while the endpoint cannot be reached."""
         async for attempt in AsyncRetrying(
             wait=wait_exponential(multiplier=0.05, max=5.0),
-            retry=retry_if_exception_type(OSError),
+            retry=retry_if_exception_type(UNREACHABLE),
             before_sleep=log_retry(log, f"e2sim: the subscriber's rmr-data endpoint "
                                         f"{host}:{port}"),
         ):
             with attempt:
-                await self._transport.send(host, port, frame)
+                await self.transport.send(host, port, frame)
 
     async def close(self) -> None:
         tasks = [s.task for s in self.subscriptions.values() if s.task is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await self._transport.close()
+        await self.transport.close()
 
 
 def create_app(node: MockE2Node) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await node.open()
         yield
         await node.close()  # the replays stop with the server
 

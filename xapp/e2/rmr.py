@@ -11,6 +11,11 @@ the handler to take them, which carries the history store's back-pressure to the
 TCP does; sends run in a worker thread. RMR health checks (RIC_HEALTH_CHECK_REQ, 100) are
 answered on the receiving thread with RIC_HEALTH_CHECK_RESP (101), as O-RAN SC xApps do, so
 that ``rmr_probe`` can serve as a probe.
+
+Routes come as on any O-RAN SC RIC: from the routing manager (``RMR_RTG_SVC``) or a static
+table (``RMR_SEED_RT``), both set by the chart. Where neither is set (a run outside a RIC),
+the xApp takes an empty static table: it answers through wormholes and return-to-sender, and
+RMR counts as ready once a table is loaded.
 """
 
 from __future__ import annotations
@@ -18,9 +23,11 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import logging
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from importlib.resources import files
 
 from kpi_forecast.model.errors import UserError
 from kpi_forecast.xapp.e2.transport import Frame, Handler
@@ -38,6 +45,7 @@ RMR_ERR_TIMEOUT = 12
 RIC_HEALTH_CHECK_REQ = 100
 RIC_HEALTH_CHECK_RESP = 101
 HEALTHY = b"OK\x00"
+NO_ROUTES = files("kpi_forecast.xapp.e2") / "no-routes.rt"
 
 
 class RmrError(UserError, RuntimeError):
@@ -99,26 +107,35 @@ class RmrTransport:
 
     def __init__(self, port: int, on_broken: Callable[[str], None] | None = None,
                  library: str | None = None) -> None:
+        """Loads librmr and listens on ``port`` at once, so that a missing library or a port
+        in use is said (RmrError, one line from the CLI) before anything else starts."""
         self.port = port
         self._on_broken = on_broken or (lambda reason: None)
         self._lib = load(library or LIBRARY)
-        self._context: int | None = None
         self._stop = threading.Event()
         self._receiver: threading.Thread | None = None
         self._sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rmr-send")
         self._wormholes: dict[str, int] = {}
+        if "RMR_RTG_SVC" not in os.environ and "RMR_SEED_RT" not in os.environ:
+            os.environ.update(RMR_SEED_RT=str(NO_ROUTES), RMR_RTG_SVC="-1")
+            log.info("rmr: no routing manager (RMR_RTG_SVC) or static route table "
+                     "(RMR_SEED_RT) named: an empty static table, answers by return-to-sender "
+                     "and wormholes only")
+        self._context: int | None = self._lib.rmr_init(str(port).encode(), MAX_MESSAGE, 0)
+        if not self._context:
+            raise RmrError(f"RMR cannot listen on port {port} (rmr_init failed: is the port "
+                           "in use?)")
 
     async def start(self, handler: Handler) -> None:
-        if self.port == 0:
-            raise RmrError("RMR needs its port named (it has no 'any free port')")
-        context = self._lib.rmr_init(str(self.port).encode(), MAX_MESSAGE, 0)
-        if not context:
-            raise RmrError(f"rmr_init on port {self.port} failed (is the port free?)")
-        self._context = context
+        """Hand what arrives to ``handler``, on the running event loop."""
         loop = asyncio.get_running_loop()
         self._receiver = threading.Thread(target=self._receive, args=(loop, handler),
                                           name="rmr-receive", daemon=True)
         self._receiver.start()
+
+    def ready(self) -> bool:
+        """RMR has a route table (from the routing manager or the static one)."""
+        return self._context is not None and bool(self._lib.rmr_ready(self._context))
 
     def _receive(self, loop: asyncio.AbstractEventLoop, handler: Handler) -> None:
         lib, context, message = self._lib, self._context, None

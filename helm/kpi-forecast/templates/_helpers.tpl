@@ -180,7 +180,7 @@ chart's tests check for every values file they render.
               "description" "RMR data: E2 subscriptions and KPM indications")
         (dict "name" "rmr-route" "container" $container "port" .Values.containerPorts.rmrRoute
               "description" "RMR route table updates from the routing manager")))
-      "rmr" .Values.rmr
+      "rmr" (omit .Values.rmr "routingManager" "routes")
       "controls" $controls -}}
 {{- toPrettyJson $descriptor -}}
 {{- end -}}
