@@ -11,16 +11,15 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-# --no-compile: bytecode is written for what is imported, when it is first imported, instead
-# of for every file of every dependency at install (the serve extra into a fresh venv: 64 s
-# with, 22 s without, on the 2-core build machine).
+# pip compiles bytecode at install: where PYTHONDONTWRITEBYTECODE is set (as on the CI
+# machines), nothing written later would be kept, and every process would compile torch anew.
 $(VENV)/.installed-train: $(BIN)/python pyproject.toml
-	$(BIN)/pip install --quiet --no-compile -e ".[train,serve]"
+	$(BIN)/pip install --quiet -e ".[train,serve]"
 	touch $@
 
 # One resolution for everything make test needs, rather than one per extra.
 $(VENV)/.installed-dev: $(BIN)/python pyproject.toml
-	$(BIN)/pip install --quiet --no-compile -e ".[train,serve,dev]"
+	$(BIN)/pip install --quiet -e ".[train,serve,dev]"
 	touch $@ $(VENV)/.installed-train
 
 demo: $(VENV)/.installed-train
@@ -64,7 +63,7 @@ bench: $(VENV)/.installed-bench
 	$(BIN)/python -m benchmarks.shared_history
 
 $(VENV)/.installed-bench: $(VENV)/.installed-train
-	$(BIN)/pip install --quiet --no-compile -e ".[train,serve,bench]"
+	$(BIN)/pip install --quiet -e ".[train,serve,bench]"
 	touch $@
 
 # Side by side with neuralforecast and statsforecast on Milan and the sample (37 min measured;

@@ -252,8 +252,8 @@ def test_serving_venv_built_like_the_image_serves_without_torch(
     # One import name beside its metadata: nothing that shadows another project's `data`.
     assert {name for name in top if not name.endswith(".dist-info")} == {"kpi_forecast"}, top
     install = subprocess.run(
-        # --no-compile as the Makefile installs: bytecode of all of pandas and pyarrow was two
-        # thirds of this install's time, and none of it is what this test checks.
+        # --no-compile: bytecode of all of pandas and pyarrow was two thirds of this install's
+        # time, and this venv starts only a handful of processes (the image compiles).
         [str(python), "-m", "pip", "install", "--quiet", "--no-compile", f"{wheel}[serve]"],
         capture_output=True, text=True, timeout=900, cwd=tmp_path,
     )

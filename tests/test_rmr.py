@@ -4,7 +4,9 @@ can make with it named in one line."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import os
+import random
 import socket
 import subprocess
 from pathlib import Path
@@ -13,10 +15,20 @@ import pytest
 
 from kpi_forecast.model.errors import UserError
 from kpi_forecast.xapp.config import ConfigError
-from kpi_forecast.xapp.e2.rmr import RmrError, RmrTransport
+from kpi_forecast.xapp.e2 import e2ap, kpm
+from kpi_forecast.xapp.e2.ingest import Route
+from kpi_forecast.xapp.e2.rmr import RIC_HEALTH_CHECK_REQ, RmrError, RmrTransport
+from kpi_forecast.xapp.e2.transport import (
+    RIC_INDICATION,
+    RIC_SUB_DEL_RESP,
+    RIC_SUB_FAILURE,
+    RIC_SUB_RESP,
+    Frame,
+)
 from tests.processes import BIN, answers, free_port, running
-from tests.rmr_library import RMR
+from tests.rmr_library import RMR, rmr_transport
 from tests.xapp_helpers import descriptor, make_model, write_descriptor
+from tests.xapp_helpers import running as xapp_running
 
 E2 = {"enabled": True, "kpis": {"kpi": {"measurement": "RRU.PrbUsedDl"}}}
 
@@ -78,3 +90,59 @@ def test_serve_over_rmr_as_a_process(rmr_library: Path, tmp_path: Path) -> None:
     assert done.stderr.strip().splitlines()[-1].startswith(
         "kpi-forecast: error: cannot load librmr_si.so.4"), done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_malformed_message_of_every_type_is_counted_and_ingestion_goes_on(
+        rmr_library: Path, tmp_path: Path) -> None:
+    """Garbage, empty and oversized payloads under every message type the xApp can be sent:
+    each one counted by reason, none stops the receiving thread or the probe's answer, and a
+    good indication after them is ingested."""
+    model_dir = make_model(tmp_path / "model")
+    rng = random.Random(0)
+    payloads = [bytes(rng.getrandbits(8) for _ in range(24)), b"",
+                bytes(rng.getrandbits(8) for _ in range(60_000))]
+    # What each type is counted as: outcomes by the subscription, the rest on the
+    # indication path (an A1 policy request, 20010, is not taken yet).
+    expected = {RIC_SUB_RESP: "subscription-outcome", RIC_SUB_FAILURE: "subscription-outcome",
+                RIC_SUB_DEL_RESP: "msg-type", RIC_INDICATION: "e2ap", 20010: "msg-type",
+                999: "msg-type"}
+    port = free_port()
+    e2 = {**E2, "port": port, "submgrUrl": f"http://127.0.0.1:{free_port()}"}
+
+    async def go() -> None:
+        async with xapp_running(descriptor(tmp_path, model_dir, e2=e2)) as client:
+            service = client.app.state.service
+            service.ingestor.add_route(7, 1, Route("cell-A", 3_600_000))
+            sender = rmr_transport()
+            for msg_type in [*expected, RIC_HEALTH_CHECK_REQ]:
+                for payload in payloads:
+                    await sender.send("127.0.0.1", port, Frame(msg_type, 7, payload))
+            await sender.send("127.0.0.1", port, good_indication())
+            registry = service.metrics.registry
+            for _ in range(400):
+                if registry.get_sample_value("kpi_forecast_e2_indications_total") == 1.0:
+                    break
+                await asyncio.sleep(0.025)
+            counts = {reason: registry.get_sample_value(
+                "kpi_forecast_e2_indications_rejected_total", {"reason": reason})
+                for reason in set(expected.values())}
+            wanted = {reason: float(list(expected.values()).count(reason) * len(payloads))
+                      for reason in set(expected.values())}
+            assert counts == wanted
+            assert registry.get_sample_value("kpi_forecast_e2_indications_total") == 1.0
+            probe = await asyncio.to_thread(
+                subprocess.run, [str(RMR / "bin" / "rmr_probe"), "-h", f"127.0.0.1:{port}",
+                                 "-t", "10"], capture_output=True, text=True, timeout=30)
+            assert probe.returncode == 0, probe.stdout + probe.stderr
+            await sender.close()
+
+    asyncio.run(go())
+
+
+def good_indication() -> Frame:
+    start = dt.datetime(2024, 3, 1, tzinfo=dt.UTC)
+    message = kpm.encode_indication_message(kpm.IndicationMessage(
+        [kpm.Measurement("RRU.PrbUsedDl", [42.0])], granularity_ms=3_600_000))
+    payload = e2ap.encode_indication(1, 7, 2, 1, None, kpm.encode_indication_header(start),
+                                     message)
+    return Frame(RIC_INDICATION, 7, payload)

@@ -69,7 +69,7 @@ class Ingestor:
         try:
             write = self._decode(frame)
         except _Rejected as rejected:
-            self._reject(rejected.reason, str(rejected))
+            self.reject(rejected.reason, str(rejected))
             return
         await self._pending.put(write)
 
@@ -93,17 +93,17 @@ class Ingestor:
         store = self._history()
         if store is None:
             for _ in batch:
-                self._reject("not-ready", "no history store yet")
+                self.reject("not-ready", "no history store yet")
             return
         try:
             results = await store.put_cells([(w.cell_id, w.reports) for w in batch])
         except HistoryUnavailable as exc:
             for _ in batch:
-                self._reject("history-store", str(exc))
+                self.reject("history-store", str(exc))
             return
         for result in results:
             if isinstance(result, HistoryError):
-                self._reject("history", str(result))
+                self.reject("history", str(result))
             else:
                 self._metrics.e2_indications.inc()
 
@@ -145,12 +145,13 @@ class Ingestor:
         return _Write(route.cell_id, [(stamp + period * granularity, value * source.scale)
                                       for period, value in enumerate(values) if value is not None])
 
-    def _reject(self, reason: str, detail: str) -> None:
+    def reject(self, reason: str, detail: str) -> None:
+        """Count a dropped E2 message by reason; log it at most once a minute per reason."""
         self._metrics.e2_rejected.labels(reason=reason).inc()
         now = time.monotonic()
         if now - self._last_logged.get(reason, -math.inf) >= LOG_EVERY_S:
             self._last_logged[reason] = now
-            log.warning("e2: indication dropped (%s): %s; further ones with this reason are "
+            log.warning("e2: message dropped (%s): %s; further ones with this reason are "
                         "counted in kpi_forecast_e2_indications_rejected_total", reason, detail)
 
 

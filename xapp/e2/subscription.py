@@ -195,11 +195,12 @@ class Subscriber:
         try:
             pdu = e2ap.decode(frame.payload)
         except kpm.DecodeError as exc:
-            log.warning("e2: undecodable subscription outcome: %s", describe(exc))
+            self.ingestor.reject("subscription-outcome", f"undecodable: {describe(exc)}")
             return True
         pending = self._pending.get(pdu.requestor_id)
-        if pending is None:
-            log.warning("e2: outcome for unknown request %d", pdu.requestor_id)
+        if pdu.kind not in ("subscription_response", "subscription_failure") or pending is None:
+            self.ingestor.reject("subscription-outcome", f"an E2AP {pdu.kind} for request "
+                                 f"{pdu.requestor_id}, which is not one waiting for an outcome")
             return True
         cell = pending.cell.cell_id
         if pdu.kind == "subscription_response" and ACTION_ID in pdu.admitted:
