@@ -7,8 +7,9 @@ would pin redis 4 and protobuf 3 into the serving image.
 
 librmr's calls block, so they run on threads of their own: one receives (with a timeout, so
 that it notices a stop) and hands what has arrived to the event loop in batches, waiting for
-the handler to take them, which carries the history store's back-pressure to the sender as
-TCP does; sends run in a worker thread. RMR health checks (RIC_HEALTH_CHECK_REQ, 100) are
+the handler to take them; sends run in a worker thread. Unlike TCP, that wait does not reach
+the sender: librmr's own receive ring fills meanwhile, and what arrives while it is full is
+dropped by librmr (see docs/benchmarks.md). RMR health checks (RIC_HEALTH_CHECK_REQ, 100) are
 answered on the receiving thread with RIC_HEALTH_CHECK_RESP (101), as O-RAN SC xApps do, so
 that ``rmr_probe`` can serve as a probe.
 
