@@ -38,11 +38,11 @@ from kpi_forecast.xapp.e2.transport import RIC_INDICATION, Frame, Transport
 from kpi_forecast.xapp.history import MemoryHistory
 from kpi_forecast.xapp.metrics import Metrics
 from kpi_forecast.xapp.service import rmr_transport
+from tests.rmr_library import RMR
 from tests.tcp_transport import TcpTransport, encode_frame
 
 MEASUREMENT = "RRU.PrbUsedDl"
 START = dt.datetime(2024, 3, 4, tzinfo=dt.UTC)
-SHARED_RMR = Path(__file__).resolve().parents[1].parent / "shared" / "rmr"
 
 
 def indication(action: int, start: dt.datetime, values: list[float]) -> Frame:
@@ -100,15 +100,24 @@ def in_process_rate(frames: list[Frame], cells: int) -> float:
 
 
 def rmr_available() -> bool:
-    """librmr from ../shared/rmr, run as without a routing manager (wormholes only)."""
-    library = SHARED_RMR / "lib" / rmr.LIBRARY
+    """librmr from ../shared/rmr; with no route source named, the xApp and the senders take
+    librmr's empty static table themselves (wormholes only)."""
+    library = RMR / "lib" / rmr.LIBRARY
     if not library.is_file():
         return False
-    table = Path(tempfile.mkdtemp()) / "rmr-routes.txt"
-    table.write_text("newrt|start\nnewrt|end\n")
-    os.environ.update(RMR_SEED_RT=str(table), RMR_RTG_SVC="-1")
     rmr.LIBRARY = str(library)
     return True
+
+
+def write_config(model_dir: Path) -> tuple[Path, int]:
+    """A descriptor serving ``model_dir`` with E2 on a free rmr-data port: its path, the port."""
+    raw = json.loads((DEFAULT_DIR / CONFIG_FILE_NAME).read_text())
+    port = free_port()
+    raw["controls"].update(modelDir=str(model_dir), e2={
+        "enabled": True, "port": port, "kpis": {"traffic": {"measurement": MEASUREMENT}}})
+    config = model_dir.parent / CONFIG_FILE_NAME
+    config.write_text(json.dumps(raw))
+    return config, port
 
 
 def new_sender(transport: str) -> Transport:
@@ -116,12 +125,7 @@ def new_sender(transport: str) -> Transport:
 
 
 async def through_the_xapp(model_dir: Path, cells: int, hours: int, transport: str) -> dict:
-    raw = json.loads((DEFAULT_DIR / CONFIG_FILE_NAME).read_text())
-    raw["controls"].update(modelDir=str(model_dir), e2={
-        "enabled": True, "port": free_port(),
-        "kpis": {"traffic": {"measurement": MEASUREMENT}}})
-    config = model_dir.parent / CONFIG_FILE_NAME
-    config.write_text(json.dumps(raw))
+    config, _ = write_config(model_dir)
     frames = frames_for(cells, hours)
     app = create_app(load_descriptor(config), watch_config=False,
                      e2_transport=rmr_transport if transport == "rmr" else (
@@ -167,12 +171,7 @@ async def through_the_xapp(model_dir: Path, cells: int, hours: int, transport: s
 async def from_another_process(model_dir: Path, cells: int, hours: int) -> dict:
     """The E2 side in a process of its own (``benchmarks.rmr_sender``), as on a RIC: the rate
     at which the xApp takes indications, from the first one counted to the last."""
-    raw = json.loads((DEFAULT_DIR / CONFIG_FILE_NAME).read_text())
-    port = free_port()
-    raw["controls"].update(modelDir=str(model_dir), e2={
-        "enabled": True, "port": port, "kpis": {"traffic": {"measurement": MEASUREMENT}}})
-    config = model_dir.parent / CONFIG_FILE_NAME
-    config.write_text(json.dumps(raw))
+    config, port = write_config(model_dir)
     frames = frames_for(cells, hours)
     framed = model_dir.parent / "frames.bin"
     framed.write_bytes(b"".join(encode_frame(frame) for frame in frames))
@@ -183,7 +182,7 @@ async def from_another_process(model_dir: Path, cells: int, hours: int) -> dict:
             await asyncio.sleep(0.01)
         for cell in range(cells):
             service.ingestor.add_route(1, cell + 1, Route(f"cell-{cell}", 3_600_000))
-        env = {**os.environ, "LD_LIBRARY_PATH": str(SHARED_RMR / "lib")}
+        env = {**os.environ, "LD_LIBRARY_PATH": str(RMR / "lib")}
         sender = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "benchmarks.rmr_sender", f"127.0.0.1:{port}", str(framed),
             cwd=Path(__file__).resolve().parents[1], env=env)

@@ -17,15 +17,13 @@ RMR = Path(__file__).resolve().parents[1].parent / "shared" / "rmr"
 
 
 @pytest.fixture
-def rmr_library(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+def rmr_library(monkeypatch: pytest.MonkeyPatch) -> Path:
     """librmr from ../shared/rmr, as a RIC without a routing manager runs it: no route table
     service, an empty static table (the xApp answers through wormholes)."""
     library = RMR / "lib" / rmr.LIBRARY
     if not library.is_file():
         pytest.skip(f"{library} not present (RMR 4.9.4 in ../shared/rmr)")
-    table = tmp_path / "rmr-routes.txt"
-    table.write_text("newrt|start\nnewrt|end\n")
-    monkeypatch.setenv("RMR_SEED_RT", str(table))
+    monkeypatch.setenv("RMR_SEED_RT", str(rmr.NO_ROUTES))
     monkeypatch.setenv("RMR_RTG_SVC", "-1")
     monkeypatch.setattr(rmr, "LIBRARY", str(library))
     # For the processes the test starts, as an installed librmr is found.
