@@ -1,5 +1,9 @@
 """A randomly initialised forecaster exported to a model directory, for runtime tests."""
 
+import atexit
+import functools
+import shutil
+import tempfile
 from pathlib import Path
 
 import torch
@@ -28,3 +32,18 @@ def exported(
     export_onnx(network, model_dir, meta)
     meta.save(model_dir)
     return network.eval(), OnnxForecaster(model_dir, options)
+
+
+@functools.cache
+def _exported_once(context: int, horizon: int) -> Path:
+    folder = Path(tempfile.mkdtemp(prefix="kpi-forecast-model-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    exported(folder / "model", context, horizon)
+    return folder / "model"
+
+
+def exported_copy(model_dir: Path, context: int, horizon: int) -> Path:
+    """``exported(model_dir, context, horizon)``'s directory, exported once per test process:
+    the exporter takes seconds, and with the same seed it writes the same graph every time."""
+    shutil.copytree(_exported_once(context, horizon), model_dir)
+    return model_dir

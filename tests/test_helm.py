@@ -27,6 +27,8 @@ import jsonschema
 import pytest
 import yaml
 
+from kpi_forecast.xapp.a1.policy import POLICY_TYPE_ID
+from kpi_forecast.xapp.schema_files import A1_POLICY_TYPE
 from tests.k8s_tools import tool
 from tests.rmr_library import rmr_transport
 from tests.system_tools import system_tool
@@ -380,16 +382,18 @@ def env_of(docs: Docs) -> dict[str, str]:
 def test_rmr_routes_come_from_the_routing_manager_or_the_static_table(
         helm: Path, rendered: Callable[[str], Docs], tmp_path: Path, rmr_library: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """As on an O-RAN SC RIC: by default the routing manager's tables, the static one (empty)
-    until they come; without a routing manager, the static table alone. librmr loads the
-    rendered table and says it is ready."""
+    """As on an O-RAN SC RIC: by default the routing manager's tables, the static one (the
+    xApp's A1 answers and queries to the A1 mediator) until they come; without a routing
+    manager, the static table alone. librmr loads the rendered table and says it is ready."""
     default = rendered("default")
     env = env_of(default)
     assert env["RMR_RTG_SVC"] == "service-ricplt-rtmgr-rmr.ricplt:4561"
     assert env["RMR_SEED_RT"] == "/opt/ric/config/router.txt"
     assert env["RMR_SRC_ID"] == f"service-ricxapp-kpi-forecast-rmr.{NAMESPACE}"
     cm = find(default, "ConfigMap", "configmap-ricxapp-kpi-forecast-appconfig")
-    assert cm["data"]["router.txt"] == "newrt|start\nnewrt|end\n"
+    mediator = "service-ricplt-a1mediator-rmr.ricplt:4562"
+    assert cm["data"]["router.txt"] == (f"newrt|start\nmse|20011|-1|{mediator}\n"
+                                        f"mse|20012|-1|{mediator}\nnewrt|end\n")
 
     route = "mse|20011|-1|service-ricplt-a1mediator-rmr.ricplt:4562"
     static = template(helm, "--set", "rmr.routingManager=", "--set-json",
@@ -425,9 +429,12 @@ def test_configmap_holds_a_descriptor_the_xapp_accepts(
     rendered: Callable[[str], Docs], values: str, tmp_path: Path
 ) -> None:
     cm = find(rendered(values), "ConfigMap", "configmap-ricxapp-kpi-forecast-appconfig")
-    assert set(cm["data"]) == {"config-file.json", "schema.json", "router.txt"}
-    # A YAML literal block keeps the text as is: the xApp reads exactly its own schema.
+    assert set(cm["data"]) == {"config-file.json", "schema.json", "router.txt",
+                               "a1-policy-type.json"}
+    # A YAML literal block keeps the text as is: the xApp reads exactly its own schema, and
+    # the A1 mediator is given exactly the policy type the xApp takes.
     assert cm["data"]["schema.json"].encode() == XAPP_SCHEMA.read_bytes()
+    assert cm["data"]["a1-policy-type.json"].encode() == (ROOT / A1_POLICY_TYPE).read_bytes()
     config = json.loads(cm["data"]["config-file.json"])
     schema = json.loads(cm["data"]["schema.json"])
     jsonschema.Draft202012Validator.check_schema(schema)
@@ -444,6 +451,10 @@ def test_configmap_holds_a_descriptor_the_xapp_accepts(
     controls = loaded.controls
     assert controls.model_dir == "/opt/ric/model"
     assert controls.e2.port == 4560
+    assert controls.a1.enabled  # on a RIC the xApp takes the policies its descriptor names
+    rmr_data = config["messaging"]["ports"][1]
+    assert rmr_data["policies"] == [POLICY_TYPE_ID] == config["rmr"]["policies"]
+    assert "A1_POLICY_REQ" in rmr_data["rxMessages"]
     assert controls.e2.client_host == f"service-ricxapp-kpi-forecast-rmr.{NAMESPACE}"
     assert [p["name"] for p in config["messaging"]["ports"]] == ["http", "rmr-data", "rmr-route"]
     assert config["livenessProbe"]["httpGet"] == {"path": "ric/v1/health/alive", "port": 8080}

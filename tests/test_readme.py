@@ -268,6 +268,30 @@ def check_request(command: str) -> None:
         jsonschema.validate(body, {**schema, "components": document["components"]})
 
 
+def check_a1_request(command: str) -> None:
+    """A call of the A1 mediator's northbound API: the policy type it loads is the one the
+    chart ships, and an instance it creates is one that type and the xApp take."""
+    from kpi_forecast.xapp.a1.policy import POLICY_TYPE_ID, ForecastPolicy
+    from kpi_forecast.xapp.schema_files import A1_POLICY_TYPE
+
+    expanded = subprocess.run(["bash", "-c", "printf '%s\\0' " + command.split(" ", 1)[1]],
+                              capture_output=True, text=True, check=True, cwd=ROOT
+                              ).stdout.split("\0")
+    assert expanded[expanded.index("-X") + 1] == "PUT"
+    path = urllib.parse.urlsplit(next(a for a in expanded if "/A1-P/" in a)).path
+    parts = path.strip("/").split("/")  # A1-P v2 policytypes ID [policies INSTANCE]
+    assert parts[:3] == ["A1-P", "v2", "policytypes"] and parts[3] == str(POLICY_TYPE_ID), path
+    shipped = json.loads((ROOT / A1_POLICY_TYPE).read_text())
+    data = expanded[expanded.index("-d") + 1]
+    if len(parts) == 4:
+        assert data == f"@{A1_POLICY_TYPE}" and shipped["policy_type_id"] == POLICY_TYPE_ID
+        return
+    assert parts[4] == "policies" and len(parts) == 6, path
+    body = json.loads(data)
+    jsonschema.Draft7Validator(shipped["create_schema"]).validate(body)
+    ForecastPolicy.model_validate(body)
+
+
 def check_offline(block: Block) -> None:
     documents: list[dict] = []
     for command in block.commands:
@@ -280,6 +304,8 @@ def check_offline(block: Block) -> None:
             documents = helm_template(argv)
         elif argv[0] == "kubectl" and "port-forward" in argv:
             check_port_forward(argv, documents)
+        elif argv[0] == "curl" and "/A1-P/v2/policytypes/" in command:
+            check_a1_request(command)
         elif argv[0] == "curl":
             check_request(command)
         else:

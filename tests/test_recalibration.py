@@ -19,7 +19,7 @@ from kpi_forecast.model.recalibration import (
     week_of_windows,
 )
 from kpi_forecast.model.runtime import OnnxForecaster
-from tests.exported_model import exported
+from tests.exported_model import exported, exported_copy
 from tests.tolerance import rounding_tolerance
 
 CONTEXT, HORIZON = 72, 12
@@ -28,7 +28,8 @@ LEVELS = np.array([0.1, 0.5, 0.9])
 
 @pytest.fixture(scope="module")
 def forecaster(tmp_path_factory: pytest.TempPathFactory) -> OnnxForecaster:
-    return exported(tmp_path_factory.mktemp("recalibration") / "model", CONTEXT, HORIZON)[1]
+    return OnnxForecaster(exported_copy(tmp_path_factory.mktemp("recalibration") / "model",
+                                         CONTEXT, HORIZON))
 
 
 def series(cells: int, steps: int, seed: int = 0) -> tuple[np.ndarray, pd.DatetimeIndex]:

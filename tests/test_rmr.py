@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from kpi_forecast.model.errors import UserError
+from kpi_forecast.xapp.a1.policy import A1_POLICY_QUERY, POLICY_TYPE_ID
 from kpi_forecast.xapp.config import ConfigError
 from kpi_forecast.xapp.e2 import e2ap, kpm
 from kpi_forecast.xapp.e2.ingest import Route
@@ -25,6 +26,7 @@ from kpi_forecast.xapp.e2.transport import (
     RIC_SUB_RESP,
     Frame,
 )
+from tests.a1_mediator import Mediator
 from tests.processes import BIN, answers, free_port, running
 from tests.rmr_library import RMR, rmr_transport
 from tests.xapp_helpers import descriptor, make_model, write_descriptor
@@ -69,21 +71,35 @@ def test_rmr_needs_its_port_named(tmp_path: Path) -> None:
         descriptor(tmp_path, tmp_path / "model", e2={**E2, "port": 0})
 
 
-def test_serve_over_rmr_as_a_process(rmr_library: Path, tmp_path: Path) -> None:
-    """`kpi-forecast serve` as a RIC runs it: librmr on LD_LIBRARY_PATH, healthy to rmr_probe,
-    and out within seconds of SIGTERM; without the library, one line and exit 2."""
+def test_serve_over_rmr_as_a_process(mediator_routes: int, rmr_library: Path,
+                                     tmp_path: Path) -> None:
+    """`kpi-forecast serve --a1` as a RIC runs it: librmr on LD_LIBRARY_PATH, healthy to
+    rmr_probe, asking the A1 mediator its route table names for the policy instances and
+    taking one, and out within seconds of SIGTERM; without the library, one line and exit 2."""
     http, rmr_port = free_port(), free_port()
     config = write_descriptor(tmp_path / "config", make_model(tmp_path / "model"),
                               e2={**E2, "port": rmr_port})
     argv = [str(BIN / "kpi-forecast"), "serve", "--config", str(config), "--host",
-            "127.0.0.1", "--port", str(http)]
+            "127.0.0.1", "--port", str(http), "--a1"]
     env = {**os.environ, "LD_LIBRARY_PATH": str(rmr_library.parent)}
-    with running(argv, answers(f"http://127.0.0.1:{http}/ric/v1/health/ready"),
-                 tmp_path / "serve.log", env=env):
-        probe = subprocess.run([str(RMR / "bin" / "rmr_probe"), "-h",
-                                f"127.0.0.1:{rmr_port}", "-t", "10"],
-                               capture_output=True, text=True, timeout=30)
-        assert probe.returncode == 0, probe.stdout + probe.stderr
+
+    async def mediate() -> dict:
+        mediator = Mediator(mediator_routes)
+        await mediator.start()
+        try:
+            with running(argv, answers(f"http://127.0.0.1:{http}/ric/v1/health/ready"),
+                         tmp_path / "serve.log", env=env):
+                probe = await asyncio.to_thread(
+                    subprocess.run, [str(RMR / "bin" / "rmr_probe"), "-h",
+                                     f"127.0.0.1:{rmr_port}", "-t", "10"],
+                    capture_output=True, text=True, timeout=30)
+                assert probe.returncode == 0, probe.stdout + probe.stderr
+                assert await mediator.next(A1_POLICY_QUERY) == {"policy_type_id": POLICY_TYPE_ID}
+                return await mediator.request(rmr_port, "CREATE", "i1", {"cells": ["c1"]})
+        finally:
+            await mediator.transport.close()
+
+    assert asyncio.run(mediate())["status"] == "OK"
     without = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=without)
     assert done.returncode == 2
@@ -102,7 +118,7 @@ def test_a_malformed_message_of_every_type_is_counted_and_ingestion_goes_on(
     payloads = [bytes(rng.getrandbits(8) for _ in range(24)), b"",
                 bytes(rng.getrandbits(8) for _ in range(60_000))]
     # What each type is counted as: outcomes by the subscription, the rest on the
-    # indication path (an A1 policy request, 20010, is not taken yet).
+    # indication path (with A1 off, an A1 policy request, 20010, is not taken).
     expected = {RIC_SUB_RESP: "subscription-outcome", RIC_SUB_FAILURE: "subscription-outcome",
                 RIC_SUB_DEL_RESP: "msg-type", RIC_INDICATION: "e2ap", 20010: "msg-type",
                 999: "msg-type"}

@@ -21,7 +21,7 @@ from kpi_forecast.model.runtime import (
     execution_providers,
     fit_to_width,
 )
-from tests.exported_model import exported
+from tests.exported_model import exported_copy
 from tests.tolerance import network_tolerance
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,9 +31,7 @@ HAS_CUDA = CUDA in ort.get_available_providers()
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("runtime") / "model"
-    exported(path, CONTEXT, HORIZON)
-    return path
+    return exported_copy(tmp_path_factory.mktemp("runtime") / "model", CONTEXT, HORIZON)
 
 
 def within(values: np.ndarray) -> float:

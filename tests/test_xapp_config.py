@@ -27,8 +27,8 @@ from kpi_forecast.xapp.controls import DEFAULT_RMR_HOST, E2, Batching, Controls,
 
 PACKAGED = DEFAULT_DIR / CONFIG_FILE_NAME
 SCHEMA = json.loads((DEFAULT_DIR / SCHEMA_FILE_NAME).read_text())
-RX = ["RIC_SUB_RESP", "RIC_SUB_FAILURE", "RIC_SUB_DEL_RESP", "RIC_INDICATION"]
-TX = ["RIC_SUB_REQ", "RIC_SUB_DEL_REQ"]
+RX = ["RIC_SUB_RESP", "RIC_SUB_FAILURE", "RIC_SUB_DEL_RESP", "RIC_INDICATION", "A1_POLICY_REQ"]
+TX = ["RIC_SUB_REQ", "RIC_SUB_DEL_REQ", "A1_POLICY_RESP", "A1_POLICY_QUERY"]
 
 
 def packaged_raw() -> dict:

@@ -12,13 +12,14 @@ import httpx
 
 from kpi_forecast.xapp.api import create_app
 from kpi_forecast.xapp.config import CONFIG_FILE_NAME, DEFAULT_DIR, Descriptor, load_descriptor
-from tests.exported_model import exported
+from tests.exported_model import exported_copy
 
 CONTEXT, HORIZON = 168, 24
 
 
 def make_model(path: Path, version: str = "test") -> Path:
-    exported(path, CONTEXT, HORIZON)
+    """A model directory at ``path`` (a copy of the process's one export), as ``version``."""
+    exported_copy(path, CONTEXT, HORIZON)
     meta = json.loads((path / "metadata.json").read_text())
     meta["model_version"] = version
     (path / "metadata.json").write_text(json.dumps(meta))

@@ -38,21 +38,23 @@ class Admission:
     def release(self) -> None:
         self.limit.release()
 
-    def observe(self, route: Route, arrival: float, answer: Answer, rows: int = 1) -> float:
+    def observe(self, route: Route, arrival: float, answer: Answer, rows: int = 1,
+                budget_s: float | None = None) -> float:
         """Record a forecast response's latency and whether it was goodput (the model's answer
-        within the budget); a single forecast's wait and latency steer the limit. Returns the
-        latency in milliseconds."""
+        within the budget: ``budget_s``, the request's own, else the controls'); a single
+        forecast's wait and latency steer the limit. Returns the latency in milliseconds."""
         now = time.monotonic()
         seconds = now - arrival
         metrics, label = self._metrics, route.path
         metrics.request_latency.labels(route=label).observe(seconds)
-        if seconds > self._budget.for_rows(rows):
+        if seconds > self._budget.for_rows(rows, budget_s):
             metrics.budget_violations.labels(route=label).inc()
         elif answer.source == "model":
             metrics.goodput.labels(route=label).inc()
         if route.series == "one":
+            budget = self._budget.seconds if budget_s is None else budget_s
             self.limit.record(answer.waited, max(seconds, answer.waited),
-                              self._budget.seconds - self._budget.fallback_reserve, now)
+                              budget - self._budget.reserve(budget), now)
         return seconds * 1000.0
 
     def show(self) -> None:

@@ -17,11 +17,14 @@ DECIMALS = 4  # of the quantiles answered in JSON: a tenth of a thousandth of an
 
 
 def _points(answer: Answer, row: int, last: dt.datetime, step: dt.timedelta,
-            horizon: int | None) -> list[dict]:
-    rows = np.round(answer.quantiles[row, :horizon].astype(np.float64), DECIMALS).tolist()
+            horizon: int | None, names: tuple[str, ...] | None) -> list[dict]:
+    quantiles = answer.quantiles[row, :horizon]
+    if names is not None and list(names) != answer.names:
+        quantiles = quantiles[:, [answer.names.index(name) for name in names]]
+    rows = np.round(quantiles.astype(np.float64), DECIMALS).tolist()
     stamps = _timestamps(last.astimezone(dt.UTC), last.tzinfo, step, len(rows))
     return [
-        {"timestamp": stamp, **dict(zip(answer.names, values, strict=True))}
+        {"timestamp": stamp, **dict(zip(names or answer.names, values, strict=True))}
         for stamp, values in zip(stamps, rows, strict=True)
     ]
 
@@ -40,13 +43,14 @@ def _timestamps(last: dt.datetime, zone: dt.tzinfo, step: dt.timedelta, horizon:
 
 
 def cell_response(cell_id: str, answer: Answer, row: int, last: dt.datetime,
-                  step: dt.timedelta, latency_ms: float,
-                  horizon: int | None = None) -> ForecastResponse:
-    """One cell's answer, its first ``horizon`` steps (default: all the answer holds)."""
+                  step: dt.timedelta, latency_ms: float, horizon: int | None = None,
+                  names: tuple[str, ...] | None = None) -> ForecastResponse:
+    """One cell's answer: its first ``horizon`` steps and its quantiles ``names`` (default:
+    all the answer holds)."""
     # Built here from checked parts: validating our own output again would cost more than
     # the model call at batch 1.
     return ForecastResponse.model_construct(
-        cell_id=cell_id, forecasts=_points(answer, row, last, step, horizon),
+        cell_id=cell_id, forecasts=_points(answer, row, last, step, horizon, names),
         model_version=answer.model_version, source=answer.source, reason=answer.reason,
         latency_ms=round(latency_ms, 3),
     )

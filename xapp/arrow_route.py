@@ -9,6 +9,7 @@ from fastapi import Response
 
 from kpi_forecast.model.kpi import kpi_problem, not_kpis
 from kpi_forecast.xapp import binary
+from kpi_forecast.xapp.a1.policies import request_budget
 from kpi_forecast.xapp.errors import ClientError
 from kpi_forecast.xapp.routes import BY_NAME
 from kpi_forecast.xapp.schemas import FIRST_YEAR, LAST_YEAR
@@ -45,12 +46,16 @@ async def forecast_arrow(service: Service, body: bytes, freq: str | None, horizo
         raise ClientError(422, f"series {row} ({cells[row]}): {lengths[row]} steps from "
                           f"{start[row].isoformat()}, and the model's horizon after them, end "
                           f"past {pd.Timestamp.max.date()}")
+    # One table answers every row at one horizon and one set of quantiles: A1 policies have
+    # their say here in the cells they exclude and the budget they set.
+    budget_s = request_budget(service.policies.for_cells(cells), service.budget.seconds)
     last = start + pd.to_timedelta((lengths - 1) * model.step.value, "ns")
-    answer = await decider.forecast(history, pd.DatetimeIndex(last), horizon, arrival, freq)
+    answer = await decider.forecast(history, pd.DatetimeIndex(last), horizon, arrival, freq,
+                                    budget_s=budget_s)
     steps = np.arange(1, horizon + 1, dtype=np.int64) * model.step.value
     stamps = last.as_unit("ns").asi8[:, None] + steps[None, :]
     payload = binary.write_response(cells, stamps, answer.quantiles, answer.names)
-    latency = service.gate.observe(ROUTE, arrival, answer, len(cells))
+    latency = service.gate.observe(ROUTE, arrival, answer, len(cells), budget_s)
     headers = {"X-Model-Version": answer.model_version or "", "X-Source": answer.source,
                "X-Latency-Ms": f"{latency:.3f}"}
     if answer.reason:

@@ -21,7 +21,7 @@ from pydantic.json_schema import SkipJsonSchema
 DEFAULT_APPMGR_URL = "http://service-ricplt-appmgr-http.ricplt:8080/ric/v1/register"
 DEFAULT_RMR_HOST = "service-ricxapp-kpi-forecast-rmr.ricxapp"
 
-_MODEL_CONFIG = ConfigDict(
+MODEL_CONFIG = ConfigDict(
     populate_by_name=True,
     alias_generator=to_camel,
     extra="forbid",
@@ -31,7 +31,7 @@ _MODEL_CONFIG = ConfigDict(
 )
 # The descriptor's envelope belongs to the RIC platform (appmgr, dms_cli): keys this xApp does
 # not use are kept, not refused.
-_ENVELOPE_CONFIG = ConfigDict(_MODEL_CONFIG, extra="allow")
+_ENVELOPE_CONFIG = ConfigDict(MODEL_CONFIG, extra="allow")
 
 Quantile = Annotated[float, Field(gt=0, lt=1)]
 Port = Annotated[int, Field(ge=1, le=65535)]
@@ -41,7 +41,7 @@ MessageTypes = list[Annotated[str, Field(min_length=1)]]
 class Batching(BaseModel):
     """How requests are gathered into one model call."""
 
-    model_config = _MODEL_CONFIG
+    model_config = MODEL_CONFIG
 
     max_batch_size: int = Field(64, ge=1, le=4096)
     """Largest number of series in one model call."""
@@ -57,7 +57,7 @@ class Batching(BaseModel):
 class Registration(BaseModel):
     """Registration with the RIC platform's application manager."""
 
-    model_config = _MODEL_CONFIG
+    model_config = MODEL_CONFIG
 
     enabled: bool = False
     """Register with the application manager at start-up."""
@@ -70,7 +70,7 @@ class Registration(BaseModel):
 class KpiSource(BaseModel):
     """Which E2SM-KPM measurement feeds a KPI, and how reports within one step combine."""
 
-    model_config = _MODEL_CONFIG
+    model_config = MODEL_CONFIG
 
     measurement: str = Field(min_length=1, max_length=150)
     """E2SM-KPM measurement name (3GPP TS 28.552)."""
@@ -91,12 +91,13 @@ DEFAULT_KPIS = {
 class E2(BaseModel):
     """E2 ingestion: the rmr-data port and the E2SM-KPM measurement behind each KPI."""
 
-    model_config = _MODEL_CONFIG
+    model_config = MODEL_CONFIG
 
     enabled: bool = False
     """Ingest E2SM-KPM indications on the rmr-data port."""
     port: int = Field(4560, ge=1, le=65535)
-    """The rmr-data port RMR listens on (librmr: librmr_si.so.4 on the library path)."""
+    """The rmr-data port RMR listens on, for E2 and A1 (librmr: librmr_si.so.4 on the library
+    path)."""
     submgr_url: str | None = Field(None, min_length=1, pattern=r"^https?://.+")
     """Subscription manager base URL; null: do not subscribe (frames may still arrive)."""
     client_host: str | None = Field(None, min_length=1)
@@ -125,7 +126,7 @@ class HistoryStore(BaseModel):
     """Where per-cell history lives: this replica's memory, or the RIC's shared Redis (the
     SDL), so that replicas are stateless."""
 
-    model_config = _MODEL_CONFIG
+    model_config = MODEL_CONFIG
 
     backend: Literal["memory", "redis"] = "memory"
     """memory: this replica alone; redis: shared by every replica."""
@@ -149,7 +150,7 @@ class RecalibrationControls(BaseModel):
     `kpi-forecast predict` does: the offsets are refreshed in the background and a forecast
     only applies them."""
 
-    model_config = _MODEL_CONFIG
+    model_config = MODEL_CONFIG
 
     every_seconds: float = Field(3600.0, ge=0, le=7 * 86400)
     """Seconds between refreshes (0: serve the model's own calibration)."""
@@ -157,10 +158,20 @@ class RecalibrationControls(BaseModel):
     """Most cells a refresh reads: the most recently reported ones."""
 
 
+class A1(BaseModel):
+    """A1 policies from the non-RT RIC (through the RIC's A1 mediator, over RMR on the
+    rmr-data port): the forecasts of groups of cells steered by policy type 30001."""
+
+    model_config = MODEL_CONFIG
+
+    enabled: bool = False
+    """Take A1 policy instances, and ask the A1 mediator for those that exist at start-up."""
+
+
 class Controls(BaseModel):
     """The xApp's own settings; only modelDir has no default."""
 
-    model_config = _MODEL_CONFIG
+    model_config = MODEL_CONFIG
 
     model_dir: str = Field(min_length=1)
     """Directory holding model.onnx and metadata.json."""
@@ -185,6 +196,7 @@ class Controls(BaseModel):
     """Largest REST request body."""
     registration: Registration = Registration()
     e2: E2 = E2()
+    a1: A1 = A1()
 
     @field_validator("quantiles")
     @classmethod

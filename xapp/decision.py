@@ -43,13 +43,19 @@ class Budget:
 
     @property
     def fallback_reserve(self) -> float:
+        return self.reserve(self.seconds)
+
+    @staticmethod
+    def reserve(seconds: float) -> float:
         """The slice of a single forecast's budget kept back to answer from the fallback,
         should the model be late."""
-        return min(0.1 * self.seconds, 0.005)
+        return min(0.1 * seconds, 0.005)
 
-    def for_rows(self, rows: int) -> float:
-        """A batch call of many series is held to the budget of the model calls it needs."""
-        return self.seconds * max(1.0, rows / self._controls().batching.max_batch_size)
+    def for_rows(self, rows: int, seconds: float | None = None) -> float:
+        """A batch call of many series is held to the budget of the model calls it needs;
+        ``seconds``: the request's own budget (an A1 policy's), else the controls'."""
+        seconds = self.seconds if seconds is None else seconds
+        return seconds * max(1.0, rows / self._controls().batching.max_batch_size)
 
 
 def quantile_name(q: float) -> str:
@@ -98,35 +104,43 @@ class Decider:
             raise ClientError(422, f"horizon {horizon} exceeds the model's {meta.horizon}")
         return model, horizon
 
-    def selected(self, model: OnnxForecaster) -> tuple[list[int], list[str]]:
-        quantiles = model.metadata.quantiles
-        wanted = self._controls().quantiles or quantiles
+    def wanted(self, model: OnnxForecaster,
+               quantiles: tuple[float, ...] | None = None) -> list[float]:
+        """The quantiles answered: those asked for (an A1 policy's), else the controls', else
+        all the model has."""
+        return list(quantiles or self._controls().quantiles or model.metadata.quantiles)
+
+    def selected(self, model: OnnxForecaster, quantiles: tuple[float, ...] | None = None
+                 ) -> tuple[list[int], list[str]]:
+        quantiles, wanted = model.metadata.quantiles, self.wanted(model, quantiles)
         columns = [quantiles.index(q) for q in wanted]
         return columns, [quantile_name(q) for q in wanted]
 
     async def forecast(
         self, history: np.ndarray, last: pd.DatetimeIndex, horizon: int | None, arrival: float,
-        freq: str,
+        freq: str, quantiles: tuple[float, ...] | None = None, budget_s: float | None = None,
     ) -> Answer:
         """Forecasts for the rows of ``history`` [B, n]; the model within the budget, else the
-        fallback, else a Shed."""
+        fallback, else a Shed. ``quantiles`` and ``budget_s``: the request's own (an A1
+        policy's), else the controls'."""
         model, horizon = self.check_request(freq, horizon)
         if np.isnan(history).all(axis=1).any():
             row = int(np.isnan(history).all(axis=1).argmax())
             raise ClientError(422, f"series {row} has no observed value")
         batcher = self._batcher
-        deadline = arrival + self._budget.for_rows(len(history))
+        deadline = arrival + self._budget.for_rows(len(history), budget_s)
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             self._metrics.shed.labels(reason="deadline").inc()
             raise Shed("deadline", "the latency budget was spent before the request was read")
-        reserve = self._budget.fallback_reserve if len(history) == 1 else 0.0
+        reserve = (self._budget.reserve(budget_s or self._budget.seconds)
+                   if len(history) == 1 else 0.0)
         # With a full batch or more already waiting, the wait can be told in advance; short
         # of that the request joins the next batch and the timeout below guards it.
         if (len(history) == 1 and batcher.depth >= batcher.max_batch_size
                 and (wait := batcher.expected_wait()) > remaining - reserve):
             # It counts the wait it was spared.
-            return self._fallback(model, history, horizon, "queue_delay",
+            return self._fallback(model, history, horizon, quantiles, "queue_delay",
                                   time.monotonic() - arrival + wait)
         try:
             future = batcher.submit(history, last)
@@ -140,20 +154,20 @@ class Decider:
             else:
                 result = await future  # a batch call has no cheaper answer: it waits its turn
         except TimeoutError:
-            return self._fallback(model, history, horizon, "timeout", (
+            return self._fallback(model, history, horizon, quantiles, "timeout", (
                 batcher.call_started(future) or time.monotonic()) - arrival)
         except ModelUnavailable:
-            return self._fallback(model, history, horizon, "model_error",
+            return self._fallback(model, history, horizon, quantiles, "model_error",
                                   time.monotonic() - arrival)
-        columns, names = self.selected(result.model)
+        columns, names = self.selected(result.model, quantiles)
         return Answer(result.quantiles[:, :horizon, columns], names,
                       result.model.metadata.model_version, "model", None,
                       result.started - arrival)
 
     def _fallback(self, model: OnnxForecaster, history: np.ndarray, horizon: int,
-                  reason: str, waited: float) -> Answer:
+                  asked: tuple[float, ...] | None, reason: str, waited: float) -> Answer:
         self._metrics.fallbacks.labels(reason=reason).inc(len(history))
-        columns, names = self.selected(model)
+        columns, names = self.selected(model, asked)
         quantiles = [model.metadata.quantiles[c] for c in columns]
         steps_per_day = int(pd.Timedelta("1D") // model.step)
         forecast = np.stack([

@@ -3,6 +3,7 @@ Arrow in ``arrow_route``), and the cells whose history the xApp holds (one, or m
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated
 
 import numpy as np
@@ -13,8 +14,10 @@ from pydantic import ValidationError
 from kpi_forecast.model.features import calendar_zone
 from kpi_forecast.model.runtime import OnnxForecaster
 from kpi_forecast.xapp import binary, openapi
+from kpi_forecast.xapp.a1.policies import request_budget
 from kpi_forecast.xapp.answers import cell_response, json_response
 from kpi_forecast.xapp.arrow_route import forecast_arrow
+from kpi_forecast.xapp.decision import quantile_name
 from kpi_forecast.xapp.errors import ERRORS, ClientError, validation_error
 from kpi_forecast.xapp.history import History
 from kpi_forecast.xapp.routes import BY_NAME, Handlers
@@ -33,7 +36,7 @@ from kpi_forecast.xapp.service import Service
 
 def forecast_handlers(service: Service) -> Handlers:
     """Each route's handler and OpenAPI options, by the route table's name."""
-    decider, gate = service.decider, service.gate
+    decider, gate, policies = service.decider, service.gate, service.policies
 
     async def forecast(request: Request) -> Response:
         # The hot route parses and validates its body in one pass of pydantic-core's JSON
@@ -44,11 +47,13 @@ def forecast_handlers(service: Service) -> Handlers:
             body = ForecastRequest.model_validate_json(await request.body())
         except ValidationError as exc:
             return validation_error(exc.errors())
-        model, _ = decider.check_request(body.freq, body.horizon)
+        [steer] = policies.for_cells([body.cell_id])
+        horizon = body.horizon or steer.horizon
+        model, _ = decider.check_request(body.freq, horizon)
         values, last = series(body, model)
-        answer = await decider.forecast(values[None], pd.DatetimeIndex([last]), body.horizon,
-                                        arrival, body.freq)
-        latency = gate.observe(BY_NAME["forecast"], arrival, answer)
+        answer = await decider.forecast(values[None], pd.DatetimeIndex([last]), horizon,
+                                        arrival, body.freq, steer.quantiles, steer.budget_s)
+        latency = gate.observe(BY_NAME["forecast"], arrival, answer, budget_s=steer.budget_s)
         return json_response(cell_response(body.cell_id, answer, 0, last.to_pydatetime(),
                                            model.step.to_pytimedelta(), latency))
 
@@ -77,10 +82,14 @@ def forecast_handlers(service: Service) -> Handlers:
     ) -> Response:
         arrival = request.state.arrival
         store = service.holder.store()
+        [steer] = policies.for_cells([cell_id])
+        horizon = horizon or steer.horizon
         model, _ = decider.check_request(store.freq, horizon)
         values, last = await _held(store, model, [cell_id])
-        answer = await decider.forecast(values, last, horizon, arrival, store.freq)
-        latency = gate.observe(BY_NAME["cell_forecast"], arrival, answer)
+        answer = await decider.forecast(values, last, horizon, arrival, store.freq,
+                                        steer.quantiles, steer.budget_s)
+        latency = gate.observe(BY_NAME["cell_forecast"], arrival, answer,
+                               budget_s=steer.budget_s)
         local = last.tz_convert(calendar_zone(model.metadata.calendar_tz))
         return json_response(cell_response(cell_id, answer, 0, local[0].to_pydatetime(),
                                            model.step.to_pytimedelta(), latency))
@@ -89,13 +98,17 @@ def forecast_handlers(service: Service) -> Handlers:
         """Forecasts for many held cells in one call: what a control loop over its cells asks."""
         arrival = request.state.arrival
         store = service.holder.store()
-        model, _ = decider.check_request(store.freq, body.horizon)
+        model = decider.served()
+        plan = _plan(service, model, body.cell_ids, [body.horizon] * len(body.cell_ids))
         values, last = await _held(store, model, body.cell_ids)
-        answer = await decider.forecast(values, last, body.horizon, arrival, store.freq)
-        latency = gate.observe(BY_NAME["cells_forecast"], arrival, answer, len(body.cell_ids))
+        answer = await decider.forecast(values, last, max(plan.horizons), arrival, store.freq,
+                                        plan.quantiles, plan.budget_s)
+        latency = gate.observe(BY_NAME["cells_forecast"], arrival, answer, len(body.cell_ids),
+                               plan.budget_s)
         local = last.tz_convert(calendar_zone(model.metadata.calendar_tz)).to_pydatetime()
         step = model.step.to_pytimedelta()
-        items = [cell_response(cell_id, answer, row, local[row], step, latency)
+        items = [cell_response(cell_id, answer, row, local[row], step, latency,
+                               plan.horizons[row], plan.names[row])
                  for row, cell_id in enumerate(body.cell_ids)]
         return json_response(BatchResponse.model_construct(items=items,
                                                            latency_ms=round(latency, 3)))
@@ -125,6 +138,37 @@ def forecast_handlers(service: Service) -> Handlers:
     }
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """What a request for many cells gets, item by item, once A1 policies have had a say."""
+
+    horizons: list[int]
+    quantiles: tuple[float, ...] | None  # asked of the model: every item's (None: controls')
+    names: list[tuple[str, ...] | None]  # each item's quantiles (None: all that are answered)
+    budget_s: float | None  # the smallest of the cells' budgets (None: the controls')
+
+
+def _plan(service: Service, model: OnnxForecaster, cell_ids: list[str],
+          asked: list[int | None]) -> _Plan:
+    """Each item's horizon (asked, else its policy's, else the controls') and quantiles; the
+    client's error for a horizon beyond the model's or a cell excluded from forecasting."""
+    decider = service.decider
+    steering = service.policies.for_cells(cell_ids)
+    wanted = [a or s.horizon for a, s in zip(asked, steering, strict=True)]
+    # Each distinct horizon checked once, not once per item of up to 10^5.
+    resolved = {h: decider.check_request(model.metadata.freq, h)[1] for h in set(wanted)}
+    budget_s = request_budget(steering, service.budget.seconds)
+    asked_quantiles = {s.quantiles for s in steering}
+    if asked_quantiles == {None}:
+        return _Plan([resolved[h] for h in wanted], None, [None] * len(cell_ids), budget_s)
+    per_set = {q: decider.wanted(model, q) for q in asked_quantiles}
+    union = set().union(*per_set.values())
+    quantiles = tuple(q for q in model.metadata.quantiles if q in union)
+    names = {q: tuple(quantile_name(v) for v in chosen) for q, chosen in per_set.items()}
+    return _Plan([resolved[h] for h in wanted], quantiles,
+                 [names[s.quantiles] for s in steering], budget_s)
+
+
 async def _held(store: History, model: OnnxForecaster, cell_ids: list[str]
                 ) -> tuple[np.ndarray, pd.DatetimeIndex]:
     """The cells' windows [cells, length] and last steps, or the client's error: a cell not
@@ -149,10 +193,8 @@ async def _batch_json(service: Service, batch: BatchRequest, arrival: float,
     decider = service.decider
     for spelling in {item.freq for item in batch.items} | ({freq} if freq is not None else set()):
         model, _ = decider.check_request(spelling, horizon)  # each the model's step
-    # Each distinct horizon checked once, not once per item of up to 10^5.
-    asked = {item.horizon or horizon for item in batch.items}
-    resolved = {h: decider.check_request(model.metadata.freq, h)[1] for h in asked}
-    horizons = [resolved[item.horizon or horizon] for item in batch.items]
+    plan = _plan(service, model, [item.cell_id for item in batch.items],
+                 [item.horizon or horizon for item in batch.items])
     rows = [series(item, model) for item in batch.items]
     longest = max(len(values) for values, _ in rows)
     history = np.full((len(rows), longest), np.nan, np.float32)
@@ -160,13 +202,15 @@ async def _batch_json(service: Service, batch: BatchRequest, arrival: float,
         history[row, longest - len(values) :] = values
     # Items may carry different UTC offsets: one index needs one zone.
     last = pd.DatetimeIndex(pd.to_datetime([stamp for _, stamp in rows], utc=True))
-    answer = await decider.forecast(history, last, max(horizons), arrival, model.metadata.freq)
-    latency = service.gate.observe(BY_NAME["forecast_batch"], arrival, answer, len(rows))
+    answer = await decider.forecast(history, last, max(plan.horizons), arrival,
+                                    model.metadata.freq, plan.quantiles, plan.budget_s)
+    latency = service.gate.observe(BY_NAME["forecast_batch"], arrival, answer, len(rows),
+                                   plan.budget_s)
     step = model.step.to_pytimedelta()
     items = [
-        cell_response(item.cell_id, answer, row, stamp.to_pydatetime(), step, latency, steps)
-        for row, (item, (_, stamp), steps) in enumerate(zip(batch.items, rows, horizons,
-                                                            strict=True))
+        cell_response(item.cell_id, answer, row, stamp.to_pydatetime(), step, latency,
+                      plan.horizons[row], plan.names[row])
+        for row, (item, (_, stamp)) in enumerate(zip(batch.items, rows, strict=True))
     ]
     return json_response(BatchResponse.model_construct(items=items,
                                                        latency_ms=round(latency, 3)))

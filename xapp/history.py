@@ -182,6 +182,17 @@ class History:
     async def share(self, name: str, value: bytes) -> None:
         raise NotImplementedError
 
+    async def entries(self, name: str) -> dict[str, bytes]:
+        """A small map that every replica on this history reads, entry by entry (A1 policy
+        instances); empty when none was written."""
+        raise NotImplementedError
+
+    async def put_entry(self, name: str, key: str, value: bytes) -> None:
+        raise NotImplementedError
+
+    async def delete_entry(self, name: str, key: str) -> None:
+        raise NotImplementedError
+
     async def close(self) -> None:
         """Release connections; the history itself stays where it is."""
 
@@ -194,6 +205,7 @@ class MemoryHistory(History):
         super().__init__(freq, length, max_cells, aggregate, kpi)
         self._cells: dict[str, _Ring] = {}
         self._shared: dict[str, bytes] = {}
+        self._maps: dict[str, dict[str, bytes]] = {}
         self._lock = threading.Lock()
 
     async def _write_cells(self, items: list[tuple[str, list[tuple[int, float]]]]
@@ -233,3 +245,12 @@ class MemoryHistory(History):
 
     async def share(self, name: str, value: bytes) -> None:
         self._shared[name] = value
+
+    async def entries(self, name: str) -> dict[str, bytes]:
+        return dict(self._maps.get(name, {}))
+
+    async def put_entry(self, name: str, key: str, value: bytes) -> None:
+        self._maps.setdefault(name, {})[key] = value
+
+    async def delete_entry(self, name: str, key: str) -> None:
+        self._maps.get(name, {}).pop(key, None)

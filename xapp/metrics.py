@@ -146,3 +146,34 @@ class Metrics:
             "the budget: the budget, less the fallback's slice, less the service time.",
             registry=r,
         )
+        self.a1_requests = Counter(
+            f"{PREFIX}_a1_policy_requests", "A1 policy requests taken, by operation and the "
+            "status answered (unknown: not readable as a request).", ["operation", "status"],
+            registry=r,
+        )
+        self.a1_unanswered = Counter(
+            f"{PREFIX}_a1_policy_responses_unsent",
+            "A1 policy answers that could not be sent (no route to the A1 mediator).",
+            registry=r,
+        )
+        self.a1_instance_cells = Gauge(
+            f"{PREFIX}_a1_policy_cells", "Cells each A1 policy instance steers.",
+            ["policy_instance"], registry=r,
+        )
+        self.a1_instance_in_force = Gauge(
+            f"{PREFIX}_a1_policy_in_force", "1 when the instance is in force; 0: held (the "
+            "served model cannot give what it asks, or a cell of it is steered already).",
+            ["policy_instance"], registry=r,
+        )
+        self.a1_instance_horizon = Gauge(
+            f"{PREFIX}_a1_policy_horizon_steps", "The instance's horizon (absent: the "
+            "controls').", ["policy_instance"], registry=r,
+        )
+        self.a1_instance_budget = Gauge(
+            f"{PREFIX}_a1_policy_latency_budget_seconds", "The instance's latency budget "
+            "(absent: the controls').", ["policy_instance"], registry=r,
+        )
+        self.a1_instance_excluded = Gauge(
+            f"{PREFIX}_a1_policy_excluded", "1 when the instance's cells are excluded from "
+            "forecasting.", ["policy_instance"], registry=r,
+        )

@@ -1,7 +1,7 @@
-"""The JSON Schemas generated from the descriptor's pydantic models (`xapp/controls.py`), and
-the checked-in files that hold them: the descriptor's `schema.json`, the chart's copy of it
-(Helm reads only files inside the chart) and the `xapp` part of the chart's
-`values.schema.json`.
+"""The JSON Schemas generated from the descriptor's pydantic models (`xapp/controls.py`) and
+the A1 policy type's (`xapp/a1/policy.py`), and the checked-in files that hold them: the
+descriptor's `schema.json`, the chart's copy of it (Helm reads only files inside the chart),
+the `xapp` part of the chart's `values.schema.json` and the chart's `a1-policy-type.json`.
 
     python -m kpi_forecast.xapp.schema_files            # make schemas: write them
     python -m kpi_forecast.xapp.schema_files --check    # fail if one differs from generation
@@ -19,13 +19,18 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from kpi_forecast.xapp.a1.policy import ForecastPolicy, policy_type
 from kpi_forecast.xapp.controls import Controls, DescriptorFile
 
 JSON_SCHEMA = "https://json-schema.org/draft/2020-12/schema"
+# The A1 mediator validates instances against the type's create_schema with a draft-07
+# validator; nothing in the generated schema needs a later draft.
+A1_JSON_SCHEMA = "http://json-schema.org/draft-07/schema#"
 DESCRIPTOR_SCHEMA = Path("xapp/descriptor/schema.json")
 CHART = Path("helm/kpi-forecast")
 CHART_SCHEMA = CHART / "files" / "schema.json"
 VALUES_SCHEMA = CHART / "values.schema.json"
+A1_POLICY_TYPE = CHART / "files" / "a1-policy-type.json"
 
 # Controls the chart sets from its other values, so they are not under .Values.xapp: the model
 # folder (model.path), the rmr-data port (containerPorts.rmrData) and Redis (sdl.host, sdl.port).
@@ -79,6 +84,11 @@ def descriptor_schema() -> dict[str, Any]:
     return {"$schema": JSON_SCHEMA, **plain_schema(DescriptorFile)}
 
 
+def a1_policy_type() -> dict[str, Any]:
+    """The A1 policy type, as the A1 mediator is given it."""
+    return policy_type({"$schema": A1_JSON_SCHEMA, **plain_schema(ForecastPolicy)})
+
+
 def chart_controls_schema() -> dict[str, Any]:
     """The schema of the chart's .Values.xapp: the controls less what the chart sets itself.
     A key that may not be null is required there: Helm drops a key set to null, which the
@@ -114,7 +124,8 @@ def expected_files(root: Path) -> dict[Path, str]:
     values = json.loads((root / VALUES_SCHEMA).read_text())
     values["properties"]["xapp"] = chart_controls_schema()
     return {root / DESCRIPTOR_SCHEMA: descriptor, root / CHART_SCHEMA: descriptor,
-            root / VALUES_SCHEMA: rendered(values)}
+            root / VALUES_SCHEMA: rendered(values),
+            root / A1_POLICY_TYPE: rendered(a1_policy_type())}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     stale = []
     for path, text in expected_files(args.root).items():
-        if path.read_text() == text:
+        if path.is_file() and path.read_text() == text:
             continue
         stale.append(path)
         if not args.check:

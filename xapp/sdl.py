@@ -14,7 +14,8 @@ ring is the in-memory store's, so the two read the same. ``{ns},cells`` is the s
 ``{ns},grid`` the grid step, so that a replica serving a model on another grid is refused
 instead of misreading the history. A write is one Lua script, atomic in Redis: two replicas
 ingesting the same indication, or a replay after a restart, change nothing. ``{ns},shared:<name>``
-holds what replicas share besides the history (the quantile recalibration).
+holds what replicas share besides the history (the quantile recalibration), and the hash
+``{ns},map:<name>`` what they share entry by entry (A1 policy instances).
 """
 
 from __future__ import annotations
@@ -256,6 +257,19 @@ class RedisHistory(History):
     async def share(self, name: str, value: bytes) -> None:
         async with self._errors(f"writing {name}"):
             await self._redis.set(self._key(f"shared:{name}"), value)
+
+    async def entries(self, name: str) -> dict[str, bytes]:
+        async with self._errors(f"reading {name}"):
+            held = await self._redis.hgetall(self._key(f"map:{name}"))
+        return {key.decode(): value for key, value in held.items()}
+
+    async def put_entry(self, name: str, key: str, value: bytes) -> None:
+        async with self._errors(f"writing {name} {key}"):
+            await self._redis.hset(self._key(f"map:{name}"), key, value)
+
+    async def delete_entry(self, name: str, key: str) -> None:
+        async with self._errors(f"deleting {name} {key}"):
+            await self._redis.hdel(self._key(f"map:{name}"), key)
 
     async def close(self) -> None:
         await self._redis.aclose()

@@ -21,7 +21,7 @@ GRACEFUL_SHUTDOWN_S = 20
 
 
 def serve(model: str | None, config: str | None, host: str, port: int,
-          submgr: str | None = None, e2_port: int | None = None) -> None:
+          submgr: str | None = None, e2_port: int | None = None, a1: bool = False) -> None:
     path = descriptor_path(config)
     overrides: dict = {"model_dir": str(Path(model).resolve())} if model else {}
     if submgr or e2_port is not None:
@@ -33,6 +33,8 @@ def serve(model: str | None, config: str | None, host: str, port: int,
         if e2_port is not None:
             e2.update(port=e2_port)
         overrides["e2"] = e2
+    if a1:
+        overrides["a1"] = {"enabled": True}
     descriptor = load_descriptor(path, overrides or None)
     log.info("config %s (%s %s)", path, descriptor.name, descriptor.version)
     run(create_app(descriptor, overrides=overrides or None, http_port=port), host, port)

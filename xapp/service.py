@@ -10,6 +10,8 @@ import logging
 from collections.abc import Callable
 
 from kpi_forecast.model.runtime import OnnxForecaster
+from kpi_forecast.xapp.a1.handler import PolicyHandler
+from kpi_forecast.xapp.a1.policies import Policies
 from kpi_forecast.xapp.admission import Admission
 from kpi_forecast.xapp.batcher import DynamicBatcher
 from kpi_forecast.xapp.config import Descriptor, model_fields_changed
@@ -68,9 +70,15 @@ class Service:
                                           enabled=controls.batching.admission == "adaptive")
         self.gate = Admission(self.admission, self.loop_lag, self.budget, self.metrics)
         self.ingestor = Ingestor(lambda: self.history, self.metrics, self.holder.kpi_source)
-        self.e2 = E2Link(lambda: self.controls.e2,
-                         e2_transport(controls.e2, self._broken) if controls.e2.enabled else None,
-                         self.ingestor, lambda: self.model, self.holder.kpi_source, http_port)
+        # One RMR endpoint carries E2 and A1 alike.
+        transport = (e2_transport(controls.e2, self._broken)
+                     if controls.e2.enabled or controls.a1.enabled else None)
+        self.policies = Policies()
+        self.a1 = (PolicyHandler(self.policies, transport, lambda: self.history,
+                                 lambda: self.model, self.metrics)
+                   if controls.a1.enabled and transport is not None else None)
+        self.e2 = E2Link(lambda: self.controls.e2, transport, self.ingestor, lambda: self.model,
+                         self.holder.kpi_source, http_port, self.a1)
 
     @property
     def controls(self) -> Controls:
@@ -88,25 +96,34 @@ class Service:
         self.metrics.e2_rejected.labels(reason=reason).inc()
 
     async def _prepare(self, model: OnnxForecaster) -> None:
-        """Take the recalibration other replicas keep for ``model`` before serving it, so a
-        restarted replica answers as they do from its first request."""
+        """Take the recalibration and the A1 instances other replicas keep before serving
+        ``model``, so a restarted replica answers as they do from its first request."""
         try:
             await self.recalibrator.take_shared(model)
         except (HistoryUnavailable, ValueError, KeyError) as exc:
             log.warning("recalibration: the shared offsets cannot be read yet: %s",
                         describe(exc))
+        if self.a1 is not None and self.history is not None:
+            try:  # the A1 instances other replicas took, in force from the first request
+                await self.a1.take_stored(self.history)
+            except HistoryUnavailable as exc:
+                log.warning("a1: the stored instances cannot be read yet: %s", describe(exc))
 
     def _swapped(self, model: OnnxForecaster) -> None:
         self.recalibrator.show(model)
+        if self.a1 is not None:
+            self.a1.model_swapped()
 
     def apply_descriptor(self, new: Descriptor) -> None:
         """A config reload: raise ValueError to reject it (the old one stays)."""
         if self.model is not None:
             check_controls(new.controls, self.model)
         old = self.controls
-        if new.controls.history_store != old.history_store:
-            raise ValueError("controls.historyStore changes take effect at the next start: "
-                             "restart the xApp (the chart's rollOnConfigChange does it)")
+        for name in ("history_store", "a1"):
+            if getattr(new.controls, name) != getattr(old, name):
+                alias = Controls.model_fields[name].alias
+                raise ValueError(f"controls.{alias} changes take effect at the next start: "
+                                 "restart the xApp (the chart's rollOnConfigChange does it)")
         self.descriptor = new
         batching = new.controls.batching
         self.batcher.configure(batching.max_batch_size, batching.max_queue_delay_ms / 1000.0,
@@ -123,7 +140,8 @@ class Service:
     async def start(self) -> list[asyncio.Task]:
         """Start E2 if enabled, the batcher and the probes, and load the model in the
         background (alive before ready)."""
-        return [*await self.e2.start(),
+        a1 = [] if self.a1 is None else [asyncio.create_task(self.a1.run(), name="a1")]
+        return [*await self.e2.start(), *a1,
                 asyncio.create_task(self.batcher.run(), name="batcher"),
                 asyncio.create_task(self.loop_lag.run(), name="loop-lag"),
                 asyncio.create_task(self.recalibrator.run(), name="recalibration"),

@@ -1,6 +1,7 @@
-"""The xApp's E2 side wired together: a transport (``Transport``, the rmr-data stream) whose
-frames go to the subscription (answers to our requests) or to ingestion (indications), the
-subscription made once a model says which KPI to ask for, and the orderly stop."""
+"""The xApp's RMR side wired together: a transport (``Transport``, the rmr-data stream) whose
+frames go to the subscription (answers to our requests), to the A1 policies (when taken) or to
+ingestion (indications), the subscription made once a model says which KPI to ask for, and
+the orderly stop."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from kpi_forecast.model.runtime import OnnxForecaster
+from kpi_forecast.xapp.a1.handler import PolicyHandler
 from kpi_forecast.xapp.controls import E2, KpiSource
 from kpi_forecast.xapp.e2.ingest import Ingestor
 from kpi_forecast.xapp.e2.subscription import Subscriber
@@ -22,15 +24,17 @@ log = logging.getLogger(__name__)
 class E2Link:
     def __init__(self, controls: Callable[[], E2], transport: Transport | None,
                  ingestor: Ingestor, model: Callable[[], OnnxForecaster | None],
-                 kpi_source: Callable[[], KpiSource | None], http_port: int) -> None:
-        """``transport`` is None when E2 is off; it is built before the app starts, so that a
-        transport that cannot be had (no librmr) is said before anything runs."""
+                 kpi_source: Callable[[], KpiSource | None], http_port: int,
+                 policies: PolicyHandler | None = None) -> None:
+        """``transport`` is None when E2 and A1 are off; it is built before the app starts,
+        so that a transport that cannot be had (no librmr) is said before anything runs."""
         self._controls = controls
         self.transport = transport
         self.ingestor = ingestor
         self._model = model
         self._kpi_source = kpi_source
         self._http_port = http_port
+        self._policies = policies
         self.subscriber: Subscriber | None = None
 
     async def start(self) -> list[asyncio.Task]:
@@ -41,7 +45,7 @@ class E2Link:
         if self.transport is not None:
             await self.transport.start(self._on_frame)
             log.info("e2: listening for rmr-data frames on port %d", self.transport.port)
-            if e2.submgr_url:
+            if e2.enabled and e2.submgr_url:
                 self.subscriber = Subscriber(e2.submgr_url, e2.endpoint_host(),
                                              self.transport.port, self._http_port, self.ingestor)
                 tasks.append(asyncio.create_task(self._subscribe_when_ready(),
@@ -49,11 +53,13 @@ class E2Link:
         return [*tasks, asyncio.create_task(self.ingestor.run(), name="e2-writer")]
 
     def ready(self) -> bool:
-        """E2 is off, or its transport can take messages."""
+        """RMR is not used, or its transport can take messages."""
         return self.transport is None or self.transport.ready()
 
     async def _on_frame(self, frame: Frame) -> None:
         if self.subscriber is not None and await self.subscriber.handle(frame):
+            return
+        if self._policies is not None and await self._policies.handle(frame):
             return
         await self.ingestor.handle(frame)
 

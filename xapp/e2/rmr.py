@@ -42,6 +42,7 @@ MAX_MESSAGE = 65536  # bytes; E2SM-KPM indications of a cell are far smaller
 RECEIVE_TIMEOUT_MS = 100  # how soon the receiving thread notices a stop
 RECEIVE_BATCH = 64  # messages handed to the event loop at once, at most
 RMR_OK = 0
+RMR_ERR_NOENDPT = 2
 RMR_ERR_TIMEOUT = 12
 RIC_HEALTH_CHECK_REQ = 100
 RIC_HEALTH_CHECK_RESP = 101
@@ -91,6 +92,7 @@ def load(path: str = LIBRARY) -> ctypes.CDLL:
         "rmr_alloc_msg": ([ctypes.c_void_p, ctypes.c_int], _Msg),
         "rmr_torcv_msg": ([ctypes.c_void_p, _Msg, ctypes.c_int], _Msg),
         "rmr_rts_msg": ([ctypes.c_void_p, _Msg], _Msg),
+        "rmr_send_msg": ([ctypes.c_void_p, _Msg], _Msg),
         "rmr_free_msg": ([_Msg], None),
         "rmr_wh_open": ([ctypes.c_void_p, ctypes.c_char_p], ctypes.c_int),
         "rmr_wh_send_msg": ([ctypes.c_void_p, ctypes.c_int, _Msg], _Msg),
@@ -103,8 +105,9 @@ def load(path: str = LIBRARY) -> ctypes.CDLL:
 
 
 class RmrTransport:
-    """Receives the RIC's messages on ``port`` (rmr-data) and sends through wormholes to the
-    endpoints named (``host:port``), as RMR does for a reply to a known peer."""
+    """Receives the RIC's messages on ``port`` (rmr-data); sends through wormholes to the
+    endpoints named (``host:port``), as RMR does for a reply to a known peer, or by the route
+    table (A1 answers and queries, which the RIC routes to its A1 mediator)."""
 
     def __init__(self, port: int, on_broken: Callable[[str], None] | None = None,
                  library: str | None = None) -> None:
@@ -194,12 +197,17 @@ class RmrTransport:
         await asyncio.get_running_loop().run_in_executor(self._sender, self._send_blocking,
                                                          f"{host}:{port}", frame)
 
-    def _send_blocking(self, target: str, frame: Frame) -> None:
+    async def route(self, frame: Frame) -> None:
+        await asyncio.get_running_loop().run_in_executor(self._sender, self._send_blocking,
+                                                         None, frame)
+
+    def _send_blocking(self, target: str | None, frame: Frame) -> None:
+        """To ``target`` (host:port) through a wormhole, or by the route table (None)."""
         lib, context = self._lib, self._context
         if context is None:
             raise RmrError("the RMR transport is not started")
-        wormhole = self._wormholes.get(target)
-        if wormhole is None:
+        wormhole = None if target is None else self._wormholes.get(target)
+        if target is not None and wormhole is None:
             wormhole = lib.rmr_wh_open(context, target.encode())
             if wormhole < 0:
                 raise RmrError(f"cannot open an RMR wormhole to {target}")
@@ -209,9 +217,15 @@ class RmrTransport:
             m = message.contents
             m.mtype, m.sub_id, m.len = frame.msg_type, frame.subscription_id, len(frame.payload)
             ctypes.memmove(m.payload, frame.payload, len(frame.payload))
-            message = lib.rmr_wh_send_msg(context, wormhole, message)
+            message = (lib.rmr_send_msg(context, message) if target is None
+                       else lib.rmr_wh_send_msg(context, wormhole, message))
             if not message or message.contents.state != RMR_OK:
                 state = message.contents.state if message else "none"
+                if target is None:
+                    where = ("no endpoint in the route table" if state == RMR_ERR_NOENDPT
+                             else f"state {state}")
+                    raise RmrError(f"RMR send of type {frame.msg_type} by route failed "
+                                   f"({where})")
                 self._wormholes.pop(target, None)  # reopened on the next send: a restart
                 raise RmrError(f"RMR send of type {frame.msg_type} to {target} failed "
                                f"(state {state})")

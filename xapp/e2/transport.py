@@ -34,7 +34,7 @@ Handler = Callable[[Frame], Awaitable[None]]
 
 
 class Transport(Protocol):
-    """Receive frames on ``port`` once started; send frames to ``host:port``."""
+    """Receive frames on ``port`` once started; send frames to ``host:port``, or by route."""
 
     port: int
 
@@ -45,5 +45,9 @@ class Transport(Protocol):
         ...
 
     async def send(self, host: str, port: int, frame: Frame) -> None: ...
+
+    async def route(self, frame: Frame) -> None:
+        """Send to wherever the RIC's route table sends ``frame.msg_type``."""
+        ...
 
     async def close(self) -> None: ...

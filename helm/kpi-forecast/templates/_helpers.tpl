@@ -154,7 +154,8 @@ chart's tests check for every values file they render.
         "submgrUrl" (get $e2 "submgrUrl" | default nil)
         "clientHost" $rmrHost
         "reportingPeriodMs" (get $e2 "reportingPeriodMs" | default nil)
-        "kpis" $e2.kpis) -}}
+        "kpis" $e2.kpis)
+      "a1" $x.a1 -}}
 {{- $image := dict
       "registry" (.Values.image.registry | default "")
       "name" .Values.image.repository
@@ -177,7 +178,7 @@ chart's tests check for every values file they render.
         (dict "name" "rmr-data" "container" $container "port" .Values.containerPorts.rmrData
               "rxMessages" .Values.rmr.rxMessages "txMessages" .Values.rmr.txMessages
               "policies" .Values.rmr.policies
-              "description" "RMR data: E2 subscriptions and KPM indications")
+              "description" "RMR data: E2 subscriptions, KPM indications and A1 policies")
         (dict "name" "rmr-route" "container" $container "port" .Values.containerPorts.rmrRoute
               "description" "RMR route table updates from the routing manager")))
       "rmr" (omit .Values.rmr "routingManager" "routes")
