@@ -83,7 +83,9 @@ def test_the_document_is_valid_and_every_reference_resolves(model_dir: Path,
 def test_the_document_states_the_served_models_step_and_horizon(model_dir: Path,
                                                                 tmp_path: Path) -> None:
     async def go() -> None:
-        async with running(descriptor(tmp_path, model_dir)) as client:
+        # The model swapped in below is in another test folder: the root above both.
+        async with running(descriptor(tmp_path, model_dir, modelRoot=str(tmp_path.parent))
+                           ) as client:
             document = (await client.get("/openapi.json")).json()
             schemas = document["components"]["schemas"]
             for name in ("ForecastRequest", "SeriesIn", "CellHistoryIn"):

@@ -1,6 +1,7 @@
 """A schema-driven fuzzer against a running xApp: schemathesis reads the xApp's own OpenAPI
 document and runs every phase (examples, coverage, fuzzing, stateful) with every check but one,
-in at most FUZZ_SECONDS. Nothing may fail and nothing may error.
+in at most FUZZ_SECONDS, as a caller with the API key and as one without (the restricted route
+groups then answer 403, as the document says). Nothing may fail and nothing may error.
 
 The check left out, positive_data_acceptance, asks that every schema-valid request be taken.
 Two kinds cannot be: an Arrow body is binary in the schema (no JSON Schema says which bytes are
@@ -15,16 +16,20 @@ from pathlib import Path
 
 import pytest
 
+from kpi_forecast.xapp.controls import API_KEY_ENV, API_KEY_HEADER
 from tests.processes import BIN, ROOT, answers, free_port, running
 from tests.xapp_helpers import make_model, write_descriptor
 
-FUZZ_SECONDS = 40
+FUZZ_SECONDS = 20  # per caller
 PHASES = ("Examples", "Coverage", "Fuzzing", "Stateful")
+KEY = "fuzz-key-0123456789"
 
 
 @pytest.mark.slow
-def test_schemathesis_finds_no_failure_and_no_error(tmp_path: Path) -> None:
-    config = write_descriptor(tmp_path / "config", make_model(tmp_path / "model"))
+@pytest.mark.parametrize("with_key", [True, False], ids=["with-key", "without-key"])
+def test_schemathesis_finds_no_failure_and_no_error(tmp_path: Path, with_key: bool) -> None:
+    config = write_descriptor(tmp_path / "config", make_model(tmp_path / "model"),
+                              api={"modelControl": "key", "historyWrites": "key"})
     url = f"http://127.0.0.1:{free_port()}"
     serve = [str(BIN / "kpi-forecast"), "serve", "--config", str(config), "--host", "127.0.0.1",
              "--port", url.rsplit(":", 1)[1]]
@@ -32,9 +37,11 @@ def test_schemathesis_finds_no_failure_and_no_error(tmp_path: Path) -> None:
             "--exclude-checks", "positive_data_acceptance",
             "--phases", ",".join(p.lower() for p in PHASES), "--max-time", str(FUZZ_SECONDS),
             "--seed", "0", "--generation-database", "none", "--no-color",
-            "--report", "junit", "--report-junit-path", str(tmp_path / "junit.xml")]
+            "--report", "junit", "--report-junit-path", str(tmp_path / "junit.xml"),
+            *(["--header", f"{API_KEY_HEADER}: {KEY}"] if with_key else [])]
     env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.schemathesis_hooks", "PYTHONPATH": str(ROOT)}
-    with running(serve, answers(f"{url}/ric/v1/health/ready"), tmp_path / "xapp.log") as xapp:
+    with running(serve, answers(f"{url}/ric/v1/health/ready"), tmp_path / "xapp.log",
+                 env={**os.environ, API_KEY_ENV: KEY}) as xapp:
         done = subprocess.run(fuzz, cwd=tmp_path, env=env, capture_output=True, text=True,
                               timeout=FUZZ_SECONDS + 60)
     report = done.stdout + done.stderr
@@ -44,3 +51,4 @@ def test_schemathesis_finds_no_failure_and_no_error(tmp_path: Path) -> None:
     summary = report[report.rindex("SUMMARY"):]
     assert "Failures:" not in summary and "Errors:" not in summary, summary
     assert "Traceback" not in xapp.log, xapp.log[-6000:]
+    assert KEY not in xapp.log  # never logged

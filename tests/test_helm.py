@@ -463,6 +463,21 @@ def test_configmap_holds_a_descriptor_the_xapp_accepts(
     assert controls.execution_provider == expected_provider
 
 
+def test_the_api_key_comes_from_a_secret_and_the_groups_need_it_by_default(
+        rendered: Callable[[str], Docs]) -> None:
+    def env(values: str) -> list[dict]:
+        return xapp_container(rendered(values))["env"]
+
+    assert "KPI_FORECAST_API_KEY" not in {e["name"] for e in env("default")}
+    [key] = [e for e in env("all-features") if e["name"] == "KPI_FORECAST_API_KEY"]
+    assert key["valueFrom"] == {"secretKeyRef": {"name": "kpi-forecast-api-key",
+                                                 "key": "api-key"}}
+    for values in VALUES_SETS:
+        cm = find(rendered(values), "ConfigMap", "configmap-ricxapp-kpi-forecast-appconfig")
+        config = json.loads(cm["data"]["config-file.json"])
+        assert config["controls"]["api"] == {"modelControl": "key", "historyWrites": "key"}
+
+
 def test_the_shared_history_is_found_as_o_ran_sc_xapps_find_the_sdl(
         rendered: Callable[[str], Docs]) -> None:
     def env(values: str) -> dict[str, str]:

@@ -242,6 +242,23 @@ def helm_template(argv: list[str]) -> list[dict]:
     return documents
 
 
+def created_secret(argv: list[str]) -> tuple[str, set[str]]:
+    """`kubectl create secret generic NAME --from-literal=KEY=...`: its name and keys."""
+    name = argv[argv.index("generic") + 1]
+    keys = {a.split("=", 2)[1] for a in argv if a.startswith("--from-literal=")}
+    assert keys, f"`{' '.join(argv)}` puts nothing in the Secret"
+    return name, keys
+
+
+def check_secret_refs(documents: list[dict], secrets: dict[str, set[str]]) -> None:
+    """Every Secret the rendered pods read is one created above, with the key they read."""
+    refs = [env["valueFrom"]["secretKeyRef"] for d in documents if d["kind"] == "Deployment"
+            for c in d["spec"]["template"]["spec"]["containers"] for env in c.get("env", [])
+            if "secretKeyRef" in env.get("valueFrom", {})]
+    for ref in refs:
+        assert ref["key"] in secrets.get(ref["name"], set()), f"no Secret gives {ref}"
+
+
 def check_port_forward(argv: list[str], documents: list[dict]) -> None:
     target = next(a for a in argv if a.startswith("service/")).split("/", 1)[1]
     local, _, remote = argv[-1].partition(":")
@@ -294,14 +311,20 @@ def check_a1_request(command: str) -> None:
 
 def check_offline(block: Block) -> None:
     documents: list[dict] = []
+    secrets: dict[str, set[str]] = {}
     for command in block.commands:
         argv = words(command)
         if argv[0] == "kpi-forecast":
             parse_cli(argv[1:])
         elif argv[:2] == ["docker", "build"]:
             check_docker_build(argv)
-        elif argv[:2] == ["helm", "install"]:
-            documents = helm_template(argv)
+        elif argv[:2] == ["helm", "install"] or argv[:3] == ["helm", "upgrade", "--install"]:
+            documents = helm_template([a for a in argv if a != "--install"])
+            if secrets:
+                check_secret_refs(documents, secrets)
+        elif argv[0] == "kubectl" and argv[3:6] == ["create", "secret", "generic"]:
+            name, keys = created_secret(argv)
+            secrets[name] = keys
         elif argv[0] == "kubectl" and "port-forward" in argv:
             check_port_forward(argv, documents)
         elif argv[0] == "curl" and "/A1-P/v2/policytypes/" in command:

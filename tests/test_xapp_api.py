@@ -494,7 +494,8 @@ def test_a_full_queue_sheds_with_503(model_dir: Path, tmp_path: Path) -> None:
 def test_not_ready_is_503_and_a_bad_reload_keeps_the_old_model(model_dir: Path,
                                                                 tmp_path: Path) -> None:
     async def go() -> None:
-        async with running(descriptor(tmp_path, tmp_path / "nowhere"), wait_ready=False
+        async with running(descriptor(tmp_path, tmp_path / "nowhere",
+                                      modelRoot=str(tmp_path.parent)), wait_ready=False
                            ) as client:
             await asyncio.sleep(0.2)
             assert (await client.get("/ric/v1/health/ready")).status_code == 503
@@ -523,7 +524,8 @@ def test_a_model_of_another_kpi_is_refused_while_history_of_this_one_is_held(
     (other / "metadata.json").write_text(json.dumps({**meta, "target": "prb_util"}))
 
     async def go() -> None:
-        async with running(descriptor(tmp_path, model_dir)) as client:
+        root = str(tmp_path.parent)  # above the two test folders the models are in
+        async with running(descriptor(tmp_path, model_dir, modelRoot=root)) as client:
             history = {"start": START, "freq": "1h", "values": [3.0] * 5}
             assert (await client.post("/v1/cells/c9/history", json=history)).status_code == 200
             response = await client.post("/v1/model/reload", json={"model_dir": str(other)})
@@ -533,9 +535,40 @@ def test_a_model_of_another_kpi_is_refused_while_history_of_this_one_is_held(
             assert (await client.get("/v1/model")).json()["model_version"] == "test"
 
         # With no history held the other KPI's model loads, and its history starts empty.
-        async with running(descriptor(tmp_path / "fresh", model_dir)) as client:
+        async with running(descriptor(tmp_path / "fresh", model_dir, modelRoot=root)) as client:
             response = await client.post("/v1/model/reload", json={"model_dir": str(other)})
             assert response.status_code == 200 and response.json()["model_version"] == "prb"
+
+    run(go())
+
+
+def test_a_reload_outside_the_model_root_is_refused_before_anything_is_read(
+        tmp_path: Path) -> None:
+    """Only directories under controls.modelRoot load, symlinks resolved: elsewhere is 403,
+    whether the directory exists, holds a model or is reached through a link or ``..``."""
+    root = tmp_path / "models"
+    served = make_model(root / "v1")
+    sibling = make_model(root / "v2", version="v2")
+    outside = make_model(tmp_path / "elsewhere", version="elsewhere")
+    (root / "link").symlink_to(outside, target_is_directory=True)
+
+    async def go() -> None:
+        async with running(descriptor(tmp_path, served, modelRoot=str(root))) as client:
+            for named in (outside, root / "link", root / ".." / "elsewhere", tmp_path / "none",
+                          "/etc"):
+                response = await client.post("/v1/model/reload",
+                                             json={"model_dir": str(named)})
+                assert response.status_code == 403, (named, response.text)
+                assert "outside the model root" in response.json()["error"]
+            assert (await client.get("/v1/model")).json()["model_version"] == "test"
+            response = await client.post("/v1/model/reload", json={"model_dir": str(sibling)})
+            assert response.status_code == 200 and response.json()["model_version"] == "v2"
+        # By default the root is the directory holding modelDir.
+        async with running(descriptor(tmp_path / "default", served)) as client:
+            response = await client.post("/v1/model/reload", json={"model_dir": str(outside)})
+            assert response.status_code == 403
+            response = await client.post("/v1/model/reload", json={"model_dir": str(sibling)})
+            assert response.status_code == 200
 
     run(go())
 
@@ -544,7 +577,8 @@ def test_reload_under_load_never_fails_a_request(model_dir: Path, tmp_path: Path
     newer = make_model(tmp_path / "newer", version="newer")
 
     async def go() -> None:
-        async with running(descriptor(tmp_path, model_dir, latencyBudgetMs=5000)) as client:
+        async with running(descriptor(tmp_path, model_dir, latencyBudgetMs=5000,
+                                      modelRoot=str(tmp_path.parent))) as client:
             async def load() -> list[str]:
                 versions = []
                 for i in range(30):

@@ -26,10 +26,17 @@ def make_model(path: Path, version: str = "test") -> Path:
     return path
 
 
+# The route groups behind the API key by default open, for the tests of everything else (the
+# access tests set their own).
+OPEN_API = {"modelControl": "open", "historyWrites": "open"}
+
+
 def write_descriptor(directory: Path, model_dir: Path, **controls: object) -> Path:
-    """A config-file.json like the packaged one, with ``controls`` (camelCase) replaced."""
+    """A config-file.json like the packaged one, with ``controls`` (camelCase) replaced; the
+    restricted route groups open unless ``api`` is given."""
     raw = json.loads((DEFAULT_DIR / CONFIG_FILE_NAME).read_text())
-    raw["controls"] = {**raw["controls"], "modelDir": str(model_dir), **controls}
+    raw["controls"] = {**raw["controls"], "modelDir": str(model_dir), "api": OPEN_API,
+                       **controls}
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / CONFIG_FILE_NAME
     path.write_text(json.dumps(raw, indent=2))

@@ -24,7 +24,7 @@ from kpi_forecast.xapp.history_routes import history_handlers
 from kpi_forecast.xapp.model_routes import model_handlers
 from kpi_forecast.xapp.ric_routes import ric_handlers
 from kpi_forecast.xapp.routes import ROUTES, Handlers
-from kpi_forecast.xapp.schemas import BatchRequest, ForecastRequest
+from kpi_forecast.xapp.schemas import BatchRequest, ErrorOut, ForecastRequest
 from kpi_forecast.xapp.service import STOP_STEP_S, Service, TransportFactory, rmr_transport
 
 
@@ -63,7 +63,7 @@ def create_app(
     app.state.service = service
     app.openapi = openapi.Document(  # type: ignore[method-assign]
         app, lambda: service.model.metadata if service.model else None,
-        extra_models=(BatchRequest, ForecastRequest))
+        lambda: service.controls.api, extra_models=(BatchRequest, ForecastRequest, ErrorOut))
     app.add_middleware(Boundary, service=service)
     add_error_handlers(app, service.metrics, lambda: service.controls.max_request_bytes)
     _add_routes(app, {**ric_handlers(service), **forecast_handlers(service),

@@ -1,5 +1,6 @@
-"""The ASGI edge, in front of the framework: a request's arrival time, the body's size cap,
-the request counter, and admission control, which refuses a forecast before it is read."""
+"""The ASGI edge, in front of the framework: a request's arrival time, the route groups a
+caller may not use (``access.py``), the body's size cap, the request counter, and admission
+control, which refuses a forecast before it is read."""
 
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ class Boundary:
                 status, started = message["status"], True
             await send(message)
 
-        declared = dict(scope.get("headers", [])).get(b"content-length")
+        headers = dict(scope.get("headers", []))
+        declared = headers.get(b"content-length")
         received = 0
 
         async def receive_capped():
@@ -57,6 +59,12 @@ class Boundary:
             return message
 
         try:
+            # A route group the caller may not use is refused before its body is read.
+            route = find(scope["method"], scope["path"])
+            refusal = None if route is None else self.service.access.refusal(route, headers)
+            if refusal is not None:
+                await refusal(scope, receive, send_counted)
+                return
             if declared is not None and declared.isdigit() and int(declared) > limit:
                 raise _TooLarge
             await self.app(scope, receive_capped, send_counted)

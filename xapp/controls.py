@@ -158,6 +158,25 @@ class RecalibrationControls(BaseModel):
     """Most cells a refresh reads: the most recently reported ones."""
 
 
+Access = Literal["open", "key", "off"]
+API_KEY_ENV = "KPI_FORECAST_API_KEY"
+API_KEY_HEADER = "X-Api-Key"
+
+
+class Api(BaseModel):
+    """Who may call the routes that change what the xApp forecasts. Reading forecasts, cells,
+    the model and health stays open to whoever reaches the port (the chart's NetworkPolicy
+    says who does). open: any caller; key: a caller whose X-Api-Key header holds the key in
+    $KPI_FORECAST_API_KEY (the chart's from a Secret; unset: no caller); off: no caller."""
+
+    model_config = MODEL_CONFIG
+
+    model_control: Access = "key"
+    """POST /v1/model/reload."""
+    history_writes: Access = "key"
+    """POST /v1/cells/{cellId}/history and POST /v1/cells/history."""
+
+
 class A1(BaseModel):
     """A1 policies from the non-RT RIC (through the RIC's A1 mediator, over RMR on the
     rmr-data port): the forecasts of groups of cells steered by policy type 30001."""
@@ -175,6 +194,9 @@ class Controls(BaseModel):
 
     model_dir: str = Field(min_length=1)
     """Directory holding model.onnx and metadata.json."""
+    model_root: str | None = Field(None, min_length=1)
+    """Directory every model a reload names must lie in, symlinks resolved (403 otherwise);
+    null: the directory holding modelDir."""
     latency_budget_ms: float = Field(100.0, gt=0, le=60_000)
     """Per-request latency target in milliseconds."""
     default_horizon: Annotated[int, Field(ge=1)] | None = None
@@ -195,6 +217,7 @@ class Controls(BaseModel):
     max_request_bytes: int = Field(4 * 2**20, ge=1024, le=2**30)
     """Largest REST request body."""
     registration: Registration = Registration()
+    api: Api = Api()
     e2: E2 = E2()
     a1: A1 = A1()
 

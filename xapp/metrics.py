@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
-from kpi_forecast.xapp.routes import FORECAST_ROUTES
+from kpi_forecast.xapp.routes import FORECAST_ROUTES, GROUPS
 
 PREFIX = "kpi_forecast"
 BUDGET_FRACTIONS = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1.25, 1.5, 2.0, 5.0)
@@ -73,6 +73,12 @@ class Metrics:
             self.fallbacks.labels(reason=reason)
         for reason in SHED_REASONS:
             self.shed.labels(reason=reason)
+        self.refused = Counter(
+            f"{PREFIX}_refused_requests", "Requests refused with 403: their route group is off "
+            "or needs the API key they lack (controls.api).", ["group"], registry=r,
+        )
+        for group in GROUPS:
+            self.refused.labels(group=group)
         self.cells_held = Gauge(f"{PREFIX}_cells_held", "Cells with history held.", registry=r)
         self.budget = Gauge(
             f"{PREFIX}_latency_budget_seconds", "The configured latency budget.", registry=r,

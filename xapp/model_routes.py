@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from kpi_forecast.model.artifact import ArtifactError
 from kpi_forecast.xapp.errors import ERRORS, ClientError, Shed
@@ -21,17 +22,34 @@ def model_handlers(service: Service) -> Handlers:
         return _model_out(service)
 
     async def reload(body: ReloadRequest | None = None) -> ModelOut:
-        if body and body.model_dir and not os.path.isdir(body.model_dir):
+        model_dir = confined(body.model_dir, service) if body and body.model_dir else None
+        if model_dir and not os.path.isdir(model_dir):
             raise ClientError(404, f"model_dir {body.model_dir!r}: no such directory")
         try:
-            await service.holder.reload(body.model_dir if body else None)
+            await service.holder.reload(model_dir)
         except (ArtifactError, ValueError) as exc:
             raise ClientError(422, f"model rejected, the previous one keeps serving: {exc}"
                               ) from None
         return _model_out(service)
 
     options = {"response_model": ModelOut, "responses": ERRORS, "tags": ["model"]}
-    return {"model_info": (model_info, options), "reload": (reload, options)}
+    return {"model_info": (model_info, options), "reload": (reload, {
+        **options,
+        "description": "Loads the model directory named (default: controls.modelDir), which "
+        "must lie in controls.modelRoot (symlinks resolved; 403 otherwise)."})}
+
+
+def confined(model_dir: str, service: Service) -> str:
+    """``model_dir`` resolved (symlinks followed), or a 403 when it lies outside the model
+    root: checked before anything in it is read, so that no caller can make the xApp load
+    (or probe) a directory elsewhere on its filesystem."""
+    controls = service.controls
+    root = Path(controls.model_root or Path(controls.model_dir).resolve().parent).resolve()
+    target = Path(model_dir).resolve()
+    if not target.is_relative_to(root):
+        raise ClientError(403, f"model_dir {model_dir!r} is outside the model root {root} "
+                          "(controls.modelRoot)")
+    return str(target)
 
 
 def _model_out(service: Service) -> ModelOut:

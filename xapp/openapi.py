@@ -18,8 +18,12 @@ from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 
 from kpi_forecast.model.artifact import ModelMetadata
+from kpi_forecast.xapp.controls import API_KEY_ENV, API_KEY_HEADER, Api
+from kpi_forecast.xapp.routes import ROUTES
+from kpi_forecast.xapp.schemas import ErrorOut
 
 COMPONENTS = "#/components/schemas/{model}"
+API_KEY_SCHEME = "ApiKey"
 
 
 def component_ref(model: type[BaseModel]) -> dict:
@@ -31,18 +35,20 @@ class Document:
     """``app.openapi``: the document for the model ``served()`` returns, remade on a swap."""
 
     def __init__(self, app: FastAPI, served: Callable[[], ModelMetadata | None],
-                 extra_models: tuple[type[BaseModel], ...] = ()) -> None:
+                 access: Callable[[], Api], extra_models: tuple[type[BaseModel], ...] = ()
+                 ) -> None:
         self._app = app
         self._served = served
+        self._access = access
         self._extra_models = extra_models
         self._base: dict | None = None
-        self._made: tuple[str | None, dict] | None = None
+        self._made: tuple[tuple, dict] | None = None
 
     def __call__(self) -> dict[str, Any]:
-        meta = self._served()
-        version = meta.model_version if meta else None
-        if self._made is None or self._made[0] != version:
-            self._made = version, constrained(self.base(), meta)
+        meta, access = self._served(), self._access()
+        made_for = (meta.model_version if meta else None, access)
+        if self._made is None or self._made[0] != made_for:
+            self._made = made_for, restricted(constrained(self.base(), meta), access)
         return self._made[1]
 
     def base(self) -> dict[str, Any]:
@@ -64,6 +70,29 @@ def register(document: dict, model: type[BaseModel]) -> None:
     for name, definition in schema.pop("$defs", {}).items():
         schemas.setdefault(name, definition)
     schemas.setdefault(model.__name__, schema)
+
+
+def restricted(document: dict, access: Api) -> dict:
+    """``document`` saying which access each restricted route needs: its group
+    (``x-api-group``), the 403 it may answer, and the API key as its security requirement
+    where its group needs one (controls.api)."""
+    for route in ROUTES:
+        if route.group == "read":
+            continue
+        operation = document["paths"][route.path][route.method.lower()]
+        mode = getattr(access, route.group)
+        operation["x-api-group"] = route.group
+        operation["description"] = (f"{operation.get('description', '')}\n\nRoute group "
+                                    f"{route.group}: {mode} (controls.api).").strip()
+        operation["responses"]["403"] = {"description": "Refused: the route group is off, or "
+                                         "needs the API key", "content": {"application/json": {
+                                             "schema": component_ref(ErrorOut)}}}
+        if mode == "key":
+            operation["security"] = [{API_KEY_SCHEME: []}]
+            document["components"].setdefault("securitySchemes", {})[API_KEY_SCHEME] = {
+                "type": "apiKey", "in": "header", "name": API_KEY_HEADER,
+                "description": f"The key in the xApp's ${API_KEY_ENV}"}
+    return document
 
 
 def constrained(base: dict, meta: ModelMetadata | None) -> dict:

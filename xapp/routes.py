@@ -1,5 +1,5 @@
 """The one route table of the xApp: what the app routes, what the metrics label, what
-admission control gates and what a request's budget is.
+admission control gates, what a request's budget is and which access it needs.
 
 Each route is declared once, here; `api.py` binds a handler to each by name (and refuses a
 table and handlers that do not match), `boundary.py` gates and labels requests with it, and
@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 Series = Literal["none", "one", "many"]
+# Which access a route needs (controls.api): reading is open; the others change what the
+# xApp forecasts.
+Group = Literal["read", "model_control", "history_writes"]
 # What each routes module gives api.py: by route name, the handler and its OpenAPI options.
 Handlers = dict[str, tuple[Callable[..., Awaitable[Any]], dict[str, Any]]]
 
@@ -26,6 +29,7 @@ class Route:
     # What a forecast route forecasts: one series (its answers steer the admission limit) or
     # many (held to the budget of the model calls they need); "none" for every other route.
     series: Series = "none"
+    group: Group = "read"
 
     @property
     def forecast(self) -> bool:
@@ -44,15 +48,16 @@ ROUTES = (
     Route("POST", "/v1/forecast", "forecast", series="one"),
     Route("POST", "/v1/forecast/batch", "forecast_batch", series="many"),
     Route("GET", "/v1/cells", "cells"),
-    Route("POST", "/v1/cells/{cell_id}/history", "add_history"),
-    Route("POST", "/v1/cells/history", "add_histories"),
+    Route("POST", "/v1/cells/{cell_id}/history", "add_history", group="history_writes"),
+    Route("POST", "/v1/cells/history", "add_histories", group="history_writes"),
     Route("GET", "/v1/cells/{cell_id}/forecast", "cell_forecast", series="one"),
     Route("POST", "/v1/cells/forecast", "cells_forecast", series="many"),
     Route("GET", "/v1/model", "model_info"),
-    Route("POST", "/v1/model/reload", "reload"),
+    Route("POST", "/v1/model/reload", "reload", group="model_control"),
 )
 BY_NAME = {route.name: route for route in ROUTES}
 FORECAST_ROUTES = tuple(route for route in ROUTES if route.forecast)
+GROUPS: tuple[Group, ...] = ("model_control", "history_writes")  # the restricted ones
 UNMATCHED = "unmatched"
 
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from kpi_forecast.model.runtime import OnnxForecaster
 from kpi_forecast.xapp.a1.handler import PolicyHandler
 from kpi_forecast.xapp.a1.policies import Policies
+from kpi_forecast.xapp.access import Access
 from kpi_forecast.xapp.admission import Admission
 from kpi_forecast.xapp.batcher import DynamicBatcher
 from kpi_forecast.xapp.config import Descriptor, model_fields_changed
@@ -69,6 +70,7 @@ class Service:
         self.admission = ConcurrencyLimit(maximum=controls.batching.max_queue_size,
                                           enabled=controls.batching.admission == "adaptive")
         self.gate = Admission(self.admission, self.loop_lag, self.budget, self.metrics)
+        self.access = Access(lambda: self.controls.api, self.metrics)
         self.ingestor = Ingestor(lambda: self.history, self.metrics, self.holder.kpi_source)
         # One RMR endpoint carries E2 and A1 alike.
         transport = (e2_transport(controls.e2, self._broken)

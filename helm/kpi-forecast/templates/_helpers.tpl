@@ -137,6 +137,7 @@ chart's tests check for every values file they render.
 {{- $rmrHost := $e2.clientHost | default (printf "%s.%s" (include "kpi-forecast.rmrServiceName" .) .Release.Namespace) -}}
 {{- $controls := dict
       "modelDir" .Values.model.path
+      "modelRoot" (get $x "modelRoot" | default nil)
       "latencyBudgetMs" $x.latencyBudgetMs
       "defaultHorizon" (get $x "defaultHorizon" | default nil)
       "quantiles" (get $x "quantiles" | default nil)
@@ -148,6 +149,7 @@ chart's tests check for every values file they render.
       "intraOpThreads" $x.intraOpThreads
       "maxRequestBytes" $x.maxRequestBytes
       "registration" $x.registration
+      "api" $x.api
       "e2" (dict
         "enabled" $e2.enabled
         "port" .Values.containerPorts.rmrData
