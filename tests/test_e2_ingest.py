@@ -158,6 +158,24 @@ def test_reports_are_scaled_gaps_stay_missing_and_bad_reports_are_dropped_whole(
     assert rejected(metrics, "measurement-missing") == 1.0
 
 
+def test_a_flood_of_rest_written_cells_does_not_stop_e2_ingestion() -> None:
+    store = MemoryHistory("15min", length=8, max_cells=10, max_rest_cells=5)
+    ingestor, metrics = ingestor_with(store)
+
+    async def check() -> None:
+        assert (await store.window("c")) is not None  # the cell E2 reports was taken
+        assert await store.count() == 6
+
+    flood = asyncio.run(store.put_cells([(f"made-up-{i}", [(pd.Timestamp(START), 1.0)])
+                                         for i in range(1000)], "rest"))
+    assert sum(not isinstance(k, Exception) for k in flood) == 5
+    ingest(ingestor, indication(1, 1, START, [1.0, 2.0]), then=check)
+    assert metrics.registry.get_sample_value("kpi_forecast_e2_indications_total") == 1.0
+    assert not [line for line in metrics.registry.collect()
+                for sample in line.samples
+                if sample.name == "kpi_forecast_e2_indications_rejected_total" and sample.value]
+
+
 def test_before_a_model_is_loaded_reports_are_counted_not_lost_silently() -> None:
     ingestor, metrics = ingestor_with(None)
     ingest(ingestor, indication(1, 1, START, [1.0]))

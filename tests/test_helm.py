@@ -505,9 +505,11 @@ def test_descriptor_controls_follow_values(rendered: Callable[[str], Docs]) -> N
     assert default["batching"]["admission"] == "adaptive"
     assert controls["historyLength"] == 2016
     assert default["historyStore"] == {"backend": "memory", "namespace": "kpi-forecast",
-                                       "timeoutMs": 500, "maxCells": 100000}
+                                       "timeoutMs": 500, "maxCells": 100000,
+                                       "maxRestCells": 10000}
     assert controls["historyStore"] == {"backend": "redis", "namespace": "kpi-forecast-east",
-                                        "timeoutMs": 250, "maxCells": 1000000}
+                                        "timeoutMs": 250, "maxCells": 1000000,
+                                        "maxRestCells": 500}
     assert controls["intraOpThreads"] == 4
     assert controls["registration"]["enabled"] is True
     assert controls["e2"]["enabled"] is True
@@ -625,6 +627,7 @@ def test_default_objects(rendered: Callable[[str], Docs]) -> None:
     assert kinds(rendered("default")) == [
         ("ConfigMap", "configmap-ricxapp-kpi-forecast-appconfig"),
         ("Deployment", "ricxapp-kpi-forecast"),
+        ("NetworkPolicy", "ricxapp-kpi-forecast"),
         ("PodDisruptionBudget", "ricxapp-kpi-forecast"),
         ("Service", "service-ricxapp-kpi-forecast-http"),
         ("Service", "service-ricxapp-kpi-forecast-rmr"),
@@ -656,7 +659,8 @@ def test_all_features_objects(rendered: Callable[[str], Docs]) -> None:
 
 def test_pdb_and_service_account_can_be_left_out(helm: Path) -> None:
     docs = template(helm, "--set", "pdb.create=false", "--set", "serviceAccount.create=false")
-    assert {kind for kind, _ in kinds(docs)} == {"ConfigMap", "Deployment", "Service"}
+    assert {kind for kind, _ in kinds(docs)} == {"ConfigMap", "Deployment", "NetworkPolicy",
+                                                 "Service"}
     assert pod_spec(docs)["serviceAccountName"] == "default"
 
 
@@ -678,28 +682,46 @@ def test_hpa(rendered: Callable[[str], Docs]) -> None:
         "selector": find(docs, "Deployment")["spec"]["selector"]}
 
 
-def test_network_policy(rendered: Callable[[str], Docs]) -> None:
-    policy = find(rendered("all-features"), "NetworkPolicy")["spec"]
+def namespace(name: str) -> dict[str, Any]:
+    return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}
+
+
+@pytest.mark.parametrize("values", ["default", "all-features"])
+def test_network_policy_denies_by_default_and_admits_the_named_peers(
+        rendered: Callable[[str], Docs], values: str) -> None:
+    policy = find(rendered(values), "NetworkPolicy")["spec"]
     assert policy["policyTypes"] == ["Ingress", "Egress"]
-    def namespace(name: str) -> dict[str, Any]:
-        return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}
-
-    ricplt, monitoring = namespace("ricplt"), namespace("monitoring")
+    ricplt, here = namespace("ricplt"), {"podSelector": {}}
+    extra = [namespace("dashboards")] if values == "all-features" else []
     by_port = {tuple(p["port"] for p in rule["ports"]): rule for rule in policy["ingress"]}
-    assert by_port[("http",)]["from"] == [ricplt, {"podSelector": {}}, monitoring]
-    assert by_port[("rmr-data", "rmr-route")]["from"] == [ricplt, {"podSelector": {}}]
-    dns = policy["egress"][0]
+    assert set(by_port) == {("http",), ("rmr-data", "rmr-route")}  # nothing else comes in
+    assert by_port[("http",)]["from"] == [ricplt, here, namespace("monitoring"), *extra]
+    assert by_port[("rmr-data", "rmr-route")]["from"] == [ricplt, here]
+    dns, platform, *rest = policy["egress"]
     assert sorted(p["protocol"] for p in dns["ports"] if p["port"] == 53) == ["TCP", "UDP"]
-    assert {"ipBlock": {"cidr": "203.0.113.0/24"}} in policy["egress"][-1]["to"]
+    assert platform == {"to": [ricplt, here]}
+    # The model fetcher's host only where a fetcher runs (all-features: model.source
+    # initContainer).
+    fetcher = [{"to": [{"ipBlock": {"cidr": "203.0.113.0/24"}}],
+                "ports": [{"port": 443, "protocol": "TCP"}]}]
+    assert rest == (fetcher if values == "all-features" else [])
 
 
-def test_network_policy_defaults_when_enabled(helm: Path) -> None:
-    policy = find(template(helm, "--set", "networkPolicy.enabled=true"), "NetworkPolicy")["spec"]
-    assert policy["policyTypes"] == ["Ingress"]  # egress left open unless asked
+def test_network_policy_opened_and_off(helm: Path) -> None:
+    policy = find(template(helm, "--set", "networkPolicy.allowExternal=true", "--set",
+                           "networkPolicy.allowExternalEgress=true"), "NetworkPolicy")["spec"]
+    assert policy["policyTypes"] == ["Ingress"]  # egress left open
     http = next(r for r in policy["ingress"] if r["ports"][0]["port"] == "http")
     assert "from" not in http  # allowExternal: REST from anywhere, RMR still restricted
     rmr = next(r for r in policy["ingress"] if r["ports"][0]["port"] == "rmr-data")
     assert rmr["from"]
+    off = template(helm, "--set", "networkPolicy.enabled=false")
+    assert "NetworkPolicy" not in {kind for kind, _ in kinds(off)}
+
+
+def test_a_model_fetcher_behind_denied_egress_needs_its_host_named(helm: Path) -> None:
+    error = template_error(helm, "--set", "model.source=initContainer")
+    assert "set networkPolicy.modelFetcherEgress" in error
 
 
 def test_dashboard_configmap(rendered: Callable[[str], Docs]) -> None:
@@ -735,8 +757,7 @@ def test_dashboard_configmap(rendered: Callable[[str], Docs]) -> None:
 
 def test_monitoring_objects_absent_by_default(rendered: Callable[[str], Docs]) -> None:
     present = {kind for kind, _ in kinds(rendered("default"))}
-    assert not present & {"ServiceMonitor", "PrometheusRule", "HorizontalPodAutoscaler",
-                          "NetworkPolicy"}
+    assert not present & {"ServiceMonitor", "PrometheusRule", "HorizontalPodAutoscaler"}
     assert not [d for d in rendered("default") if "grafana_dashboard" in d["metadata"]["labels"]]
 
 

@@ -49,17 +49,22 @@ def opener(request: pytest.FixtureRequest) -> Opener:
     if request.param == "memory":
         @contextlib.asynccontextmanager
         async def memory(freq: str, length: int, max_cells: int = 100_000,
-                         aggregate: str = "mean") -> AsyncIterator[History]:
-            yield MemoryHistory(freq, length, max_cells, aggregate)
+                         aggregate: str = "mean", max_rest_cells: int = 10_000
+                         ) -> AsyncIterator[History]:
+            yield MemoryHistory(freq, length, max_cells, aggregate,
+                                max_rest_cells=max_rest_cells)
         return memory
     port = request.getfixturevalue("redis_port")
     namespace = f"test-{request.node.name}-{next(_namespaces)}"
 
     @contextlib.asynccontextmanager
     async def shared(freq: str, length: int, max_cells: int = 100_000,
-                     aggregate: str = "mean") -> AsyncIterator[History]:
+                     aggregate: str = "mean", max_rest_cells: int = 10_000
+                     ) -> AsyncIterator[History]:
         store = await RedisHistory.open(settings(port, namespace=namespace,
-                                                 max_cells=max_cells), freq, length, aggregate)
+                                                 max_cells=max_cells,
+                                                 max_rest_cells=max_rest_cells),
+                                        freq, length, aggregate)
         try:
             yield store
         finally:
@@ -122,6 +127,25 @@ def test_history_refuses_what_is_not_a_kpi_and_bounds_cells(opener: Opener) -> N
             assert (info.cell_id, info.steps_held, info.last) == ("a", 1, T0)
             assert info.first == T0 - 3 * HOUR
             assert await store.count() == 1
+
+    asyncio.run(go())
+
+
+def test_a_flood_of_rest_written_cells_never_takes_the_room_of_e2s(opener: Opener) -> None:
+    """REST-written cells have a room of their own: once it is full a REST write of a new cell
+    is refused, and the cells E2 reports still come in, up to their own room."""
+    async def go() -> None:
+        async with opener("1h", 4, max_cells=3, max_rest_cells=2) as store:
+            flood = await store.put_cells([(f"rest-{i}", [(T0, 1.0)]) for i in range(50)],
+                                          "rest")
+            assert [k for k in flood if not isinstance(k, HistoryError)] == [1, 1]
+            assert "written over REST (historyStore.maxRestCells)" in str(flood[-1])
+            reported = await store.put_cells([(f"e2-{i}", [(T0, 2.0)]) for i in range(4)])
+            assert reported[:3] == [1, 1, 1]
+            assert "already holding 3 cells" in str(reported[3])  # E2's own room, full
+            # A cell keeps its kind: a REST write into a cell E2 reports is no new REST cell.
+            assert await store.put_series("e2-0", T0 + HOUR, [3.0], "rest") == 1
+            assert await store.count() == 5
 
     asyncio.run(go())
 

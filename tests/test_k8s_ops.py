@@ -138,7 +138,8 @@ def cluster(tmp_path: Path):
         [str(helm), "template", "kpi-forecast", str(ROOT / "helm/kpi-forecast"), "--namespace",
          NAMESPACE, "--set", "model.source=initContainer",
          "--set", "model.initContainer.env[0].name=MODEL_URL",
-         "--set", "model.initContainer.env[0].value=https://models.example/v1.tar.gz"],
+         "--set", "model.initContainer.env[0].value=https://models.example/v1.tar.gz",
+         "--set-json", 'networkPolicy.modelFetcherEgress=[{"ports": [{"port": 443}]}]'],
         capture_output=True, text=True, check=True).stdout
     deployment = next(d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "Deployment")
     deployment["spec"]["template"]["metadata"].setdefault("annotations", {})[

@@ -235,7 +235,7 @@ def test_held_cells_beyond_the_limit_get_a_422_and_the_store_cannot_change_live(
 
     async def go() -> None:
         with redis_server(tmp_path) as port:
-            store = {**redis_store(port, "limit"), "maxCells": 1}
+            store = {**redis_store(port, "limit"), "maxRestCells": 1}
             desc = descriptor(tmp_path, model_dir, historyStore=store)
             async with running(desc) as client:
                 history = {"start": START, "freq": "1h", "values": series(CONTEXT, 0)}
@@ -243,7 +243,7 @@ def test_held_cells_beyond_the_limit_get_a_422_and_the_store_cannot_change_live(
                     == 200
                 refused = await client.post("/v1/cells/c2/history", json=history)
                 assert refused.status_code == 422
-                assert "already holding 1 cells" in refused.json()["error"]
+                assert "already holding 1 cells written over REST" in refused.json()["error"]
                 many = await client.post("/v1/cells/history", json={"items": [
                     {"cell_id": cell, **history} for cell in ("c1", "c3")]})
                 assert many.status_code == 422

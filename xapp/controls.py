@@ -142,7 +142,10 @@ class HistoryStore(BaseModel):
     timeout_ms: float = Field(500.0, gt=0, le=60_000)
     """Longest wait for Redis before a request is answered 503."""
     max_cells: int = Field(100_000, ge=1, le=10_000_000)
-    """Most cells the history holds; a report for one more is refused."""
+    """Most cells first written by E2 ingestion; a report for one more is refused."""
+    max_rest_cells: int = Field(10_000, ge=1, le=10_000_000)
+    """Most cells first written over REST (POST /v1/cells/.../history): a room of their own,
+    so that REST writes never take the room of the cells E2 reports."""
 
 
 class RecalibrationControls(BaseModel):

@@ -6,7 +6,8 @@ each cell's latest window. Several reports within one grid step are aggregated a
 requires (a mean for utilisation, throughput or UE counts, a sum for volumes); a late report
 lands in its own step; a report seen before (same cell, same time) changes nothing, so a
 replay or a second replica ingesting the same report is harmless. A cell holds ``length``
-steps ending at its newest report, and a store at most ``max_cells`` cells.
+steps ending at its newest report, and a store at most ``max_cells`` cells that E2 wrote first
+and ``max_rest_cells`` that REST callers did.
 
 The in-memory store is the single-node default; ``xapp.sdl.RedisHistory`` keeps the same
 contract in the RIC's shared Redis, so that replicas are stateless. The methods are coroutines
@@ -26,6 +27,9 @@ import pandas as pd
 from kpi_forecast.model.kpi import kpi_problem
 
 Aggregate = Literal["mean", "sum"]
+# Who writes a cell first: E2 ingestion, or a caller over REST. Each kind has its own room
+# (max_cells, max_rest_cells), so REST writes can never take the room of the cells E2 reports.
+Origin = Literal["e2", "rest"]
 Reports = Sequence[tuple[pd.Timestamp, float]]  # (report time, value) of one cell
 # Each step is cut in this many parts: reports in different parts of a step are aggregated, a
 # second report in the same part is a repeat and counts once (1-minute reports into hourly
@@ -99,37 +103,52 @@ class History:
     ``kpi`` (the served model's target; None where the caller names none)."""
 
     def __init__(self, freq: str, length: int, max_cells: int = 100_000,
-                 aggregate: Aggregate = "mean", kpi: str | None = None) -> None:
+                 aggregate: Aggregate = "mean", kpi: str | None = None,
+                 max_rest_cells: int = 10_000) -> None:
         self.step = pd.Timedelta(pd.tseries.frequencies.to_offset(freq))
         self.freq = freq
         self.length = length
         self.max_cells = max_cells
+        self.max_rest_cells = max_rest_cells
         self.aggregate = aggregate
         self.kpi = kpi
+
+    def limit(self, origin: Origin) -> int:
+        return self.max_rest_cells if origin == "rest" else self.max_cells
+
+    def full(self, cell_id: str, origin: Origin) -> HistoryError:
+        """The refusal of a new cell when its kind's room is full."""
+        if origin == "rest":
+            return HistoryError(f"cell {cell_id}: already holding {self.max_rest_cells} cells "
+                                "written over REST (historyStore.maxRestCells)")
+        return HistoryError(f"cell {cell_id}: already holding {self.max_cells} cells")
 
     async def put(self, cell_id: str, timestamp: pd.Timestamp, value: float) -> bool:
         """Store one report; False when it is older than the window or a repeat."""
         return bool(await self.put_many(cell_id, [(timestamp, value)]))
 
     async def put_series(self, cell_id: str, start: pd.Timestamp,
-                         values: list[float | None]) -> int:
+                         values: list[float | None], origin: Origin = "e2") -> int:
         """Store consecutive samples from ``start``; returns how many were kept."""
         return await self.put_many(cell_id, [
             (start + offset * self.step, value)
             for offset, value in enumerate(values) if value is not None
-        ])
+        ], origin)
 
-    async def put_many(self, cell_id: str, reports: Reports) -> int:
+    async def put_many(self, cell_id: str, reports: Reports, origin: Origin = "e2") -> int:
         """Store a cell's reports in order, all checked before any is written; returns how
         many were kept (the others were older than the window or repeats)."""
-        [kept] = await self.put_cells([(cell_id, reports)])
+        [kept] = await self.put_cells([(cell_id, reports)], origin)
         if isinstance(kept, HistoryError):
             raise kept
         return kept
 
-    async def put_cells(self, items: Sequence[tuple[str, Reports]]) -> list[int | HistoryError]:
+    async def put_cells(self, items: Sequence[tuple[str, Reports]], origin: Origin = "e2"
+                        ) -> list[int | HistoryError]:
         """Many cells' reports at once (one round trip to a shared store). Each cell gets its
-        kept count, or the HistoryError that refused its reports; the others are written."""
+        kept count, or the HistoryError that refused its reports; the others are written. A
+        new cell counts against the room of ``origin``'s kind; a cell keeps the kind it was
+        first written as."""
         checked: list[tuple[str, list[tuple[int, float]] | HistoryError]] = []
         for cell_id, reports in items:
             try:
@@ -137,7 +156,8 @@ class History:
             except HistoryError as exc:
                 checked.append((cell_id, exc))
         written = iter(await self._write_cells(
-            [(cell_id, held) for cell_id, held in checked if not isinstance(held, HistoryError)]))
+            [(cell_id, held) for cell_id, held in checked if not isinstance(held, HistoryError)],
+            origin))
         return [held if isinstance(held, HistoryError) else next(written)
                 for _, held in checked]
 
@@ -156,8 +176,8 @@ class History:
         last = pd.Timestamp(end * self.step.value, tz="UTC")
         return last - (self.length - 1) * self.step, last
 
-    async def _write_cells(self, items: list[tuple[str, list[tuple[int, float]]]]
-                           ) -> list[int | HistoryError]:
+    async def _write_cells(self, items: list[tuple[str, list[tuple[int, float]]]],
+                           origin: Origin) -> list[int | HistoryError]:
         """Checked reports (UTC ns, value) per cell -> kept count or refusal, per cell."""
         raise NotImplementedError
 
@@ -201,24 +221,30 @@ class MemoryHistory(History):
     """The single-node store. Thread-safe: ingestion and the REST routes run concurrently."""
 
     def __init__(self, freq: str, length: int, max_cells: int = 100_000,
-                 aggregate: Aggregate = "mean", kpi: str | None = None) -> None:
-        super().__init__(freq, length, max_cells, aggregate, kpi)
+                 aggregate: Aggregate = "mean", kpi: str | None = None,
+                 max_rest_cells: int = 10_000) -> None:
+        super().__init__(freq, length, max_cells, aggregate, kpi, max_rest_cells)
         self._cells: dict[str, _Ring] = {}
+        self._rest: set[str] = set()  # the cells first written over REST
         self._shared: dict[str, bytes] = {}
         self._maps: dict[str, dict[str, bytes]] = {}
         self._lock = threading.Lock()
 
-    async def _write_cells(self, items: list[tuple[str, list[tuple[int, float]]]]
-                           ) -> list[int | HistoryError]:
+    async def _write_cells(self, items: list[tuple[str, list[tuple[int, float]]]],
+                           origin: Origin) -> list[int | HistoryError]:
         with self._lock:
-            return [self._write(cell_id, reports) for cell_id, reports in items]
+            return [self._write(cell_id, reports, origin) for cell_id, reports in items]
 
-    def _write(self, cell_id: str, reports: list[tuple[int, float]]) -> int | HistoryError:
+    def _write(self, cell_id: str, reports: list[tuple[int, float]],
+               origin: Origin) -> int | HistoryError:
         step = self.step.value
         ring = self._cells.get(cell_id)
         if ring is None and reports:
-            if len(self._cells) >= self.max_cells:
-                return HistoryError(f"cell {cell_id}: already holding {self.max_cells} cells")
+            held = len(self._rest) if origin == "rest" else len(self._cells) - len(self._rest)
+            if held >= self.limit(origin):
+                return self.full(cell_id, origin)
+            if origin == "rest":
+                self._rest.add(cell_id)
             ring = self._cells[cell_id] = _Ring(self.length, reports[0][0] // step)
         return sum(ring.write(*locate(report, step), value) for report, value in reports)
 

@@ -42,7 +42,7 @@ def history_handlers(service: Service) -> Handlers:
         store = service.holder.store()
         model, _ = decider.check_request(body.freq, None)
         try:
-            kept = await store.put_series(cell_id, span(body, model)[0], body.values)
+            kept = await store.put_series(cell_id, span(body, model)[0], body.values, "rest")
         except HistoryError as exc:
             raise ClientError(422, str(exc)) from None
         return HistoryAccepted(cell_id=cell_id, kept=kept)
@@ -56,7 +56,7 @@ def history_handlers(service: Service) -> Handlers:
         kept = await store.put_cells([
             (item.cell_id, [(start + k * store.step, value)
                             for k, value in enumerate(item.values) if value is not None])
-            for item, start in zip(body.items, starts, strict=True)])
+            for item, start in zip(body.items, starts, strict=True)], "rest")
         refused = [(item.cell_id, k) for item, k in zip(body.items, kept, strict=True)
                    if isinstance(k, HistoryError)]
         if refused:

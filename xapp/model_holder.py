@@ -146,7 +146,8 @@ async def open_history(controls: Controls, freq: str, aggregate: Aggregate,
     """The store the controls pick, on the model's grid, for the model's KPI."""
     settings = controls.history_store
     if settings.backend == "memory":
-        return MemoryHistory(freq, controls.history_length, settings.max_cells, aggregate, kpi)
+        return MemoryHistory(freq, controls.history_length, settings.max_cells, aggregate, kpi,
+                             settings.max_rest_cells)
     return await RedisHistory.open(settings, freq, controls.history_length, aggregate, kpi)
 
 

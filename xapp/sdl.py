@@ -10,7 +10,8 @@ Each cell is one key, ``{ns},cell:<id>``: a ring of ``length`` steps as a binary
 16-byte header (newest slot as a double, ring length as an int32) and 16 bytes per step (the
 sum of its reports as a double, then the 64-bit mask of the parts of the step they came in,
 as two int32). Reading a cell is one GET and a numpy view, however long its history; the
-ring is the in-memory store's, so the two read the same. ``{ns},cells`` is the set of cells and
+ring is the in-memory store's, so the two read the same. ``{ns},cells`` is the set of cells
+(``{ns},rest-cells`` those first written over REST, which have a quota of their own) and
 ``{ns},grid`` the grid step, so that a replica serving a model on another grid is refused
 instead of misreading the history. A write is one Lua script, atomic in Redis: two replicas
 ingesting the same indication, or a replay after a restart, change nothing. ``{ns},shared:<name>``
@@ -42,6 +43,7 @@ from kpi_forecast.xapp.history import (
     History,
     HistoryError,
     HistoryUnavailable,
+    Origin,
     aggregated,
     locate,
 )
@@ -51,21 +53,28 @@ DEFAULT_PORT = 6379
 HEADER = struct.Struct("<di4x")  # newest slot, ring length, padding to 16 bytes
 RECORD = np.dtype([("sum", "<f8"), ("low", "<u4"), ("high", "<u4")])  # 16 bytes per step
 
-# KEYS: the cell's ring, the set of cells. ARGV: cell id, ring length for a new cell, max
-# cells, then per report its slot, part of the step (0-63) and value. Returns the reports
-# kept, or -1 when the cell would be one too many. Reports are taken in order, as the
-# in-memory ring takes them: one older than the window so far is dropped, a newer one moves
-# the window on and the steps it skips become gaps.
+# KEYS: the cell's ring, the set of cells, the set of those first written over REST. ARGV:
+# cell id, ring length for a new cell, the limit of the writer's kind, the writer's kind
+# ("rest" or "e2"), then per report its slot, part of the step (0-63) and value. Returns the
+# reports kept, or -1 when the cell would be one too many of its kind. Reports are taken in
+# order, as the in-memory ring takes them: one older than the window so far is dropped, a
+# newer one moves the window on and the steps it skips become gaps.
 _WRITE = """
-local ring, cells = KEYS[1], KEYS[2]
+local ring, cells, rest = KEYS[1], KEYS[2], KEYS[3]
 local HEADER, RECORD = 16, 16
 local length, newest
 if redis.call('EXISTS', ring) == 0 then
   if redis.call('SISMEMBER', cells, ARGV[1]) == 0 then
-    if redis.call('SCARD', cells) >= tonumber(ARGV[3]) then return -1 end
+    local limit = tonumber(ARGV[3])
+    if ARGV[4] == 'rest' then
+      if redis.call('SCARD', rest) >= limit then return -1 end
+      redis.call('SADD', rest, ARGV[1])
+    elseif redis.call('SCARD', cells) - redis.call('SCARD', rest) >= limit then
+      return -1
+    end
     redis.call('SADD', cells, ARGV[1])
   end
-  length, newest = tonumber(ARGV[2]), tonumber(ARGV[4])
+  length, newest = tonumber(ARGV[2]), tonumber(ARGV[5])
   redis.call('SET', ring, struct.pack('<di4i4', newest, length, 0)
              .. string.rep('\0', RECORD * length))
 else
@@ -73,7 +82,7 @@ else
 end
 local empty = string.rep('\0', RECORD)
 local kept = 0
-for i = 4, #ARGV, 3 do
+for i = 5, #ARGV, 3 do
   local slot, part, value = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
   if slot > newest then
     if slot - newest >= length then
@@ -126,8 +135,8 @@ class RedisHistory(History):
 
     def __init__(self, client: aioredis.Redis, namespace: str, freq: str, length: int,
                  max_cells: int = 100_000, aggregate: Aggregate = "mean",
-                 kpi: str | None = None) -> None:
-        super().__init__(freq, length, max_cells, aggregate, kpi)
+                 kpi: str | None = None, max_rest_cells: int = 10_000) -> None:
+        super().__init__(freq, length, max_cells, aggregate, kpi, max_rest_cells)
         self._redis = client
         self._prefix = f"{{{namespace}}},"
         self._script = client.register_script(_WRITE)
@@ -147,7 +156,8 @@ class RedisHistory(History):
             retry=Retry(ExponentialBackoff(cap=timeout, base=0.01), retries=2),
             retry_on_error=[RedisConnectionError, RedisTimeoutError],
         )
-        store = cls(client, settings.namespace, freq, length, settings.max_cells, aggregate, kpi)
+        store = cls(client, settings.namespace, freq, length, settings.max_cells, aggregate, kpi,
+                    settings.max_rest_cells)
         try:
             await store._claim_grid()
         except BaseException:
@@ -184,24 +194,24 @@ class RedisHistory(History):
             claim = {"step_ns": step} | ({"kpi": self.kpi} if self.kpi is not None else {})
             await self._redis.hset(grid, mapping=claim)
 
-    async def _write_cells(self, items: list[tuple[str, list[tuple[int, float]]]]
-                           ) -> list[int | HistoryError]:
+    async def _write_cells(self, items: list[tuple[str, list[tuple[int, float]]]],
+                           origin: Origin) -> list[int | HistoryError]:
         step = self.step.value
         writes = [(cell_id, reports) for cell_id, reports in items if reports]
+        keys = [self._key("cells"), self._key("rest-cells")]
         async with (self._errors(f"writing {len(writes)} cell(s)"),
                     self._redis.pipeline(transaction=False) as pipe):
             for cell_id, reports in writes:
-                args: list[object] = [cell_id, self.length, self.max_cells]
+                args: list[object] = [cell_id, self.length, self.limit(origin), origin]
                 for report, value in reports:
                     args += [*locate(report, step), repr(value)]
-                await self._script(keys=[self._cell_key(cell_id), self._key("cells")],
-                                   args=args, client=pipe)
+                await self._script(keys=[self._cell_key(cell_id), *keys], args=args,
+                                   client=pipe)
             results = iter(await pipe.execute() if writes else [])
         kept: list[int | HistoryError] = []
         for cell_id, reports in items:
             count = next(results) if reports else 0
-            kept.append(HistoryError(f"cell {cell_id}: already holding {self.max_cells} cells")
-                        if count < 0 else int(count))
+            kept.append(self.full(cell_id, origin) if count < 0 else int(count))
         return kept
 
     async def windows(self, cell_ids: Sequence[str]
