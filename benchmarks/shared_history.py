@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -43,7 +44,7 @@ from kpi_forecast.xapp.e2.transport import RIC_INDICATION, Frame
 from kpi_forecast.xapp.history import History, MemoryHistory
 from kpi_forecast.xapp.metrics import Metrics
 from kpi_forecast.xapp.sdl import RedisHistory
-from tests.redis_server import REDIS_SERVER, redis_server
+from tests.redis_server import redis_server
 
 CELLS, LENGTH = 10_000, 672
 SEED_CHUNK = 100  # cells per store call when seeding
@@ -159,7 +160,7 @@ async def measure(store: History, config: Path, values: np.ndarray) -> dict:
 
 
 def main() -> int:
-    if REDIS_SERVER is None:
+    if shutil.which("redis-server") is None:
         print("redis-server is not installed (apt-get install redis-server)", file=sys.stderr)
         return 1
     values = cell_values(CELLS)

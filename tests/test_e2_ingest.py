@@ -190,11 +190,11 @@ class CountingStore(MemoryHistory):
         self.calls: list[int] = []
         self.down = False
 
-    async def put_cells(self, items):
+    async def put_checked(self, items, origin="e2"):
         if self.down:
             raise HistoryUnavailable("history store: writing failed: connection refused")
         self.calls.append(len(items))
-        return await super().put_cells(items)
+        return await super().put_checked(items, origin)
 
 
 def test_queued_indications_go_to_the_store_in_batches_and_an_outage_drops_only_its_own() -> None:

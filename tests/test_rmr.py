@@ -16,7 +16,7 @@ import pytest
 from kpi_forecast.model.errors import UserError
 from kpi_forecast.xapp.a1.policy import A1_POLICY_QUERY, POLICY_TYPE_ID
 from kpi_forecast.xapp.config import ConfigError
-from kpi_forecast.xapp.e2 import e2ap, kpm
+from kpi_forecast.xapp.e2 import e2ap, kpm, rmr
 from kpi_forecast.xapp.e2.ingest import Route
 from kpi_forecast.xapp.e2.rmr import RIC_HEALTH_CHECK_REQ, RmrError, RmrTransport
 from kpi_forecast.xapp.e2.transport import (
@@ -162,3 +162,44 @@ def good_indication() -> Frame:
     payload = e2ap.encode_indication(1, 7, 2, 1, None, kpm.encode_indication_header(start),
                                      message)
     return Frame(RIC_INDICATION, 7, payload)
+
+
+def test_a_burst_beyond_the_receive_queue_is_counted_and_the_rest_handled_in_order(
+        rmr_library: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the handler is held (the store's back-pressure), the receiving thread keeps
+    draining librmr's ring into the xApp's queue; what that cannot hold is counted by reason,
+    and what it holds is handled, in order, once the handler goes on."""
+    monkeypatch.setattr(rmr, "RECEIVE_QUEUE", 20)
+    port, dropped, handled = free_port(), [], []
+
+    async def go() -> None:
+        release = asyncio.Event()
+
+        async def handler(frame: Frame) -> None:
+            await release.wait()
+            handled.append(frame.subscription_id)
+
+        receiver = RmrTransport(port, on_broken=dropped.append)
+        sender = RmrTransport(free_port())
+        await receiver.start(handler)
+        await sender.start(lambda frame: asyncio.sleep(0))
+        try:
+            for number in range(50):
+                await sender.send("127.0.0.1", port, Frame(RIC_INDICATION, number, b"x"))
+            deadline = asyncio.get_running_loop().time() + 10
+            # 20 wait in the queue, and one in the held handler where it took one already.
+            while len(dropped) < 29 and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.2)  # nothing more comes
+            release.set()
+            while (len(handled) + len(dropped) < 50
+                   and asyncio.get_running_loop().time() < deadline):
+                await asyncio.sleep(0.01)
+        finally:
+            await sender.close()
+            await receiver.close()
+
+    asyncio.run(go())
+    assert set(dropped) == {"receive-queue-full"}
+    assert len(handled) in (20, 21) and len(handled) + len(dropped) == 50
+    assert handled == list(range(len(handled)))

@@ -155,11 +155,17 @@ class History:
                 checked.append((cell_id, [self._checked(cell_id, t, v) for t, v in reports]))
             except HistoryError as exc:
                 checked.append((cell_id, exc))
-        written = iter(await self._write_cells(
+        written = iter(await self.put_checked(
             [(cell_id, held) for cell_id, held in checked if not isinstance(held, HistoryError)],
             origin))
         return [held if isinstance(held, HistoryError) else next(written)
                 for _, held in checked]
+
+    async def put_checked(self, items: list[tuple[str, list[tuple[int, float]]]],
+                          origin: Origin = "e2") -> list[int | HistoryError]:
+        """``put_cells`` for reports already checked: (UTC ns, a KPI value) each, as E2
+        ingestion makes them without a Timestamp per report."""
+        return await self._write_cells(items, origin)
 
     def _checked(self, cell_id: str, timestamp: pd.Timestamp, value: float) -> tuple[int, float]:
         """(report time in UTC nanoseconds, value), or HistoryError."""

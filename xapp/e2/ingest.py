@@ -21,11 +21,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import pandas as pd
-
 from kpi_forecast.model.kpi import kpi_problem
 from kpi_forecast.xapp.controls import KpiSource
-from kpi_forecast.xapp.e2 import e2ap, kpm
+from kpi_forecast.xapp.e2 import indication, kpm
 from kpi_forecast.xapp.e2.transport import MESSAGE_TYPES, RIC_INDICATION, Frame
 from kpi_forecast.xapp.history import History, HistoryError, HistoryUnavailable
 from kpi_forecast.xapp.metrics import Metrics
@@ -44,7 +42,7 @@ class Route:
 @dataclass(frozen=True)
 class _Write:
     cell_id: str
-    reports: list[tuple[pd.Timestamp, float]]
+    reports: list[tuple[int, float]]  # (UTC ns, value), checked KPI values
 
 
 class Ingestor:
@@ -96,7 +94,7 @@ class Ingestor:
                 self.reject("not-ready", "no history store yet")
             return
         try:
-            results = await store.put_cells([(w.cell_id, w.reports) for w in batch])
+            results = await store.put_checked([(w.cell_id, w.reports) for w in batch])
         except HistoryUnavailable as exc:
             for _ in batch:
                 self.reject("history-store", str(exc))
@@ -112,7 +110,7 @@ class Ingestor:
             kind = MESSAGE_TYPES.get(frame.msg_type, str(frame.msg_type))
             raise _Rejected("msg-type", f"a {kind} frame on the indication path")
         try:
-            pdu = e2ap.decode(frame.payload)
+            pdu = indication.decode_e2ap(frame.payload)
         except kpm.DecodeError as exc:
             raise _Rejected(exc.reason, str(exc)) from None
         if pdu.kind != "indication":
@@ -125,24 +123,23 @@ class Ingestor:
         if source is None:
             raise _Rejected("not-ready", "no model (or no measurement for its KPI) yet")
         try:
-            start = kpm.decode_indication_header(pdu.header)
-            message = kpm.decode_indication_message(pdu.message,
-                                                    subscribed=[source.measurement])
+            start_us = indication.decode_header_us(pdu.header)
+            message = indication.decode_message(pdu.message, subscribed=[source.measurement])
         except kpm.DecodeError as exc:
             raise _Rejected(exc.reason, str(exc)) from None
         values = next((m.values for m in message.measurements
                        if m.name == source.measurement), None)
         if values is None:
             raise _Rejected("measurement-missing", f"no {source.measurement} in the report")
-        granularity = pd.Timedelta(message.granularity_ms or route.granularity_ms, "ms")
-        stamp = pd.Timestamp(start)
+        granularity_ns = (message.granularity_ms or route.granularity_ms) * 1_000_000
+        start_ns = start_us * 1000
         bad = [(v, problem) for v in values if v is not None
                and (problem := "not a number" if math.isnan(v) else kpi_problem(v * source.scale))]
         if bad:  # checked before writing anything: a report is taken whole or not at all
             value, problem = bad[0]
             raise _Rejected("value", f"{source.measurement} = {value}: {problem}")
         # noValue / incomplete period: the step stays missing
-        return _Write(route.cell_id, [(stamp + period * granularity, value * source.scale)
+        return _Write(route.cell_id, [(start_ns + period * granularity_ns, value * source.scale)
                                       for period, value in enumerate(values) if value is not None])
 
     def reject(self, reason: str, detail: str) -> None:

@@ -257,6 +257,7 @@ _NTP_EPOCH = datetime(1900, 1, 1, tzinfo=UTC)
 _UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _TOP_BIT = 2**31
 _ERA = 2**32
+_NTP_TO_UNIX_S = (_UNIX_EPOCH - _NTP_EPOCH) // timedelta(seconds=1)
 _MICROSECOND = timedelta(microseconds=1)
 
 _HEADER_TYPES = ("KpmIndicationHeader", "KpmIndicationHeaderV2")
@@ -272,18 +273,22 @@ def _ntp_timestamp(moment: datetime) -> bytes:
     return (seconds % _ERA).to_bytes(4, "big") + fraction.to_bytes(4, "big")
 
 
-def _from_ntp(stamp: bytes) -> datetime:
+def _ntp_us(stamp: bytes) -> int:
     seconds = int.from_bytes(stamp[:4], "big")
     if seconds < _TOP_BIT:  # era 1, from 2036-02-07
         seconds += _ERA
     micros = (int.from_bytes(stamp[4:], "big") * 1_000_000 + _TOP_BIT) >> 32
-    return _NTP_EPOCH + timedelta(seconds=seconds, microseconds=micros)
+    return (seconds - _NTP_TO_UNIX_S) * 1_000_000 + micros
 
 
-def _from_kpm_v2(stamp: bytes) -> datetime:
+def _kpm_v2_us(stamp: bytes) -> int:
     seconds = int.from_bytes(stamp, "big")
-    epoch = _NTP_EPOCH if seconds >= _TOP_BIT else _UNIX_EPOCH
-    return epoch + timedelta(seconds=seconds)
+    return (seconds - _NTP_TO_UNIX_S if seconds >= _TOP_BIT else seconds) * 1_000_000
+
+
+def stamp_us(stamp: bytes) -> int:
+    """A colletStartTime of 8 octets (NTP) or 4 (KPM v2) in UNIX microseconds."""
+    return _ntp_us(stamp) if len(stamp) == 8 else _kpm_v2_us(stamp)
 
 
 def encode_indication_header(collect_start: datetime) -> bytes:
@@ -321,10 +326,14 @@ def _collet_start_time(data: bytes) -> bytes:
     return next((stamp for stamp, exact in readings if exact), readings[0][0])
 
 
+def decode_header_us(data: Bytes) -> int:
+    """colletStartTime in UNIX microseconds, from an 8-octet (v3+) or 4-octet (v2) header."""
+    return stamp_us(_collet_start_time(_as_bytes(data)))
+
+
 def decode_indication_header(data: Bytes) -> datetime:
     """colletStartTime as an aware UTC datetime, from an 8-octet (v3+) or 4-octet (v2) header."""
-    stamp = _collet_start_time(_as_bytes(data))
-    return _from_ntp(stamp) if len(stamp) == 8 else _from_kpm_v2(stamp)
+    return _UNIX_EPOCH + timedelta(microseconds=decode_header_us(data))
 
 
 # --- indication message -------------------------------------------------------------------------
@@ -384,24 +393,32 @@ def decode_indication_message(
     """
     value = _decode("KpmIndicationMessage", data)
     body = _format1(value["indicationMessage-formats"], "indicationMessage-Format1")
-    if "measInfoList" in body:
-        names = _meas_names(body["measInfoList"])
-    elif subscribed is not None:
+    names = _meas_names(body["measInfoList"]) if "measInfoList" in body else None
+    periods = [([_value(record) for record in item["measRecord"]], "incompleteFlag" in item)
+               for item in body["measData"]]
+    return indication_message(names, subscribed, periods, body.get("granulPeriod"))
+
+
+def indication_message(
+    names: list[str] | None, subscribed: Sequence[str] | None,
+    periods: list[tuple[list[float | None], bool]], granularity_ms: int | None,
+) -> IndicationMessage:
+    """The message's series from its periods (each: its records, and whether it is flagged
+    incomplete), under the measInfoList's ``names`` or, without one, the ``subscribed``."""
+    if names is None:
+        if subscribed is None:
+            raise DecodeError("measurement-mismatch", "no measInfoList and no subscribed names")
         names = list(subscribed)
-    else:
-        raise DecodeError("measurement-mismatch", "no measInfoList and no subscribed names")
     series: list[list[float | None]] = [[] for _ in names]
-    for period, item in enumerate(body["measData"]):
-        records = item["measRecord"]
+    for period, (records, incomplete) in enumerate(periods):
         if len(records) != len(names):
             raise DecodeError(
                 "measurement-mismatch",
                 f"period {period} has {len(records)} values for {len(names)} measurements",
             )
-        incomplete = "incompleteFlag" in item
         for values, record in zip(series, records, strict=True):
-            values.append(None if incomplete else _value(record))
+            values.append(None if incomplete else record)
     return IndicationMessage(
         measurements=[Measurement(n, v) for n, v in zip(names, series, strict=True)],
-        granularity_ms=body.get("granulPeriod"),
+        granularity_ms=granularity_ms,
     )

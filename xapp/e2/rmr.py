@@ -6,10 +6,13 @@ through ctypes, against ``rmr.h`` of RMR 4.9.4: the O-RAN SC Python framework's 
 would pin redis 4 and protobuf 3 into the serving image.
 
 librmr's calls block, so they run on threads of their own: one receives (with a timeout, so
-that it notices a stop) and hands what has arrived to the event loop in batches, waiting for
-the handler to take them; sends run in a worker thread. Unlike TCP, that wait does not reach
-the sender: librmr's own receive ring fills meanwhile, and what arrives while it is full is
-dropped by librmr (see docs/benchmarks.md). RMR health checks (RIC_HEALTH_CHECK_REQ, 100) are
+that it notices a stop), sends run in a worker thread. The receiving thread never waits for
+the event loop: it drains librmr's receive ring into a queue of the xApp's own, which the
+event loop empties in turns of ``RECEIVE_BATCH`` frames (so that forecasts are served between
+them). librmr drops what arrives while its ring is full, and counts none of it; a waiting
+receiver lost 10,656 of a burst of 16,800 that way (docs/benchmarks.md). The xApp's queue is
+larger, and what it cannot hold is counted (``kpi_forecast_e2_indications_rejected_total``,
+reason ``receive-queue-full``). RMR health checks (RIC_HEALTH_CHECK_REQ, 100) are
 answered on the receiving thread with RIC_HEALTH_CHECK_RESP (101), as O-RAN SC xApps do, so
 that ``rmr_probe`` can serve as a probe.
 
@@ -22,6 +25,7 @@ RMR counts as ready once a table is loaded.
 from __future__ import annotations
 
 import asyncio
+import collections
 import ctypes
 import logging
 import os
@@ -40,7 +44,9 @@ log = logging.getLogger(__name__)
 LIBRARY = "librmr_si.so.4"
 MAX_MESSAGE = 65536  # bytes; E2SM-KPM indications of a cell are far smaller
 RECEIVE_TIMEOUT_MS = 100  # how soon the receiving thread notices a stop
-RECEIVE_BATCH = 64  # messages handed to the event loop at once, at most
+RECEIVE_BATCH = 64  # frames the event loop takes in one turn, at most
+# Frames received and not yet handled: a few seconds of 10^4 cells reporting every second.
+RECEIVE_QUEUE = 65_536
 RMR_OK = 0
 RMR_ERR_NOENDPT = 2
 RMR_ERR_TIMEOUT = 12
@@ -119,6 +125,11 @@ class RmrTransport:
         self._stop = threading.Event()
         self._receiver: threading.Thread | None = None
         self._sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rmr-send")
+        # Appended by the receiving thread, taken by the event loop (deque's ends are atomic).
+        self._frames: collections.deque[Frame] = collections.deque()
+        self._arrived = asyncio.Event()
+        self._signalled = False  # a wake-up of the event loop is on its way
+        self._draining: asyncio.Task | None = None
         self._wormholes: dict[str, int] = {}
         if "RMR_RTG_SVC" not in os.environ and "RMR_SEED_RT" not in os.environ:
             os.environ.update(RMR_SEED_RT=str(NO_ROUTES), RMR_RTG_SVC="-1")
@@ -133,7 +144,8 @@ class RmrTransport:
     async def start(self, handler: Handler) -> None:
         """Hand what arrives to ``handler``, on the running event loop."""
         loop = asyncio.get_running_loop()
-        self._receiver = threading.Thread(target=self._receive, args=(loop, handler),
+        self._draining = asyncio.create_task(self._drain(handler))
+        self._receiver = threading.Thread(target=self._receive, args=(loop,),
                                           name="rmr-receive", daemon=True)
         self._receiver.start()
 
@@ -141,49 +153,63 @@ class RmrTransport:
         """RMR has a route table (from the routing manager or the static one)."""
         return self._context is not None and bool(self._lib.rmr_ready(self._context))
 
-    def _receive(self, loop: asyncio.AbstractEventLoop, handler: Handler) -> None:
+    def _receive(self, loop: asyncio.AbstractEventLoop) -> None:
         lib, context, message = self._lib, self._context, None
-        frames: list[Frame] = []
+        received = 0
         while not self._stop.is_set():
-            # Waits for the first message; then takes what is already there, up to a batch,
-            # so that a burst crosses to the event loop once, not once per message.
-            timeout = 0 if frames else RECEIVE_TIMEOUT_MS
+            # Waits for the first message; then takes what is already there without waiting,
+            # and wakes the event loop once per batch, not once per message.
+            timeout = 0 if received else RECEIVE_TIMEOUT_MS
             message = lib.rmr_torcv_msg(context, message, timeout)
             m = message.contents if message else None
             if m is not None and m.state == RMR_OK:
                 if m.mtype == RIC_HEALTH_CHECK_REQ:
                     message = self._answer_health_check(message)
+                elif len(self._frames) >= RECEIVE_QUEUE:
+                    self._on_broken("receive-queue-full")
                 else:
-                    frames.append(Frame(m.mtype, m.sub_id, ctypes.string_at(m.payload, m.len)))
-                if len(frames) < RECEIVE_BATCH:
+                    self._frames.append(Frame(m.mtype, m.sub_id,
+                                              ctypes.string_at(m.payload, m.len)))
+                    received += 1
+                if received < RECEIVE_BATCH:
                     continue
             elif m is not None and m.state != RMR_ERR_TIMEOUT:
                 self._on_broken("rmr")
-            if frames and not self._hand_over(loop, handler, frames):
+            if received and not self._wake(loop):
                 break
-            frames = []
+            received = 0
         if message:
             lib.rmr_free_msg(message)
 
-    def _hand_over(self, loop: asyncio.AbstractEventLoop, handler: Handler,
-                   frames: list[Frame]) -> bool:
-        """Run the handler on each frame, in order, on the event loop; wait for it to take
-        them (the store's back-pressure). False once the loop has closed."""
-
-        async def handle_all() -> None:
-            for frame in frames:
-                try:
-                    await handler(frame)
-                except Exception as exc:  # one bad message never stops ingestion
-                    self._on_broken("handler")
-                    log.warning("e2: a message of type %d could not be handled: %s",
-                                frame.msg_type, describe(exc))
-
-        try:
-            asyncio.run_coroutine_threadsafe(handle_all(), loop).result()
-        except RuntimeError:  # the loop has closed: the process is stopping
-            return False
+    def _wake(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Tell the event loop that frames are queued; False once it has closed."""
+        if not self._signalled:
+            self._signalled = True
+            try:
+                loop.call_soon_threadsafe(self._arrived.set)
+            except RuntimeError:  # the loop has closed: the process is stopping
+                return False
         return True
+
+    async def _drain(self, handler: Handler) -> None:
+        """Run the handler on each queued frame, in order; it may wait (the store's
+        back-pressure), and the queue fills meanwhile."""
+        frames = self._frames
+        while True:
+            await self._arrived.wait()
+            # Cleared before the queue is read: a frame queued from here on wakes it again.
+            self._arrived.clear()
+            self._signalled = False
+            while frames:
+                for _ in range(min(len(frames), RECEIVE_BATCH)):
+                    frame = frames.popleft()
+                    try:
+                        await handler(frame)
+                    except Exception as exc:  # one bad message never stops ingestion
+                        self._on_broken("handler")
+                        log.warning("e2: a message of type %d could not be handled: %s",
+                                    frame.msg_type, describe(exc))
+                await asyncio.sleep(0)  # forecasts are served between batches
 
     def _answer_health_check(self, message: _Msg) -> _Msg:
         m = message.contents
@@ -237,6 +263,8 @@ class RmrTransport:
         self._stop.set()
         if self._receiver is not None:
             await asyncio.to_thread(self._receiver.join)
+        if self._draining is not None:
+            self._draining.cancel()
         self._sender.shutdown(wait=True)
         if self._context is not None:
             self._lib.rmr_close(self._context)
