@@ -206,12 +206,17 @@ def test_replicas_on_one_redis_apply_the_same_offsets(tmp_path: Path) -> None:
                 await seed(a)
                 fitted = await a.app.state.service.recalibrator.refresh()
                 assert fitted.windows == 7
-                for _ in range(100):  # B looks for a newer shared refresh every second
+                # Each replica takes up the store's refresh within a second. B may have
+                # refreshed on its own while A's seeding landed: whichever was written last
+                # is the one both apply.
+                for _ in range(100):
                     info = (await b.get("/v1/model")).json()["recalibration"]
-                    if info["windows"]:
+                    if info["windows"] and info == (await a.get("/v1/model")).json()[
+                            "recalibration"]:
                         break
                     await asyncio.sleep(0.05)
                 assert info == (await a.get("/v1/model")).json()["recalibration"]
+                assert info["windows"] == 7
                 np.testing.assert_array_equal(await quantiles(b, "c5"),
                                               await quantiles(a, "c5"))
             # A restarted replica takes the shared offsets rather than computing its own.
