@@ -75,10 +75,15 @@ def counter(url: str, name: str) -> float:
 
 
 def eventually(check, seconds: float = 60.0, what=lambda: ""):
+    """``check()``'s first true result within ``seconds``; a process not yet listening (the
+    mock E2 node may still be starting when the replicas are ready) counts as not yet."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if result := check():
-            return result
+        try:
+            if result := check():
+                return result
+        except httpx.ConnectError:
+            pass
         time.sleep(0.1)
     raise AssertionError(f"not within {seconds} s: {what()}")
 

@@ -74,7 +74,7 @@ def test_the_batcher_merges_a_burst_and_answers_each_its_own() -> None:
     async def go() -> None:
         async with batching(0.02) as (batcher, model):
             futures = [batcher.submit(np.full((1, 4), float(i), np.float32),
-                                      pd.DatetimeIndex([T0])) for i in range(10)]
+                                      np.array([T0.value])) for i in range(10)]
             results = await asyncio.gather(*futures)
             assert [float(r.quantiles[0, 0, 0]) for r in results] == [4.0 * i for i in range(10)]
             assert model.batches == [8, 2]
@@ -86,12 +86,12 @@ def test_a_lone_request_does_not_wait_out_the_queue_delay() -> None:
     async def go() -> None:
         async with batching(5.0) as (batcher, model):
             one = np.ones((1, 4), np.float32)
-            await asyncio.wait_for(batcher.submit(one, pd.DatetimeIndex([T0])), 1.0)
+            await asyncio.wait_for(batcher.submit(one, np.array([T0.value])), 1.0)
 
             async def trickle() -> list:  # one request per pass of the event loop
                 futures = []
                 for _ in range(6):
-                    futures.append(batcher.submit(one, pd.DatetimeIndex([T0])))
+                    futures.append(batcher.submit(one, np.array([T0.value])))
                     await asyncio.sleep(0)
                 return await asyncio.gather(*futures)
 
@@ -106,9 +106,9 @@ def test_the_batcher_bounds_its_queue_and_skips_abandoned_requests() -> None:
     async def go() -> None:
         async with batching(0.05, queue_size=3) as (batcher, model):
             one = np.ones((1, 4), np.float32)
-            kept = [batcher.submit(one, pd.DatetimeIndex([T0])) for _ in range(3)]
+            kept = [batcher.submit(one, np.array([T0.value])) for _ in range(3)]
             with pytest.raises(QueueFull):
-                batcher.submit(one, pd.DatetimeIndex([T0]))
+                batcher.submit(one, np.array([T0.value]))
             kept[0].cancel()  # its caller answered from the fallback
             await asyncio.gather(*kept[1:])
             assert model.batches == [2]

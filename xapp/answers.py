@@ -1,6 +1,12 @@
 """A forecast answer as JSON: one cell's points (timestamps in the zone its series came in,
 quantiles rounded to DECIMALS places), built from checked parts without validating them
-again."""
+again.
+
+The answers have the shape of ``schemas.ForecastResponse`` and ``BatchResponse`` (the OpenAPI
+document's, and what the contract tests validate them against) but are plain dicts encoded by
+orjson: building the pydantic models and dumping them took twice as long, and every
+single-cell forecast pays it (docs/benchmarks.md, issue 22).
+"""
 
 from __future__ import annotations
 
@@ -8,10 +14,10 @@ import datetime as dt
 import functools
 
 import numpy as np
+import orjson
 from fastapi import Response
 
 from kpi_forecast.xapp.decision import Answer
-from kpi_forecast.xapp.schemas import BatchResponse, ForecastResponse
 
 DECIMALS = 4  # of the quantiles answered in JSON: a tenth of a thousandth of any KPI unit
 
@@ -23,10 +29,9 @@ def _points(answer: Answer, row: int, last: dt.datetime, step: dt.timedelta,
         quantiles = quantiles[:, [answer.names.index(name) for name in names]]
     rows = np.round(quantiles.astype(np.float64), DECIMALS).tolist()
     stamps = _timestamps(last.astimezone(dt.UTC), last.tzinfo, step, len(rows))
-    return [
-        {"timestamp": stamp, **dict(zip(names or answer.names, values, strict=True))}
-        for stamp, values in zip(stamps, rows, strict=True)
-    ]
+    keys = ("timestamp", *(names or answer.names))
+    return [dict(zip(keys, (stamp, *values), strict=True))
+            for stamp, values in zip(stamps, rows, strict=True)]
 
 
 @functools.lru_cache(maxsize=256)
@@ -44,17 +49,20 @@ def _timestamps(last: dt.datetime, zone: dt.tzinfo, step: dt.timedelta, horizon:
 
 def cell_response(cell_id: str, answer: Answer, row: int, last: dt.datetime,
                   step: dt.timedelta, latency_ms: float, horizon: int | None = None,
-                  names: tuple[str, ...] | None = None) -> ForecastResponse:
-    """One cell's answer: its first ``horizon`` steps and its quantiles ``names`` (default:
-    all the answer holds)."""
-    # Built here from checked parts: validating our own output again would cost more than
-    # the model call at batch 1.
-    return ForecastResponse.model_construct(
-        cell_id=cell_id, forecasts=_points(answer, row, last, step, horizon, names),
-        model_version=answer.model_version, source=answer.source, reason=answer.reason,
-        latency_ms=round(latency_ms, 3),
-    )
+                  names: tuple[str, ...] | None = None) -> dict:
+    """One cell's answer (a ``ForecastResponse``): its first ``horizon`` steps and its
+    quantiles ``names`` (default: all the answer holds)."""
+    return {
+        "cell_id": cell_id, "forecasts": _points(answer, row, last, step, horizon, names),
+        "model_version": answer.model_version, "source": answer.source,
+        "reason": answer.reason, "latency_ms": round(latency_ms, 3),
+    }
 
 
-def json_response(payload: ForecastResponse | BatchResponse) -> Response:
-    return Response(payload.model_dump_json(), media_type="application/json")
+def batch_response(items: list[dict], latency_ms: float) -> dict:
+    """Many cells' answers (a ``BatchResponse``)."""
+    return {"items": items, "latency_ms": round(latency_ms, 3)}
+
+
+def json_response(payload: dict) -> Response:
+    return Response(orjson.dumps(payload), media_type="application/json")

@@ -49,11 +49,10 @@ async def forecast_arrow(service: Service, body: bytes, freq: str | None, horizo
     # One table answers every row at one horizon and one set of quantiles: A1 policies have
     # their say here in the cells they exclude and the budget they set.
     budget_s = request_budget(service.policies.for_cells(cells), service.budget.seconds)
-    last = start + pd.to_timedelta((lengths - 1) * model.step.value, "ns")
-    answer = await decider.forecast(history, pd.DatetimeIndex(last), horizon, arrival, freq,
-                                    budget_s=budget_s)
+    last_ns = start.asi8 + (lengths - 1) * model.step.value  # fits() checked it stays in range
+    answer = await decider.forecast(history, last_ns, horizon, arrival, freq, budget_s=budget_s)
     steps = np.arange(1, horizon + 1, dtype=np.int64) * model.step.value
-    stamps = last.as_unit("ns").asi8[:, None] + steps[None, :]
+    stamps = last_ns[:, None] + steps[None, :]
     payload = binary.write_response(cells, stamps, answer.quantiles, answer.names)
     latency = service.gate.observe(ROUTE, arrival, answer, len(cells), budget_s)
     headers = {"X-Model-Version": answer.model_version or "", "X-Source": answer.source,

@@ -50,7 +50,7 @@ class Result:
 @dataclass
 class _Job:
     history: np.ndarray  # [rows, n] float32, NaN = missing
-    last: pd.DatetimeIndex  # [rows] time of each row's last step
+    last_ns: np.ndarray  # [rows] int64: each row's last step, ns since 1970 UTC
     enqueued: float
     future: asyncio.Future[Result]
 
@@ -88,7 +88,7 @@ class DynamicBatcher:
 
     @property
     def depth(self) -> int:
-        return sum(len(job.last) for job in self._queue)
+        return sum(len(job.last_ns) for job in self._queue)
 
     def expected_wait(self) -> float:
         """Seconds until a request queued now would have its answer."""
@@ -101,11 +101,13 @@ class DynamicBatcher:
             return self._running_since
         return None
 
-    def submit(self, history: np.ndarray, last: pd.DatetimeIndex) -> asyncio.Future[Result]:
-        if self.depth + len(last) > self.max_queue_size and self._queue:
+    def submit(self, history: np.ndarray, last_ns: np.ndarray) -> asyncio.Future[Result]:
+        """Queue ``history`` [rows, n] whose rows end at ``last_ns`` (int64 ns since 1970
+        UTC: a DatetimeIndex per request cost more than queueing it)."""
+        if self.depth + len(last_ns) > self.max_queue_size and self._queue:
             raise QueueFull(f"{self.depth} series already queued (max {self.max_queue_size})")
         future = asyncio.get_running_loop().create_future()
-        self._queue.append(_Job(history, last, time.monotonic(), future))
+        self._queue.append(_Job(history, last_ns, time.monotonic(), future))
         self._metrics.queue_depth.set(self.depth)
         self._arrived.set()
         return future
@@ -144,10 +146,10 @@ class DynamicBatcher:
             if job.future.done():  # its caller gave up and answered from the fallback
                 self._queue.popleft()
                 continue
-            if jobs and rows + len(job.last) > self.max_batch_size:
+            if jobs and rows + len(job.last_ns) > self.max_batch_size:
                 break
             jobs.append(self._queue.popleft())
-            rows += len(job.last)
+            rows += len(job.last_ns)
         self._metrics.queue_depth.set(self.depth)
         return jobs
 
@@ -157,18 +159,17 @@ class DynamicBatcher:
             for job in jobs:
                 _fail(job, ModelUnavailable("no model loaded"))
             return
-        last = jobs[0].last.append([job.last for job in jobs[1:]]) if len(jobs) > 1 else (
-            jobs[0].last)
+        last_ns = np.concatenate([job.last_ns for job in jobs])
         started = time.monotonic()
         for job in jobs:
             self._metrics.queue_wait.observe(started - job.enqueued)
         self._running, self._running_since = jobs, started
         try:
             quantiles = await loop.run_in_executor(
-                self._executor, model.forecast, [job.history for job in jobs], last,
+                self._executor, _forecast, model, [job.history for job in jobs], last_ns,
                 self._recalibration(model))
         except Exception as exc:  # the model failing must not take the loop down with it
-            log.exception("model call failed on a batch of %d series", len(last))
+            log.exception("model call failed on a batch of %d series", len(last_ns))
             for job in jobs:
                 _fail(job, ModelUnavailable(f"model call failed: {exc}"))
             return
@@ -178,10 +179,10 @@ class DynamicBatcher:
         self.batch_seconds = seconds if not self.batch_seconds else (
             0.8 * self.batch_seconds + 0.2 * seconds)
         self._metrics.inference_latency.observe(seconds)
-        self._metrics.batch_size.observe(len(last))
+        self._metrics.batch_size.observe(len(last_ns))
         row = 0
         for job in jobs:
-            rows = len(job.last)
+            rows = len(job.last_ns)
             if not job.future.done():
                 job.future.set_result(Result(quantiles[row : row + rows], model, started))
             row += rows
@@ -197,6 +198,13 @@ class DynamicBatcher:
             _fail(job, ModelUnavailable("shutting down"))
         self._queue.clear()
         self._executor.shutdown(wait=True, cancel_futures=True)
+
+
+def _forecast(model: OnnxForecaster, blocks: list[np.ndarray], last_ns: np.ndarray,
+              recalibration: Recalibration) -> np.ndarray:
+    """The batch's model call, in the worker thread: the index of its last steps is made
+    there, once per batch."""
+    return model.forecast(blocks, pd.DatetimeIndex(last_ns, tz="UTC"), recalibration)
 
 
 def _fail(job: _Job, error: Exception) -> None:

@@ -117,12 +117,13 @@ class Decider:
         return columns, [quantile_name(q) for q in wanted]
 
     async def forecast(
-        self, history: np.ndarray, last: pd.DatetimeIndex, horizon: int | None, arrival: float,
+        self, history: np.ndarray, last_ns: np.ndarray, horizon: int | None, arrival: float,
         freq: str, quantiles: tuple[float, ...] | None = None, budget_s: float | None = None,
     ) -> Answer:
-        """Forecasts for the rows of ``history`` [B, n]; the model within the budget, else the
-        fallback, else a Shed. ``quantiles`` and ``budget_s``: the request's own (an A1
-        policy's), else the controls'."""
+        """Forecasts for the rows of ``history`` [B, n], whose last steps are ``last_ns``
+        (int64 ns since 1970 UTC); the model within the budget, else the fallback, else a
+        Shed. ``quantiles`` and ``budget_s``: the request's own (an A1 policy's), else the
+        controls'."""
         model, horizon = self.check_request(freq, horizon)
         if np.isnan(history).all(axis=1).any():
             row = int(np.isnan(history).all(axis=1).argmax())
@@ -143,7 +144,7 @@ class Decider:
             return self._fallback(model, history, horizon, quantiles, "queue_delay",
                                   time.monotonic() - arrival + wait)
         try:
-            future = batcher.submit(history, last)
+            future = batcher.submit(history, last_ns)
         except QueueFull as exc:
             self._metrics.shed.labels(reason="queue_full").inc()
             raise Shed("queue_full", str(exc),

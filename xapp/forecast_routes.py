@@ -15,7 +15,7 @@ from kpi_forecast.model.features import calendar_zone
 from kpi_forecast.model.runtime import OnnxForecaster
 from kpi_forecast.xapp import binary, openapi
 from kpi_forecast.xapp.a1.policies import request_budget
-from kpi_forecast.xapp.answers import cell_response, json_response
+from kpi_forecast.xapp.answers import batch_response, cell_response, json_response
 from kpi_forecast.xapp.arrow_route import forecast_arrow
 from kpi_forecast.xapp.decision import quantile_name
 from kpi_forecast.xapp.errors import ERRORS, ClientError, validation_error
@@ -50,11 +50,11 @@ def forecast_handlers(service: Service) -> Handlers:
         [steer] = policies.for_cells([body.cell_id])
         horizon = body.horizon or steer.horizon
         model, _ = decider.check_request(body.freq, horizon)
-        values, last = series(body, model)
-        answer = await decider.forecast(values[None], pd.DatetimeIndex([last]), horizon,
-                                        arrival, body.freq, steer.quantiles, steer.budget_s)
+        values, last, last_ns = series(body, model)
+        answer = await decider.forecast(values[None], np.array([last_ns]), horizon, arrival,
+                                        body.freq, steer.quantiles, steer.budget_s)
         latency = gate.observe(BY_NAME["forecast"], arrival, answer, budget_s=steer.budget_s)
-        return json_response(cell_response(body.cell_id, answer, 0, last.to_pydatetime(),
+        return json_response(cell_response(body.cell_id, answer, 0, last,
                                            model.step.to_pytimedelta(), latency))
 
     async def forecast_batch(
@@ -86,8 +86,8 @@ def forecast_handlers(service: Service) -> Handlers:
         horizon = horizon or steer.horizon
         model, _ = decider.check_request(store.freq, horizon)
         values, last = await _held(store, model, [cell_id])
-        answer = await decider.forecast(values, last, horizon, arrival, store.freq,
-                                        steer.quantiles, steer.budget_s)
+        answer = await decider.forecast(values, last.as_unit("ns").asi8, horizon, arrival,
+                                        store.freq, steer.quantiles, steer.budget_s)
         latency = gate.observe(BY_NAME["cell_forecast"], arrival, answer,
                                budget_s=steer.budget_s)
         local = last.tz_convert(calendar_zone(model.metadata.calendar_tz))
@@ -101,8 +101,8 @@ def forecast_handlers(service: Service) -> Handlers:
         model = decider.served()
         plan = _plan(service, model, body.cell_ids, [body.horizon] * len(body.cell_ids))
         values, last = await _held(store, model, body.cell_ids)
-        answer = await decider.forecast(values, last, max(plan.horizons), arrival, store.freq,
-                                        plan.quantiles, plan.budget_s)
+        answer = await decider.forecast(values, last.as_unit("ns").asi8, max(plan.horizons),
+                                        arrival, store.freq, plan.quantiles, plan.budget_s)
         latency = gate.observe(BY_NAME["cells_forecast"], arrival, answer, len(body.cell_ids),
                                plan.budget_s)
         local = last.tz_convert(calendar_zone(model.metadata.calendar_tz)).to_pydatetime()
@@ -110,8 +110,7 @@ def forecast_handlers(service: Service) -> Handlers:
         items = [cell_response(cell_id, answer, row, local[row], step, latency,
                                plan.horizons[row], plan.names[row])
                  for row, cell_id in enumerate(body.cell_ids)]
-        return json_response(BatchResponse.model_construct(items=items,
-                                                           latency_ms=round(latency, 3)))
+        return json_response(batch_response(items, latency))
 
     return {
         "forecast": (forecast, {
@@ -196,21 +195,19 @@ async def _batch_json(service: Service, batch: BatchRequest, arrival: float,
     plan = _plan(service, model, [item.cell_id for item in batch.items],
                  [item.horizon or horizon for item in batch.items])
     rows = [series(item, model) for item in batch.items]
-    longest = max(len(values) for values, _ in rows)
+    longest = max(len(values) for values, _, _ in rows)
     history = np.full((len(rows), longest), np.nan, np.float32)
-    for row, (values, _) in enumerate(rows):
+    for row, (values, _, _) in enumerate(rows):
         history[row, longest - len(values) :] = values
-    # Items may carry different UTC offsets: one index needs one zone.
-    last = pd.DatetimeIndex(pd.to_datetime([stamp for _, stamp in rows], utc=True))
-    answer = await decider.forecast(history, last, max(plan.horizons), arrival,
+    last_ns = np.array([stamp_ns for _, _, stamp_ns in rows], np.int64)
+    answer = await decider.forecast(history, last_ns, max(plan.horizons), arrival,
                                     model.metadata.freq, plan.quantiles, plan.budget_s)
     latency = service.gate.observe(BY_NAME["forecast_batch"], arrival, answer, len(rows),
                                    plan.budget_s)
     step = model.step.to_pytimedelta()
     items = [
-        cell_response(item.cell_id, answer, row, stamp.to_pydatetime(), step, latency,
-                      plan.horizons[row], plan.names[row])
-        for row, (item, (_, stamp)) in enumerate(zip(batch.items, rows, strict=True))
+        cell_response(item.cell_id, answer, row, stamp, step, latency, plan.horizons[row],
+                      plan.names[row])
+        for row, (item, (_, stamp, _)) in enumerate(zip(batch.items, rows, strict=True))
     ]
-    return json_response(BatchResponse.model_construct(items=items,
-                                                       latency_ms=round(latency, 3)))
+    return json_response(batch_response(items, latency))
