@@ -32,6 +32,7 @@ EXPECTED_ALERTS = {
     "KpiForecastShedWithoutQueueing",
     "KpiForecastNotReady",
     "KpiForecastNoE2Indications",
+    "KpiForecastE2IngestLag",
 }
 
 

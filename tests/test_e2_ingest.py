@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import time
 from pathlib import Path
 
 import numpy as np
@@ -220,3 +221,20 @@ def test_queued_indications_go_to_the_store_in_batches_and_an_outage_drops_only_
     assert total == 41.0
     values, _ = asyncio.run(store.window("c"))
     np.testing.assert_array_equal(values[-41:], np.arange(41) * 2.0)  # scale 2
+
+
+def test_each_ingested_report_counts_its_lag_from_the_end_of_its_last_period() -> None:
+    store = MemoryHistory("15min", length=8)
+    ingestor, metrics = ingestor_with(store)
+    # Three quarters that ended 15 minutes ago (whole seconds: what any header form holds).
+    made = dt.datetime.now(dt.UTC).replace(microsecond=0) - dt.timedelta(hours=1)
+    before = time.time()
+    ingest(ingestor, indication(1, 1, made, [1.0, None, 3.0]),
+           indication(1, 1, made, [2.0, float("inf")]))  # dropped: no lag of its own
+    after = time.time()
+    ended = (made + dt.timedelta(minutes=45)).timestamp()
+    sample = metrics.registry.get_sample_value
+    assert sample("kpi_forecast_e2_ingest_lag_seconds_count") == 1.0
+    assert before - ended <= sample("kpi_forecast_e2_ingest_lag_seconds_sum") <= after - ended
+    assert sample("kpi_forecast_e2_ingest_lag_seconds_bucket", {"le": "900.0"}) == 0.0
+    assert sample("kpi_forecast_e2_ingest_lag_seconds_bucket", {"le": "3600.0"}) == 1.0

@@ -268,3 +268,41 @@ def test_replicas_with_other_history_lengths_read_the_same_ring(redis_port: int)
     np.testing.assert_array_equal(longer, [np.nan, np.nan, 2.0, 3.0, 4.0, 5.0])
     np.testing.assert_array_equal(same, [2.0, 3.0, 4.0, 5.0])
     np.testing.assert_array_equal(shorter, [4.0, 5.0])
+
+
+# --- E2 node leases ------------------------------------------------------------------------------
+
+
+def test_each_e2_node_has_one_owner_shares_follow_the_replicas_and_a_silent_one_is_replaced(
+        redis_port: int) -> None:
+    nodes = [f"gnb-{k:03d}" for k in range(7)]
+    ttl = 0.5
+
+    async def go() -> None:
+        store = await RedisHistory.open(settings(redis_port, namespace="leases"), "1h", 4)
+        try:
+            async def owners(*replicas: str) -> dict[str, list[str]]:
+                return {r: await store.lease_round(r, nodes, ttl) for r in replicas}
+
+            assert await owners("a") == {"a": nodes}  # alone: every node
+            # b joins: a holds everything until its next round gives up what is beyond its
+            # share (7 over 2, rounded up), then b takes the rest. Never one node twice.
+            first = await owners("b")
+            assert first == {"b": []}
+            held = await owners("a", "b")
+            assert sorted(held["a"] + held["b"]) == nodes
+            assert (len(held["a"]), len(held["b"])) == (4, 3)
+            assert await owners("a", "b") == held  # a steady state renews, moves nothing
+            # a stops calling (a killed pod): its nodes are free once its leases run out.
+            assert await owners("b") == {"b": held["b"]}  # a's leases still hold
+            await asyncio.sleep(ttl + 0.1)
+            assert sorted((await owners("b"))["b"]) == nodes
+        finally:
+            await store.close()
+
+    asyncio.run(go())
+
+
+def test_a_memory_store_is_one_replica_owning_every_node() -> None:
+    store = MemoryHistory("1h", 4)
+    assert asyncio.run(store.lease_round("a", ["n1", "n2"], 1.0)) == ["n1", "n2"]

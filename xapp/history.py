@@ -219,6 +219,18 @@ class History:
     async def delete_entry(self, name: str, key: str) -> None:
         raise NotImplementedError
 
+    async def lease_round(self, replica: str, nodes: Sequence[str], ttl_s: float
+                          ) -> list[str]:
+        """One round of E2 node ownership for ``replica``: which of ``nodes`` it owns now.
+
+        A replica owns a node by a lease that lives ``ttl_s`` unless renewed; each round says
+        the replica is alive for as long, renews its leases, gives up those beyond its share
+        (the nodes over the replicas alive, rounded up: so that one that joined finds some
+        free) and takes free ones up to its share. A replica that stops calling loses its
+        nodes ``ttl_s`` later. The base store serves one replica: it owns them all.
+        """
+        return list(nodes)
+
     async def close(self) -> None:
         """Release connections; the history itself stays where it is."""
 

@@ -95,6 +95,29 @@ class Metrics:
             f"{PREFIX}_e2_indications_rejected", "E2 frames dropped, by reason.", ["reason"],
             registry=r,
         )
+        # From a reporting period's end to its values in the history: what a forecast of the
+        # cell misses, whatever the period (100 ms to an hour), so seconds to an hour.
+        self.e2_ingest_lag = Histogram(
+            f"{PREFIX}_e2_ingest_lag_seconds", "Wall clock when a RIC Indication's values "
+            "were written, less the end of their last reporting period (E2 node's clock).",
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600),
+            registry=r,
+        )
+        self.e2_reporting_period = Gauge(
+            f"{PREFIX}_e2_reporting_period_seconds", "The E2SM-KPM reporting period this "
+            "replica's subscriptions ask for (NaN before it subscribes).", registry=r,
+        )
+        self.e2_reporting_period.set(float("nan"))
+        self.e2_nodes_owned = Gauge(
+            f"{PREFIX}_e2_nodes_owned", "E2 nodes this replica holds a subscription for (with "
+            "the shared history, each node is owned by one replica at a time).", registry=r,
+        )
+        self.e2_handovers = Counter(
+            f"{PREFIX}_e2_handovers", "E2 nodes given up to, or taken from, other replicas.",
+            ["direction"], registry=r,
+        )
+        for direction in ("given", "taken"):
+            self.e2_handovers.labels(direction=direction)
         self.model = Info(f"{PREFIX}_model", "The model being served.", registry=r)
         self.model_load = Gauge(
             f"{PREFIX}_model_load_seconds", "Time to load, verify and warm up the model.",

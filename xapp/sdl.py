@@ -16,7 +16,9 @@ ring is the in-memory store's, so the two read the same. ``{ns},cells`` is the s
 instead of misreading the history. A write is one Lua script, atomic in Redis: two replicas
 ingesting the same indication, or a replay after a restart, change nothing. ``{ns},shared:<name>``
 holds what replicas share besides the history (the quantile recalibration), and the hash
-``{ns},map:<name>`` what they share entry by entry (A1 policy instances).
+``{ns},map:<name>`` what they share entry by entry (A1 policy instances). ``{ns},e2-lease:<node>``
+names the replica that owns an E2 node for now, and ``{ns},e2-replicas`` the replicas alive
+(``lease_round``).
 """
 
 from __future__ import annotations
@@ -110,6 +112,36 @@ return kept
 """
 
 
+# KEYS: the sorted set of live replicas (member: replica id, score: when it expires, in ms of
+# Redis's clock), then one lease key per node. ARGV: the replica id, the lease's life in ms,
+# then the node names in the order of their keys. Returns the nodes the replica owns after
+# the round. Atomic, so two replicas never take one node; Redis's clock, so the replicas'
+# clocks need not agree.
+_LEASE_ROUND = """
+local now = redis.call('TIME')
+now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local me, ttl = ARGV[1], tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], now + ttl, me)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local share = math.ceil((#KEYS - 1) / redis.call('ZCARD', KEYS[1]))
+local mine, free = {}, {}
+for i = 2, #KEYS do
+  local holder = redis.call('GET', KEYS[i])
+  if holder == me then table.insert(mine, i) elseif not holder then table.insert(free, i) end
+end
+while #mine > share do redis.call('DEL', KEYS[table.remove(mine)]) end
+for _, i in ipairs(mine) do redis.call('PEXPIRE', KEYS[i], ttl) end
+for _, i in ipairs(free) do
+  if #mine >= share then break end
+  redis.call('SET', KEYS[i], me, 'PX', ttl)
+  table.insert(mine, i)
+end
+local owned = {}
+for _, i in ipairs(mine) do table.insert(owned, ARGV[i + 1]) end
+return owned
+"""
+
+
 def address(settings: HistoryStore, environ: Mapping[str, str] = os.environ) -> tuple[str, int]:
     """Where Redis is: the controls' host and port, else the RIC's DBAAS service variables."""
     host = settings.host or environ.get("DBAAS_SERVICE_HOST")
@@ -140,6 +172,7 @@ class RedisHistory(History):
         self._redis = client
         self._prefix = f"{{{namespace}}},"
         self._script = client.register_script(_WRITE)
+        self._lease_round = client.register_script(_LEASE_ROUND)
 
     @classmethod
     async def open(cls, settings: HistoryStore, freq: str, length: int,
@@ -280,6 +313,15 @@ class RedisHistory(History):
     async def delete_entry(self, name: str, key: str) -> None:
         async with self._errors(f"deleting {name} {key}"):
             await self._redis.hdel(self._key(f"map:{name}"), key)
+
+    async def lease_round(self, replica: str, nodes: Sequence[str], ttl_s: float
+                          ) -> list[str]:
+        ordered = sorted(nodes)
+        keys = [self._key("e2-replicas"), *(self._key(f"e2-lease:{n}") for n in ordered)]
+        async with self._errors("renewing the E2 node leases"):
+            owned = await self._lease_round(keys=keys,
+                                            args=[replica, round(ttl_s * 1000), *ordered])
+        return [node.decode() for node in owned]
 
     async def close(self) -> None:
         await self._redis.aclose()

@@ -20,6 +20,7 @@ from kpi_forecast.xapp.controls import E2, Controls
 from kpi_forecast.xapp.decision import Budget, Decider
 from kpi_forecast.xapp.e2.ingest import Ingestor
 from kpi_forecast.xapp.e2.link import E2Link
+from kpi_forecast.xapp.e2.ownership import Ownership
 from kpi_forecast.xapp.e2.rmr import RmrTransport
 from kpi_forecast.xapp.e2.transport import Transport
 from kpi_forecast.xapp.failures import describe
@@ -80,7 +81,8 @@ class Service:
                                  lambda: self.model, self.metrics)
                    if controls.a1.enabled and transport is not None else None)
         self.e2 = E2Link(lambda: self.controls.e2, transport, self.ingestor, lambda: self.model,
-                         self.holder.kpi_source, http_port, self.a1)
+                         self.holder.kpi_source, http_port,
+                         Ownership(lambda: self.history), self.metrics, self.a1)
 
     @property
     def controls(self) -> Controls:

@@ -43,6 +43,7 @@ class Route:
 class _Write:
     cell_id: str
     reports: list[tuple[int, float]]  # (UTC ns, value), checked KPI values
+    collected_ns: int  # the end of the indication's last reporting period, UTC ns
 
 
 class Ingestor:
@@ -99,11 +100,13 @@ class Ingestor:
             for _ in batch:
                 self.reject("history-store", str(exc))
             return
-        for result in results:
+        now_ns = time.time_ns()
+        for write, result in zip(batch, results, strict=True):
             if isinstance(result, HistoryError):
                 self.reject("history", str(result))
             else:
                 self._metrics.e2_indications.inc()
+                self._metrics.e2_ingest_lag.observe((now_ns - write.collected_ns) / 1e9)
 
     def _decode(self, frame: Frame) -> _Write:
         if frame.msg_type != RIC_INDICATION:
@@ -140,7 +143,8 @@ class Ingestor:
             raise _Rejected("value", f"{source.measurement} = {value}: {problem}")
         # noValue / incomplete period: the step stays missing
         return _Write(route.cell_id, [(start_ns + period * granularity_ns, value * source.scale)
-                                      for period, value in enumerate(values) if value is not None])
+                                      for period, value in enumerate(values) if value is not None],
+                      start_ns + len(values) * granularity_ns)
 
     def reject(self, reason: str, detail: str) -> None:
         """Count a dropped E2 message by reason; log it at most once a minute per reason."""

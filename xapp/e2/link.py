@@ -1,7 +1,8 @@
 """The xApp's RMR side wired together: a transport (``Transport``, the rmr-data stream) whose
 frames go to the subscription (answers to our requests), to the A1 policies (when taken) or to
-ingestion (indications), the subscription made once a model says which KPI to ask for, and
-the orderly stop."""
+ingestion (indications); subscriptions to the E2 nodes this replica owns (``ownership.py``),
+made once a model says which KPI to ask for and followed as ownership moves; and the orderly
+stop."""
 
 from __future__ import annotations
 
@@ -9,14 +10,18 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+import httpx
 import pandas as pd
 
 from kpi_forecast.model.runtime import OnnxForecaster
 from kpi_forecast.xapp.a1.handler import PolicyHandler
 from kpi_forecast.xapp.controls import E2, KpiSource
 from kpi_forecast.xapp.e2.ingest import Ingestor
-from kpi_forecast.xapp.e2.subscription import Subscriber
+from kpi_forecast.xapp.e2.ownership import ROUND_S, Ownership
+from kpi_forecast.xapp.e2.subscription import E2Node, Subscriber
 from kpi_forecast.xapp.e2.transport import Frame, Transport
+from kpi_forecast.xapp.failures import describe
+from kpi_forecast.xapp.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +30,7 @@ class E2Link:
     def __init__(self, controls: Callable[[], E2], transport: Transport | None,
                  ingestor: Ingestor, model: Callable[[], OnnxForecaster | None],
                  kpi_source: Callable[[], KpiSource | None], http_port: int,
+                 ownership: Ownership, metrics: Metrics,
                  policies: PolicyHandler | None = None) -> None:
         """``transport`` is None when E2 and A1 are off; it is built before the app starts,
         so that a transport that cannot be had (no librmr) is said before anything runs."""
@@ -35,6 +41,8 @@ class E2Link:
         self._kpi_source = kpi_source
         self._http_port = http_port
         self._policies = policies
+        self.ownership = ownership
+        self._metrics = metrics
         self.subscriber: Subscriber | None = None
 
     async def start(self) -> list[asyncio.Task]:
@@ -77,7 +85,40 @@ class E2Link:
             await asyncio.sleep(0.1)
         step_ms = int(self._model().step / pd.Timedelta("1ms"))
         period = self._controls().reporting_period_ms or step_ms
-        await self.subscriber.subscribe(source.measurement, period)
+        await self._follow_ownership(source.measurement, period)
+
+    async def _follow_ownership(self, measurement: str, period_ms: int) -> None:
+        """Every ``ROUND_S``: the nodes, a lease round, then subscribe to the nodes taken and
+        unsubscribe from those given up. One failed step is logged and tried again next
+        round, so that the leases are renewed whatever the subscription manager does."""
+        subscriber, metrics = self.subscriber, self._metrics
+        metrics.e2_reporting_period.set(period_ms / 1000.0)
+        listing: dict[str, E2Node] = {n.meid: n for n in await subscriber.nodes()}
+        first = True
+        while True:
+            try:
+                listing = {n.meid: n for n in await subscriber.nodes(attempts=1)}
+            except (httpx.HTTPError, ValueError) as exc:
+                log.warning("e2: listing the E2 nodes failed (%s); the last list stands",
+                            describe(exc))
+            owned = await self.ownership.round(sorted(listing))
+            held = set(subscriber.subscription_ids)
+            for meid in sorted(held - owned):
+                await subscriber.unsubscribe_node(meid)
+                metrics.e2_handovers.labels(direction="given").inc()
+            for meid in sorted(owned - held):
+                try:
+                    await subscriber.subscribe(listing[meid], measurement, period_ms,
+                                               attempts=1)
+                except (httpx.HTTPError, ValueError) as exc:
+                    log.warning("e2: subscribing to %s failed (%s); next round tries again",
+                                meid, describe(exc))
+                    continue
+                if not first:
+                    metrics.e2_handovers.labels(direction="taken").inc()
+            metrics.e2_nodes_owned.set(len(subscriber.subscription_ids))
+            first = False
+            await asyncio.sleep(ROUND_S)
 
     async def stop(self, step_s: float) -> None:
         """Unsubscribe, stop listening, write what was received: each step bounded by

@@ -71,6 +71,7 @@ class Stream:
 
 @dataclass
 class Subscription:
+    meid: str
     host: str
     port: int
     streams: list[Stream]
@@ -104,6 +105,7 @@ class MockE2Node:
         self._unreachable: set[str] = set()  # endpoints in an outage, logged at its start
         self._rng = random.Random(self.seed)
         self._next_instance = 1
+        self._subscriptions_made = 0
         self.step_ms = int(self.panel.step / pd.Timedelta("1ms"))
 
     def nodes(self) -> list[dict]:
@@ -132,10 +134,12 @@ class MockE2Node:
         node = next((n for n in self.nodes() if n["meid"] == request.meid), None)
         if node is None:
             raise HTTPException(404, f"no E2 node {request.meid}")
-        subscription_id = f"sub-{len(self.subscriptions) + 1}"
+        # Numbered in order of arrival: an id is never reused, not even after a deletion.
+        self._subscriptions_made += 1
+        subscription_id = f"sub-{self._subscriptions_made}"
         accepted = [self._accept(detail, node) for detail in request.details]
         endpoint = request.client_endpoint
-        subscription = Subscription(endpoint.host, endpoint.rmr_port,
+        subscription = Subscription(request.meid, endpoint.host, endpoint.rmr_port,
                                     [stream for stream, _ in accepted if stream is not None])
         subscription.task = asyncio.create_task(
             self._run(subscription, [outcome for _, outcome in accepted]))
@@ -307,6 +311,12 @@ def create_app(node: MockE2Node) -> FastAPI:
 
     @app.get("/stats")
     async def stats() -> dict:
-        return dict(node.sent)
+        """What went out, by kind, and who holds a subscription to each node (its rmr-data
+        endpoints, host:port)."""
+        subscribers: dict[str, list[str]] = {}
+        for subscription in node.subscriptions.values():
+            subscribers.setdefault(subscription.meid, []).append(
+                f"{subscription.host}:{subscription.port}")
+        return {**node.sent, "subscribers": subscribers}
 
     return app

@@ -2,7 +2,8 @@
 
 1. ``GET {submgr}/ric/v1/e2nodes``: the E2 nodes and the cells each serves (on a real RIC this
    comes from the RNIB through e2mgr; the mock E2 node serves it beside the subscriptions).
-2. ``POST {submgr}/ric/v1/subscriptions`` per node, submgr's REST shape: ClientEndpoint (where
+2. ``POST {submgr}/ric/v1/subscriptions`` per node this replica owns (``e2/ownership.py``),
+   submgr's REST shape: ClientEndpoint (where
    to send this xApp's frames), Meid, RANFunctionID 2, and one SubscriptionDetails entry per
    cell, whose single action's definition (E2SM-KPM format 1) names the cell's global id and
    the measurement behind the model's KPI. The answer carries a SubscriptionId.
@@ -10,7 +11,8 @@
    RICsubscriptionFailure (12012): the response's RIC requestor id is the entry's
    XappEventInstanceId, which names the cell; its RIC instance id and action id are what that
    cell's indications will carry, so they become the ingestor's route.
-4. ``DELETE {submgr}/ric/v1/subscriptions/{SubscriptionId}`` on shutdown.
+4. ``DELETE {submgr}/ric/v1/subscriptions/{SubscriptionId}`` for a node given up, and for all
+   on shutdown; the routes of its cells go with it.
 """
 
 from __future__ import annotations
@@ -22,7 +24,13 @@ from typing import Annotated
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
-from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_never,
+    wait_exponential,
+)
 
 from kpi_forecast.xapp.e2 import e2ap, kpm
 from kpi_forecast.xapp.e2.ingest import Ingestor, Route
@@ -130,6 +138,10 @@ class Cell:
 class Pending:
     cell: Cell
     granularity_ms: int
+    meid: str  # the node whose subscription it is part of
+
+
+MAX_EVENT_ID = 65535  # XappEventInstanceId is 16 bits
 
 
 class Subscriber:
@@ -141,42 +153,69 @@ class Subscriber:
         self.client = ClientEndpoint(host=client_host, http_port=http_port, rmr_port=rmr_port)
         self.ingestor = ingestor
         self._transport = transport
-        self.subscription_ids: list[str] = []
+        self.subscription_ids: dict[str, str] = {}  # node (meid) -> its SubscriptionId
         self._pending: dict[int, Pending] = {}  # XappEventInstanceId -> the cell it is for
+        self._routes: dict[str, list[tuple[int, int]]] = {}  # node -> its cells' routes
+        self._last_event = 0
 
-    async def subscribe(self, measurement: str, period_ms: int, retry_max_s: float = 30.0
-                        ) -> None:
-        """Subscribe to every cell of every node; failures (HTTP, or an answer that is not
-        submgr's) are logged with their reason and retried, never fatal."""
-        retrying = AsyncRetrying(
+    def _retrying(self, retry_max_s: float, attempts: int | None) -> AsyncRetrying:
+        """Failures (HTTP, or an answer that is not submgr's) are logged with their reason
+        and retried (``attempts`` times in all, the last one's error raised; None: until
+        they succeed)."""
+        return AsyncRetrying(
             wait=wait_exponential(multiplier=0.5, max=retry_max_s),
             retry=retry_if_exception_type((httpx.HTTPError, ValueError)),
+            stop=stop_never if attempts is None else stop_after_attempt(attempts),
+            reraise=True,
             before_sleep=log_retry(log, f"e2: subscription manager at {self.submgr_url}"),
         )
+
+    async def nodes(self, retry_max_s: float = 30.0, attempts: int | None = None
+                    ) -> list[E2Node]:
+        """The E2 nodes and their cells, as the subscription manager knows them."""
         async with httpx.AsyncClient(timeout=TIMEOUT_S, transport=self._transport) as client:
-            async for attempt in retrying:
+            async for attempt in self._retrying(retry_max_s, attempts):
                 with attempt:
                     response = await client.get(f"{self.submgr_url}/ric/v1/e2nodes")
                     response.raise_for_status()
-                    nodes = NODES.validate_json(response.content)
-            for node in nodes:
-                body = self._request(node, measurement, period_ms)
-                async for attempt in retrying:
+                    return NODES.validate_json(response.content)
+        raise AssertionError("unreachable: tenacity retries until it returns")
+
+    async def subscribe(self, node: E2Node, measurement: str, period_ms: int,
+                        retry_max_s: float = 30.0, attempts: int | None = None) -> None:
+        """Subscribe to every cell of ``node``."""
+        body = self._request(node, measurement, period_ms)
+        try:
+            async with httpx.AsyncClient(timeout=TIMEOUT_S, transport=self._transport
+                                         ) as client:
+                async for attempt in self._retrying(retry_max_s, attempts):
                     with attempt:
-                        response = await client.post(f"{self.submgr_url}/ric/v1/subscriptions",
-                                                     json=body)
+                        response = await client.post(
+                            f"{self.submgr_url}/ric/v1/subscriptions", json=body)
                         response.raise_for_status()
                         answer = SubscriptionResponse.model_validate_json(response.content)
-                self.subscription_ids.append(answer.subscription_id)
-                log.info("e2: subscribed to %d cell(s) of %s", len(node.cells), node.meid)
+        except BaseException:
+            self._forget(node.meid)  # its cells wait for no outcome
+            raise
+        self.subscription_ids[node.meid] = answer.subscription_id
+        log.info("e2: subscribed to %d cell(s) of %s", len(node.cells), node.meid)
+
+    def _event_id(self) -> int:
+        """The next XappEventInstanceId not waiting for an outcome (they wrap at 16 bits:
+        a long-lived replica subscribes again at every handover)."""
+        for _ in range(MAX_EVENT_ID):
+            self._last_event = self._last_event % MAX_EVENT_ID + 1
+            if self._last_event not in self._pending:
+                return self._last_event
+        raise RuntimeError(f"all {MAX_EVENT_ID} subscription event ids are in use")
 
     def _request(self, node: E2Node, measurement: str, period_ms: int) -> dict:
         trigger = list(kpm.encode_event_trigger(period_ms))
         details = []
         for cell in node.cells:
-            event_id = len(self._pending) + 1
+            event_id = self._event_id()
             target = Cell(cell.cell_id, bytes.fromhex(cell.plmn), cell.nr_cell_id)
-            self._pending[event_id] = Pending(target, period_ms)
+            self._pending[event_id] = Pending(target, period_ms, node.meid)
             definition = kpm.encode_action_definition(kpm.ActionDefinition(
                 [measurement], granularity_ms=period_ms,
                 cell=kpm.CellId(target.plmn, nr_cell=target.nr_cell)))
@@ -206,15 +245,42 @@ class Subscriber:
         if pdu.kind == "subscription_response" and ACTION_ID in pdu.admitted:
             self.ingestor.add_route(pdu.instance_id, ACTION_ID,
                                     Route(cell, pending.granularity_ms))
+            self._routes.setdefault(pending.meid, []).append((pdu.instance_id, ACTION_ID))
         else:
             cause = pdu.cause or pdu.not_admitted.get(ACTION_ID)
             log.warning("e2: subscription for cell %s refused: %s", cell, cause)
         return True
 
+    def _forget(self, meid: str) -> str | None:
+        """Drop what this replica holds of ``meid``'s subscription (its routes: later
+        indications of it count as unknown), returning its SubscriptionId."""
+        for event_id in [e for e, p in self._pending.items() if p.meid == meid]:
+            del self._pending[event_id]
+        for route in self._routes.pop(meid, []):
+            self.ingestor.routes.pop(route, None)
+        return self.subscription_ids.pop(meid, None)
+
+    async def unsubscribe_node(self, meid: str, within_s: float = TIMEOUT_S) -> None:
+        """Give up ``meid``: delete its subscription (a failure is logged: the RIC times out
+        what is left) and stop ingesting what it still sends."""
+        subscription_id = self._forget(meid)
+        if subscription_id is None:
+            return
+        try:
+            async with httpx.AsyncClient(timeout=within_s, transport=self._transport) as client:
+                response = await client.delete(
+                    f"{self.submgr_url}/ric/v1/subscriptions/{subscription_id}")
+                response.raise_for_status()
+            log.info("e2: unsubscribed from %s", meid)
+        except httpx.HTTPError as exc:
+            log.warning("e2: deleting subscription %s of %s failed: %s", subscription_id, meid,
+                        describe(exc))
+
     async def unsubscribe(self, within_s: float = TIMEOUT_S) -> None:
         """Delete every subscription made, all within ``within_s``; failures are logged (the
-        RIC times out what is left)."""
-        left = list(self.subscription_ids)
+        RIC times out what is left). The routes stay: what arrives meanwhile is still taken.
+        """
+        left = list(self.subscription_ids.values())
         self.subscription_ids.clear()
         try:
             async with (asyncio.timeout(within_s),
