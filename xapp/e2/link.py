@@ -93,14 +93,10 @@ class E2Link:
         round, so that the leases are renewed whatever the subscription manager does."""
         subscriber, metrics = self.subscriber, self._metrics
         metrics.e2_reporting_period.set(period_ms / 1000.0)
+        # The first list is waited for; later ones are tried once a round.
         listing: dict[str, E2Node] = {n.meid: n for n in await subscriber.nodes()}
         first = True
         while True:
-            try:
-                listing = {n.meid: n for n in await subscriber.nodes(attempts=1)}
-            except (httpx.HTTPError, ValueError) as exc:
-                log.warning("e2: listing the E2 nodes failed (%s); the last list stands",
-                            describe(exc))
             owned = await self.ownership.round(sorted(listing))
             held = set(subscriber.subscription_ids)
             for meid in sorted(held - owned):
@@ -119,6 +115,11 @@ class E2Link:
             metrics.e2_nodes_owned.set(len(subscriber.subscription_ids))
             first = False
             await asyncio.sleep(ROUND_S)
+            try:
+                listing = {n.meid: n for n in await subscriber.nodes(attempts=1)}
+            except (httpx.HTTPError, ValueError) as exc:
+                log.warning("e2: listing the E2 nodes failed (%s); the last list stands",
+                            describe(exc))
 
     async def stop(self, step_s: float) -> None:
         """Unsubscribe, stop listening, write what was received: each step bounded by
