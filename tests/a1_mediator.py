@@ -54,12 +54,14 @@ class Mediator:
 
     async def next(self, msg_type: int) -> dict:
         """The next message of ``msg_type`` (the replicas' queries are passed over when an
-        answer is awaited)."""
-        while True:
-            frame = await asyncio.wait_for(self.received.get(), 10)
-            if frame.msg_type == msg_type:
-                return json.loads(frame.payload)
-            assert frame.msg_type == A1_POLICY_QUERY, frame
+        answer is awaited), within 10 s in all: replicas that keep asking must not keep the
+        wait open."""
+        async with asyncio.timeout(10):
+            while True:
+                frame = await self.received.get()
+                if frame.msg_type == msg_type:
+                    return json.loads(frame.payload)
+                assert frame.msg_type == A1_POLICY_QUERY, frame
 
     async def answer(self) -> dict:
         return await self.next(A1_POLICY_RESP)

@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 LIBRARY = "librmr_si.so.4"
 MAX_MESSAGE = 65536  # bytes; E2SM-KPM indications of a cell are far smaller
 RECEIVE_TIMEOUT_MS = 100  # how soon the receiving thread notices a stop
+CLOSE_WAIT_S = 2.0  # for the receiving thread to stop, at most
 RECEIVE_BATCH = 64  # frames the event loop takes in one turn, at most
 # Frames received and not yet handled: a few seconds of 10^4 cells reporting every second.
 RECEIVE_QUEUE = 65_536
@@ -262,7 +263,13 @@ class RmrTransport:
     async def close(self) -> None:
         self._stop.set()
         if self._receiver is not None:
-            await asyncio.to_thread(self._receiver.join)
+            # librmr's timed receive waits for a wall-clock instant (sem_timedwait): a clock
+            # stepped back holds it past its timeout, so the wait for it is bounded as well;
+            # the thread is a daemon and is left behind.
+            await asyncio.to_thread(self._receiver.join, CLOSE_WAIT_S)
+            if self._receiver.is_alive():
+                log.warning("rmr: the receiving thread did not stop within %.0f s; left "
+                            "behind", CLOSE_WAIT_S)
         if self._draining is not None:
             self._draining.cancel()
         self._sender.shutdown(wait=True)
