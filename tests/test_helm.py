@@ -455,7 +455,7 @@ def test_configmap_holds_a_descriptor_the_xapp_accepts(
     rmr_data = config["messaging"]["ports"][1]
     assert rmr_data["policies"] == [POLICY_TYPE_ID] == config["rmr"]["policies"]
     assert "A1_POLICY_REQ" in rmr_data["rxMessages"]
-    assert controls.e2.client_host == f"service-ricxapp-kpi-forecast-rmr.{NAMESPACE}"
+    assert controls.e2.client_host is None  # each pod passes its own (below)
     assert [p["name"] for p in config["messaging"]["ports"]] == ["http", "rmr-data", "rmr-route"]
     assert config["livenessProbe"]["httpGet"] == {"path": "ric/v1/health/alive", "port": 8080}
     assert config["readinessProbe"]["httpGet"] == {"path": "ric/v1/health/ready", "port": 8080}
@@ -841,8 +841,7 @@ def test_fullname_override(helm: Path) -> None:
     names = {name for _, name in kinds(docs)}
     assert {"service-ricxapp-kpi-forecast-prb-http", "service-ricxapp-kpi-forecast-prb-rmr",
             "configmap-ricxapp-kpi-forecast-prb-appconfig"} <= names
-    assert descriptor(docs)["controls"]["e2"]["clientHost"] == (
-        f"service-ricxapp-kpi-forecast-prb-rmr.{NAMESPACE}")
+    assert env_of(docs)["RMR_SRC_ID"] == f"service-ricxapp-kpi-forecast-prb-rmr.{NAMESPACE}"
 
 
 def test_notes_tell_how_to_query_a_forecast(helm: Path) -> None:
@@ -872,3 +871,35 @@ def test_notes_say_where_the_history_lives(helm: Path, args: list[str],
         assert "History:" not in notes and "WARNING" not in notes
     else:
         assert expected in notes
+
+
+def test_each_pod_names_itself_as_the_e2_endpoint_unless_told_a_host(
+        helm: Path, rendered: Callable[[str], Docs], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Replicas share out the E2 nodes: a node's reports must reach the pod that subscribed,
+    not whichever pod the RMR Service picks. So each pod passes its own IP (downward API) as
+    the subscription's client endpoint, and the xApp takes it over the descriptor's null."""
+    from kpi_forecast.cli.main import build_parser
+    from kpi_forecast.xapp import server
+
+    docs = rendered("default")
+    container = xapp_container(docs)
+    (pod_ip,) = [e for e in container["env"] if e["name"] == "POD_IP"]
+    assert pod_ip["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    args = [a.replace("$(POD_IP)", "10.42.0.7") for a in container["args"]]  # as kubelet does
+    config = tmp_path / "config-file.json"
+    config.write_text(find(docs, "ConfigMap", "configmap-ricxapp-kpi-forecast-appconfig")[
+        "data"]["config-file.json"])
+    monkeypatch.setenv("CONFIG_FILE", str(config))
+    served = []
+    monkeypatch.setattr(server, "create_app", lambda descriptor, **_: served.append(descriptor))
+    monkeypatch.setattr(server, "run", lambda *_: None)
+    parsed = build_parser().parse_args(["serve", *args])
+    parsed.run(parsed)
+    e2 = served[0].controls.e2
+    assert e2.endpoint_host() == "10.42.0.7"
+    assert e2.enabled is False  # the flag names the endpoint; it does not turn E2 on
+
+    told = template(helm, "--set", "xapp.e2.clientHost=e2-side.example")
+    assert "--e2-client-host" not in xapp_container(told)["args"]
+    assert descriptor(told)["controls"]["e2"]["clientHost"] == "e2-side.example"

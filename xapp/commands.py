@@ -15,7 +15,8 @@ from kpi_forecast.model.errors import UserError
 def cmd_serve(args: argparse.Namespace) -> None:
     from kpi_forecast.xapp.server import serve
 
-    serve(args.model, args.config, args.host, args.port, args.submgr, args.e2_port, args.a1)
+    serve(args.model, args.config, args.host, args.port, args.submgr, args.e2_port, args.a1,
+          args.e2_client_host)
 
 
 def cmd_k8s(args: argparse.Namespace) -> None:
@@ -65,6 +66,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     xapp.add_argument("--port", type=int, default=8080)
     xapp.add_argument("--submgr", help="subscription manager URL: subscribe to E2 nodes' KPIs")
     xapp.add_argument("--e2-port", type=int, help="rmr-data port for E2 frames (default 4560)")
+    xapp.add_argument("--e2-client-host", metavar="HOST",
+                      help="where the E2 side sends this replica's frames (the chart passes "
+                           "the pod's IP: each replica receives its own nodes' reports)")
     xapp.add_argument("--a1", action="store_true",
                       help="take A1 policies over RMR on the rmr-data port (controls.a1)")
     xapp.set_defaults(run=cmd_serve)

@@ -173,8 +173,12 @@ def _apply_overrides(path: Path, controls: Controls, overrides: Mapping[str, obj
     if unknown:
         # Checked here because a camelCase key would otherwise sit beside its snake_case twin.
         raise ConfigError(path, f"unknown controls override(s): {', '.join(unknown)}")
+    merged = controls.model_dump()
+    for key, value in overrides.items():
+        # A group's override (e2, a1) sets the fields it names; the file's others stay.
+        merged[key] = {**merged[key], **value} if isinstance(value, Mapping) else value
     try:
-        return Controls.model_validate({**controls.model_dump(), **overrides})
+        return Controls.model_validate(merged)
     except pydantic.ValidationError as exc:
         raise ConfigError(path, _pydantic_problem("override ", exc)) from None
 

@@ -101,8 +101,9 @@ class E2(BaseModel):
     submgr_url: str | None = Field(None, min_length=1, pattern=r"^https?://.+")
     """Subscription manager base URL; null: do not subscribe (frames may still arrive)."""
     client_host: str | None = Field(None, min_length=1)
-    """Host the E2 side sends this xApp's frames to; null: 127.0.0.1 when the subscription
-    manager is on loopback, else the RMR Service (service-ricxapp-kpi-forecast-rmr.ricxapp)."""
+    """Host the E2 side sends this xApp's frames to (the chart leaves it null and passes each
+    pod's IP with --e2-client-host); null: 127.0.0.1 when the subscription manager is on
+    loopback, else the RMR Service (service-ricxapp-kpi-forecast-rmr.ricxapp)."""
     reporting_period_ms: int | None = Field(None, ge=1)
     """E2SM-KPM reporting period; null: the model's step."""
     kpis: dict[str, KpiSource] = Field(default_factory=lambda: dict(DEFAULT_KPIS), min_length=1)

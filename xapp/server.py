@@ -21,17 +21,20 @@ GRACEFUL_SHUTDOWN_S = 20
 
 
 def serve(model: str | None, config: str | None, host: str, port: int,
-          submgr: str | None = None, e2_port: int | None = None, a1: bool = False) -> None:
+          submgr: str | None = None, e2_port: int | None = None, a1: bool = False,
+          e2_client_host: str | None = None) -> None:
     path = descriptor_path(config)
     overrides: dict = {"model_dir": str(Path(model).resolve())} if model else {}
+    e2: dict = {}
     if submgr or e2_port is not None:
-        # Either flag turns E2 on; the rest of the e2 controls come from the file.
-        e2 = load_descriptor(path).controls.e2.model_dump()
-        e2.update(enabled=True)
-        if submgr:
-            e2.update(submgr_url=submgr)
-        if e2_port is not None:
-            e2.update(port=e2_port)
+        e2["enabled"] = True  # either flag turns E2 on; the rest of e2 comes from the file
+    if submgr:
+        e2["submgr_url"] = submgr
+    if e2_port is not None:
+        e2["port"] = e2_port
+    if e2_client_host:
+        e2["client_host"] = e2_client_host
+    if e2:
         overrides["e2"] = e2
     if a1:
         overrides["a1"] = {"enabled": True}

@@ -134,7 +134,6 @@ chart's tests check for every values file they render.
 {{- $x := .Values.xapp -}}
 {{- $e2 := $x.e2 -}}
 {{- $container := include "kpi-forecast.name" . -}}
-{{- $rmrHost := $e2.clientHost | default (printf "%s.%s" (include "kpi-forecast.rmrServiceName" .) .Release.Namespace) -}}
 {{- $controls := dict
       "modelDir" .Values.model.path
       "modelRoot" (get $x "modelRoot" | default nil)
@@ -154,7 +153,7 @@ chart's tests check for every values file they render.
         "enabled" $e2.enabled
         "port" .Values.containerPorts.rmrData
         "submgrUrl" (get $e2 "submgrUrl" | default nil)
-        "clientHost" $rmrHost
+        "clientHost" (get $e2 "clientHost" | default nil)
         "reportingPeriodMs" (get $e2 "reportingPeriodMs" | default nil)
         "kpis" $e2.kpis)
       "a1" $x.a1 -}}
