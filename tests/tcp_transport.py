@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from kpi_forecast.xapp.e2.transport import Frame, Handler
 from kpi_forecast.xapp.failures import describe
@@ -103,6 +103,15 @@ class TcpTransport:
             self._peers.pop((host, port), None)
             writer.close()
             raise
+
+    async def send_many(self, host: str, port: int, frames: Sequence[Frame]
+                        ) -> tuple[int, Exception | None]:
+        for sent, frame in enumerate(frames):
+            try:
+                await self.send(host, port, frame)
+            except OSError as exc:
+                return sent, exc
+        return len(frames), None
 
     async def close(self) -> None:
         for writer in self._peers.values():

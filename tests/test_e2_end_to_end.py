@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import pandas as pd
 import pytest
 import uvicorn
 
@@ -22,7 +23,7 @@ from kpi_forecast.xapp.e2 import e2ap, kpm
 from kpi_forecast.xapp.e2.ingest import Ingestor, Route
 from kpi_forecast.xapp.e2.mock_node import MockE2Node, create_app
 from kpi_forecast.xapp.e2.subscription import SubscriptionRequest, SubscriptionResponse
-from kpi_forecast.xapp.e2.transport import RIC_SUB_FAILURE, Frame
+from kpi_forecast.xapp.e2.transport import RIC_INDICATION, RIC_SUB_FAILURE, Frame
 from kpi_forecast.xapp.history import MemoryHistory
 from kpi_forecast.xapp.metrics import Metrics
 from tests.processes import ROOT, free_port
@@ -43,17 +44,18 @@ def one_cell_two_days(tmp_path: Path) -> Path:
 
 
 async def subscribe_first_cell(node: MockE2Node, rmr_port: int,
-                               measurements: tuple[str, ...] = (MEASUREMENT,)
-                               ) -> SubscriptionResponse:
-    """Subscribe, as the xApp would, to the first cell of the first node, hourly reports."""
+                               measurements: tuple[str, ...] = (MEASUREMENT,),
+                               period_ms: int = 3_600_000) -> SubscriptionResponse:
+    """Subscribe, as the xApp would, to the first cell of the first node (hourly reports
+    unless told)."""
     cell = node.nodes()[0]["cells"][0]
     definition = kpm.encode_action_definition(kpm.ActionDefinition(
-        list(measurements), 3_600_000, kpm.CellId(bytes.fromhex(cell["plmn"]), nr_cell=0)))
+        list(measurements), period_ms, kpm.CellId(bytes.fromhex(cell["plmn"]), nr_cell=0)))
     return node.subscribe(SubscriptionRequest.model_validate({
         "ClientEndpoint": {"Host": "127.0.0.1", "RMRPort": rmr_port}, "Meid": "gnb-000",
         "SubscriptionDetails": [{
             "XappEventInstanceId": 5,
-            "EventTriggers": list(kpm.encode_event_trigger(3_600_000)),
+            "EventTriggers": list(kpm.encode_event_trigger(period_ms)),
             "ActionToBeSetupList": [{"ActionID": 1, "ActionDefinition": list(definition)}],
         }],
     }))
@@ -267,6 +269,45 @@ def test_live_mode_sends_the_past_at_once_then_paces(tmp_path: Path, rmr_library
         assert reports[-1] - reports[40] >= 7 * 0.05 * 0.8  # then paced, 50 ms apart
         await xapp.close()
         await node.close()
+
+    asyncio.run(go())
+
+
+def test_on_the_wall_clock_each_report_goes_out_as_its_period_ends(tmp_path: Path,
+                                                                   rmr_library: Path) -> None:
+    """As a live node: a subscription's first report is the period that ends next (nothing
+    from before it), and each report leaves when its one-second period ends."""
+    now = pd.Timestamp.now(tz="UTC").floor("s")
+    data = tmp_path / "seconds.csv"
+    times = pd.date_range(now - pd.Timedelta("20s"), periods=60, freq="1s")
+    pd.DataFrame({"timestamp": times, "cell_id": "cell-000",
+                  "prb_util": np.arange(60, dtype=float)}).to_csv(data, index=False)
+
+    async def go() -> None:
+        node = MockE2Node(load_panel(data, "prb_util"), MEASUREMENT, rmr_transport(),
+                          wall_clock=True)
+        await node.open()
+        reports: list[tuple[int, float]] = []  # (collection start, UNIX s), arrival
+
+        async def stamp(frame: Frame) -> None:
+            if frame.msg_type == RIC_INDICATION:
+                pdu = e2ap.decode(frame.payload)
+                reports.append((kpm.decode_header_us(pdu.header), time.time()))
+
+        xapp = rmr_transport()
+        await xapp.start(stamp)
+        subscribed = time.time()
+        await subscribe_first_cell(node, xapp.port, period_ms=1000)
+        async with asyncio.timeout(10):  # three one-second periods, then some
+            while len(reports) < 3:
+                await asyncio.sleep(0.01)
+        await xapp.close()
+        await node.close()
+        starts = [start_us / 1e6 for start_us, _ in reports]
+        assert subscribed - 1 <= starts[0] <= subscribed + 1e-6  # the period under way
+        assert np.diff(starts).tolist() == [1.0, 1.0]
+        for start, arrived in zip(starts, (at for _, at in reports), strict=True):
+            assert start + 1 <= arrived + 0.002  # not before its period ends (clock rounding)
 
     asyncio.run(go())
 

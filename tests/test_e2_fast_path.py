@@ -245,3 +245,53 @@ def test_what_the_fast_path_leaves_is_still_decoded() -> None:
     with pytest.raises(NotFast):
         indication.fast_header_stamp(named)
     assert indication.decode_header_us(named) == 1_714_564_800 * 1_000_000
+
+
+# --- the encoders the mock E2 node uses ---------------------------------------------------------
+
+VALUE = st.none() | INTEGER.map(float) | REAL
+PRINTABLE_NAMES = st.text(st.sampled_from("AZaz09 '()+,-./:=?"), min_size=1, max_size=150)
+
+
+@st.composite
+def indication_messages(draw: st.DrawFn) -> kpm.IndicationMessage:
+    periods = draw(st.integers(1, 4))
+    names = draw(st.lists(NAMES | PRINTABLE_NAMES, min_size=1, max_size=3, unique=True))
+    return kpm.IndicationMessage(
+        [kpm.Measurement(name, draw(st.lists(VALUE, min_size=periods, max_size=periods)))
+         for name in names],
+        draw(st.none() | st.integers(1, 2**32 - 1)))
+
+
+@DIFFERENTIAL
+@given(msg=indication_messages())
+def test_the_fast_message_encoder_writes_the_general_encoders_octets(
+        msg: kpm.IndicationMessage) -> None:
+    expected = kpm.encode_indication_message(msg)
+    assert indication.fast_encode_message(msg) == expected
+    assert indication.encode_message(msg) == expected
+
+
+@DIFFERENTIAL
+@given(requestor=st.integers(0, 0xFFFF), instance=st.integers(0, 0xFFFF),
+       function=st.integers(0, 4095), action=st.integers(0, 0xFF),
+       number=st.none() | st.integers(0, 0xFFFF), header=st.binary(max_size=20),
+       message=st.binary(max_size=400))
+def test_the_fast_indication_encoder_writes_the_general_encoders_octets(
+        requestor: int, instance: int, function: int, action: int, number: int | None,
+        header: bytes, message: bytes) -> None:
+    expected = e2ap.encode_indication(requestor, instance, function, action, number, header,
+                                      message)
+    assert indication.fast_encode_e2ap(requestor, instance, function, action, number, header,
+                                       message) == expected
+
+
+def test_what_the_fast_encoders_leave_goes_to_the_general_ones() -> None:
+    long_name = kpm.IndicationMessage([kpm.Measurement("x" * 151, [1.0])])
+    with pytest.raises(NotFast):
+        indication.fast_encode_message(long_name)
+    with pytest.raises(NotFast):
+        indication.fast_encode_e2ap(1, 1, 4096, 1, None, b"", b"")
+    with pytest.raises(NotFast):
+        indication.fast_encode_message(kpm.IndicationMessage([kpm.Measurement("Prb\u00e9",
+                                                                               [1.0])]))

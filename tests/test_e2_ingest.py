@@ -238,3 +238,18 @@ def test_each_ingested_report_counts_its_lag_from_the_end_of_its_last_period() -
     assert before - ended <= sample("kpi_forecast_e2_ingest_lag_seconds_sum") <= after - ended
     assert sample("kpi_forecast_e2_ingest_lag_seconds_bucket", {"le": "900.0"}) == 0.0
     assert sample("kpi_forecast_e2_ingest_lag_seconds_bucket", {"le": "3600.0"}) == 1.0
+
+
+def test_a_report_delivered_twice_is_kept_once_and_the_repeat_counted() -> None:
+    """After a handover both owners may have had a period's report: one copy is kept, the
+    other shows in the not-kept count (and so does a report older than the window)."""
+    store = MemoryHistory("15min", length=8)
+    ingestor, metrics = ingestor_with(store)
+    twice = indication(1, 1, START + dt.timedelta(hours=3), [1.0, 2.0])
+    too_old = indication(1, 1, START, [9.0])  # three hours before: 12 steps, the window is 8
+    ingest(ingestor, twice, twice, too_old)
+    sample = metrics.registry.get_sample_value
+    assert sample("kpi_forecast_e2_indications_total") == 3.0
+    assert sample("kpi_forecast_e2_reports_not_kept_total") == 3.0  # 2 repeats + 1 too old
+    values, _ = asyncio.run(store.window("c"))
+    np.testing.assert_array_equal(values[-2:], [2.0, 4.0])  # scale 2, once each

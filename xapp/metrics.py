@@ -95,6 +95,13 @@ class Metrics:
             f"{PREFIX}_e2_indications_rejected", "E2 frames dropped, by reason.", ["reason"],
             registry=r,
         )
+        # A handover's overlap (both owners subscribed for a moment) delivers some reports
+        # twice: the history keeps one, and the other is counted here.
+        self.e2_reports_not_kept = Counter(
+            f"{PREFIX}_e2_reports_not_kept", "Values of ingested RIC Indications the history "
+            "did not keep: repeats of a step already reported, or older than its window.",
+            registry=r,
+        )
         # From a reporting period's end to its values in the history: what a forecast of the
         # cell misses, whatever the period (100 ms to an hour), so seconds to an hour.
         self.e2_ingest_lag = Histogram(

@@ -79,7 +79,7 @@ def cmd_e2sim(args: argparse.Namespace) -> None:
                       cells_per_node=args.cells_per_node, speed=args.speed,
                       pace_ms=args.period_ms, start=int(step.get("start", 0)),
                       end=int(step["end"]) if "end" in step else None, faults=args.faults,
-                      seed=args.seed, live_from=live_from)
+                      seed=args.seed, live_from=live_from, wall_clock=args.wall_clock)
     reported = ", ".join(f"{column} as {name}" for column, _, name in pairs)
     print(f"mock E2 node: {panel.n_cells} cells in {len(node.nodes())} node(s), {reported}; "
           f"subscription API on http://{args.listen}, RMR on port {args.rmr_port}")
@@ -104,6 +104,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                      help="replay speed against real time; 0: as fast as possible")
     sim.add_argument("--period-ms", type=float, help="wall-clock ms between reports "
                      "(overrides --speed)")
+    sim.add_argument("--wall-clock", action="store_true", help="report as a live node does: "
+                     "each period's values when it ends by this machine's clock, a new "
+                     "subscription from the next period on (the file's times must span now)")
     sim.add_argument("--cells", type=int, help="replay only the first N cells")
     sim.add_argument("--cells-per-node", type=int, default=8)
     sim.add_argument("--faults", type=parse_faults, default={},

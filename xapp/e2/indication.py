@@ -17,6 +17,7 @@ only exact: where it answers, it answers what the general decoders answer, field
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from kpi_forecast.xapp.e2 import e2ap, kpm
@@ -236,6 +237,163 @@ def fast_message(data: bytes, subscribed: Sequence[str] | None) -> IndicationMes
     return kpm.indication_message(names, subscribed, periods, granularity)
 
 
+# --- encoding, for the mock E2 node ------------------------------------------------------------
+
+
+class _Writer:
+    """Aligned-PER octets written front to back, held as one integer of ``size`` bits."""
+
+    __slots__ = ("value", "size")
+
+    def __init__(self) -> None:
+        self.value, self.size = 0, 0
+
+    def bits(self, value: int, count: int) -> None:
+        self.value = (self.value << count) | value
+        self.size += count
+
+    def align(self) -> None:
+        pad = -self.size % 8
+        self.value <<= pad
+        self.size += pad
+
+    def octets(self, data: bytes) -> None:
+        self.align()
+        self.bits(int.from_bytes(data, "big"), len(data) * 8)
+
+    def length(self, count: int) -> None:
+        self.align()
+        if count < 0x80:
+            self.bits(count, 8)
+        elif count < 0x4000:
+            self.bits(0x8000 | count, 16)
+        else:
+            raise NotFast  # fragmented: the general encoder's
+
+    def result(self) -> bytes:
+        self.align()
+        return self.value.to_bytes(self.size // 8, "big")
+
+
+def _minimal(value: int) -> bytes:
+    return value.to_bytes(max(1, (value.bit_length() + 7) // 8), "big")
+
+
+def _real_octets(value: float) -> bytes:
+    """A REAL's contents as asn1tools writes them: base 2, the mantissa odd, the exponent in
+    one or two octets; the special values as their single octet."""
+    if math.isnan(value):
+        return b"\x42"
+    if math.isinf(value):
+        return b"\x40" if value > 0 else b"\x41"
+    if value == 0.0:
+        return b""
+    sign = 0x40 if value < 0 else 0
+    fraction, exponent = math.frexp(abs(value))
+    mantissa = int(fraction * 2**53)
+    shift = (mantissa & -mantissa).bit_length() - 1
+    mantissa >>= shift
+    exponent += shift - 53
+    if -0x80 <= exponent < 0x80:
+        head = bytes((0x80 | sign, exponent & 0xFF))
+    elif -0x8000 <= exponent < 0x8000:
+        head = bytes((0x81 | sign,)) + (exponent & 0xFFFF).to_bytes(2, "big")
+    else:
+        raise NotFast
+    return head + mantissa.to_bytes(mantissa.bit_length() // 8 + 1, "big")
+
+
+def fast_encode_message(msg: IndicationMessage) -> bytes:
+    """``kpm.encode_indication_message``'s octets, written straight; ``NotFast`` where they
+    would not be in the shape ``fast_message`` reads."""
+    periods = {len(m.values) for m in msg.measurements}
+    if len(periods) != 1 or not 1 <= (count := periods.pop()) <= 0xFFFF \
+            or not 1 <= len(msg.measurements) <= 0xFFFF:
+        raise NotFast
+    granularity = msg.granularity_ms
+    out = _Writer()
+    out.bits(0b10 | (granularity is not None), 6)  # measInfoList always, granulPeriod if given
+    out.octets((count - 1).to_bytes(2, "big"))
+    for period in range(count):
+        out.bits(0, 2)  # no incompleteFlag
+        out.length(len(msg.measurements))
+        for m in msg.measurements:
+            value = m.values[period]
+            if value is None:
+                out.bits(2, 3)
+            elif float(value).is_integer() and 0 <= value <= _MAX_UINT32:
+                octets = _minimal(int(value))
+                out.bits(0, 3)
+                out.bits(len(octets) - 1, 2)
+                out.octets(octets)
+            else:
+                octets = _real_octets(float(value))
+                out.bits(1, 3)
+                out.length(len(octets))
+                out.octets(octets)
+    out.octets((len(msg.measurements) - 1).to_bytes(2, "big"))
+    for m in msg.measurements:
+        name = m.name.encode("utf-8")
+        if not 1 <= len(name) <= _NAME_MAX or not _PRINTABLE.issuperset(name):
+            raise NotFast
+        out.bits(0, 4)
+        out.bits(len(name) - 1, 8)
+        out.octets(name)
+        out.length(1)  # one label: noLabel
+        out.bits(_NO_LABEL_ONLY, 23)
+        out.bits(0, 1)
+    if granularity is not None:
+        if not 1 <= granularity <= _MAX_UINT32:
+            raise NotFast
+        octets = _minimal(granularity - 1)
+        out.bits(len(octets) - 1, 2)
+        out.octets(octets)
+    return out.result()
+
+
+def _ie(out: _Writer, ie_id: int, value: bytes) -> None:
+    out.octets(ie_id.to_bytes(2, "big"))
+    out.bits(0, 8)  # criticality reject, and the padding after it
+    out.length(len(value))
+    out.octets(value)
+
+
+def _octet_string_value(value: bytes) -> bytes:
+    out = _Writer()
+    out.length(len(value))
+    out.octets(value)
+    return out.result()
+
+
+def fast_encode_e2ap(requestor_id: int, instance_id: int, ran_function_id: int,
+                     action_id: int, sequence_number: int | None, header: bytes,
+                     message: bytes) -> bytes:
+    """``e2ap.encode_indication``'s octets (a RICindication of type report), written
+    straight; ``NotFast`` for values outside their ranges."""
+    if not (0 <= requestor_id <= 0xFFFF and 0 <= instance_id <= 0xFFFF
+            and 0 <= ran_function_id <= 4095 and 0 <= action_id <= 0xFF
+            and (sequence_number is None or 0 <= sequence_number <= 0xFFFF)):
+        raise NotFast
+    body = _Writer()
+    body.bits(0, 8)  # RICindication's extension bit
+    body.octets((6 + (sequence_number is not None)).to_bytes(2, "big"))
+    _ie(body, e2ap.ID_REQUEST_ID, bytes((0,)) + requestor_id.to_bytes(2, "big")
+        + instance_id.to_bytes(2, "big"))
+    _ie(body, e2ap.ID_RAN_FUNCTION_ID, ran_function_id.to_bytes(2, "big"))
+    _ie(body, e2ap.ID_ACTION_ID, bytes((action_id,)))
+    if sequence_number is not None:
+        _ie(body, e2ap.ID_INDICATION_SN, sequence_number.to_bytes(2, "big"))
+    _ie(body, e2ap.ID_INDICATION_TYPE, b"\x00")  # report
+    _ie(body, e2ap.ID_INDICATION_HEADER, _octet_string_value(header))
+    _ie(body, e2ap.ID_INDICATION_MESSAGE, _octet_string_value(message))
+    value = body.result()
+    out = _Writer()
+    out.octets(bytes((0, e2ap.RIC_INDICATION, 0x40)))  # initiatingMessage, criticality ignore
+    out.length(len(value))
+    out.octets(value)
+    return out.result()
+
+
 # --- either path --------------------------------------------------------------------------------
 
 
@@ -262,3 +420,22 @@ def decode_message(data: bytes, subscribed: Sequence[str] | None = None) -> Indi
         return fast_message(data, subscribed)
     except NotFast:
         return kpm.decode_indication_message(data, subscribed)
+
+
+def encode_message(msg: IndicationMessage) -> bytes:
+    """``kpm.encode_indication_message``, by the fast path where it can."""
+    try:
+        return fast_encode_message(msg)
+    except NotFast:
+        return kpm.encode_indication_message(msg)
+
+
+def encode_e2ap(requestor_id: int, instance_id: int, ran_function_id: int, action_id: int,
+                sequence_number: int | None, header: bytes, message: bytes) -> bytes:
+    """``e2ap.encode_indication``, by the fast path where it can."""
+    try:
+        return fast_encode_e2ap(requestor_id, instance_id, ran_function_id, action_id,
+                                sequence_number, header, message)
+    except NotFast:
+        return e2ap.encode_indication(requestor_id, instance_id, ran_function_id, action_id,
+                                      sequence_number, header, message)

@@ -106,6 +106,7 @@ class Ingestor:
                 self.reject("history", str(result))
             else:
                 self._metrics.e2_indications.inc()
+                self._metrics.e2_reports_not_kept.inc(len(write.reports) - result)
                 self._metrics.e2_ingest_lag.observe((now_ns - write.collected_ns) / 1e9)
 
     def _decode(self, frame: Frame) -> _Write:

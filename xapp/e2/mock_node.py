@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ from fastapi import FastAPI, HTTPException, Response
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
 from kpi_forecast.data.panel import Panel
-from kpi_forecast.xapp.e2 import e2ap, kpm
+from kpi_forecast.xapp.e2 import e2ap, indication, kpm
 from kpi_forecast.xapp.e2.rmr import RmrError
 from kpi_forecast.xapp.e2.subscription import (
     E2Node,
@@ -95,6 +96,9 @@ class MockE2Node:
     start: int = 0  # first step replayed
     end: int | None = None  # step after the last one replayed
     live_from: int | None = None  # steps before this one go out at once, then at speed
+    # Reports follow the wall clock, as a real node's: a subscription's first is the period
+    # that ends next, and each goes out as its period ends (the file's times must span now).
+    wall_clock: bool = False
     faults: dict[str, float] = field(default_factory=dict)  # fault -> probability per report
     seed: int = 0
     sent: Counter = field(default_factory=Counter)  # what went out, by kind
@@ -107,6 +111,8 @@ class MockE2Node:
         self._next_instance = 1
         self._subscriptions_made = 0
         self.step_ms = int(self.panel.step / pd.Timedelta("1ms"))
+        self._index_ns = self.panel.index.as_unit("ns").asi8
+        self._headers: dict[int, bytes] = {}  # by first step: one encoding per period
 
     def nodes(self) -> list[dict]:
         ids = self.panel.cell_ids
@@ -194,17 +200,30 @@ class MockE2Node:
             return
         per_report = max(1, subscription.streams[0].period_ms // self.step_ms)
         end = self.panel.n_steps if self.end is None else min(self.end, self.panel.n_steps)
+        start = self._next_period() if self.wall_clock else self.start
         held: list[Frame] = []  # late reports, sent after the next one
-        for first in range(self.start, end, per_report):
+        for first in range(start, end, per_report):
             steps = range(first, min(first + per_report, end))
-            for stream in subscription.streams:
-                frame = self._indication(stream, steps)
-                await self._send_with_faults(subscription, frame, held)
-            caught_up = self.live_from is None or first >= self.live_from
-            await asyncio.sleep(self._pause(per_report) if caught_up else 0.0)
+            if self.wall_clock:
+                ends_ns = self._index_ns[first] + len(steps) * self.step_ms * 1_000_000
+                await asyncio.sleep(max(0.0, (ends_ns - time.time_ns()) / 1e9))
+            frames = [self._indication(stream, steps) for stream in subscription.streams]
+            if self.faults:
+                for frame in frames:
+                    await self._send_with_faults(subscription, frame, held)
+            else:
+                await self._send_all(subscription.host, subscription.port, frames)
+            if not self.wall_clock:
+                caught_up = self.live_from is None or first >= self.live_from
+                await asyncio.sleep(self._pause(per_report) if caught_up else 0.0)
         for frame in held:
             await self._send(subscription.host, subscription.port, frame)
         self.sent["replays_done"] += 1
+
+    def _next_period(self) -> int:
+        """The first step whose period has not ended yet."""
+        ended = time.time_ns() - self.step_ms * 1_000_000
+        return int(np.searchsorted(self._index_ns, ended, side="right"))
 
     def _indication(self, stream: Stream, steps: range) -> Frame:
         measurements = [
@@ -212,11 +231,15 @@ class MockE2Node:
                                    self._values[name][stream.cell, steps.start : steps.stop]])
             for name in stream.measurements
         ]
-        start = self.panel.index[steps.start].to_pydatetime()
-        header = kpm.encode_indication_header(start)
-        message = kpm.encode_indication_message(kpm.IndicationMessage(
+        header = self._headers.get(steps.start)
+        if header is None:
+            if len(self._headers) > 64:
+                self._headers.clear()
+            header = self._headers[steps.start] = kpm.encode_indication_header(
+                self.panel.index[steps.start].to_pydatetime())
+        message = indication.encode_message(kpm.IndicationMessage(
             measurements, granularity_ms=self.step_ms))
-        payload = e2ap.encode_indication(stream.requestor_id, stream.instance_id, 2,
+        payload = indication.encode_e2ap(stream.requestor_id, stream.instance_id, 2,
                                          stream.action_id, steps.start % 65536, header, message)
         return Frame(RIC_INDICATION, stream.instance_id, payload)
 
@@ -250,22 +273,35 @@ class MockE2Node:
     async def _send(self, host: str, port: int, frame: Frame,
                     kind: str = "indications") -> None:
         """Send once; what cannot be sent is dropped and counted as ``undelivered``."""
-        endpoint = f"{host}:{port}"
         try:
             await self.transport.send(host, port, frame)
         except UNREACHABLE as exc:
-            self.sent["undelivered"] += 1
-            if endpoint not in self._unreachable:
-                self._unreachable.add(endpoint)
-                log.warning("e2sim: the subscriber's rmr-data endpoint %s cannot be reached "
-                            "(%s): dropping indications, counted as undelivered, until it can",
-                            endpoint, describe(exc))
+            self._undelivered(f"{host}:{port}", 1, exc)
             return
+        self._delivered(f"{host}:{port}", 1, kind)
+
+    async def _send_all(self, host: str, port: int, frames: list[Frame]) -> None:
+        """A period's indications to one subscriber, in one hand-off to the transport."""
+        sent, error = await self.transport.send_many(host, port, frames)
+        if sent:
+            self._delivered(f"{host}:{port}", sent, "indications")
+        if error is not None:
+            self._undelivered(f"{host}:{port}", len(frames) - sent, error)
+
+    def _delivered(self, endpoint: str, count: int, kind: str) -> None:
         if endpoint in self._unreachable:
             self._unreachable.discard(endpoint)
             log.warning("e2sim: %s reached again (%d undelivered so far)", endpoint,
                         self.sent["undelivered"])
-        self.sent[kind] += 1
+        self.sent[kind] += count
+
+    def _undelivered(self, endpoint: str, count: int, exc: Exception) -> None:
+        self.sent["undelivered"] += count
+        if endpoint not in self._unreachable:
+            self._unreachable.add(endpoint)
+            log.warning("e2sim: the subscriber's rmr-data endpoint %s cannot be reached "
+                        "(%s): dropping indications, counted as undelivered, until it can",
+                        endpoint, describe(exc))
 
     async def _send_until_delivered(self, host: str, port: int, frame: Frame) -> None:
         """Send, retrying with backoff while the endpoint cannot be reached."""

@@ -30,7 +30,7 @@ import ctypes
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from importlib.resources import files
 
@@ -223,6 +223,20 @@ class RmrTransport:
     async def send(self, host: str, port: int, frame: Frame) -> None:
         await asyncio.get_running_loop().run_in_executor(self._sender, self._send_blocking,
                                                          f"{host}:{port}", frame)
+
+    async def send_many(self, host: str, port: int, frames: Sequence[Frame]
+                        ) -> tuple[int, Exception | None]:
+        return await asyncio.get_running_loop().run_in_executor(
+            self._sender, self._send_all_blocking, f"{host}:{port}", frames)
+
+    def _send_all_blocking(self, target: str, frames: Sequence[Frame]
+                           ) -> tuple[int, Exception | None]:
+        for sent, frame in enumerate(frames):
+            try:
+                self._send_blocking(target, frame)
+            except RmrError as exc:
+                return sent, exc
+        return len(frames), None
 
     async def route(self, frame: Frame) -> None:
         await asyncio.get_running_loop().run_in_executor(self._sender, self._send_blocking,

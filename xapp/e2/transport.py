@@ -3,7 +3,7 @@ transport for them (``Transport``; the RIC's own is ``rmr.RmrTransport``)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -45,6 +45,13 @@ class Transport(Protocol):
         ...
 
     async def send(self, host: str, port: int, frame: Frame) -> None: ...
+
+    async def send_many(self, host: str, port: int, frames: Sequence[Frame]
+                        ) -> tuple[int, Exception | None]:
+        """Send in order, stopping at the first frame that cannot be sent: how many went,
+        and why the rest did not (None: all went). One hand-off for the lot, as an E2 node
+        sends a reporting period's indications."""
+        ...
 
     async def route(self, frame: Frame) -> None:
         """Send to wherever the RIC's route table sends ``frame.msg_type``."""
