@@ -59,6 +59,7 @@ bench: $(VENV)/.installed-bench
 	$(BIN)/python -m benchmarks.runtime
 	$(BIN)/python -m benchmarks.serving
 	$(BIN)/python -m benchmarks.e2_ingest
+	$(BIN)/python -m benchmarks.e2_scale
 	$(BIN)/python -m benchmarks.scale_out
 	$(BIN)/python -m benchmarks.shared_history
 

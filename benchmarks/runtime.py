@@ -50,12 +50,13 @@ def percentiles(call, repeats: int) -> tuple[float, float]:
     return float(np.percentile(times, 50)), float(np.percentile(times, 99))
 
 
-def default_model(model_dir: Path) -> tuple[Forecaster, float]:
-    """The default network, exported to ``model_dir``; returns it and the export seconds."""
+def default_model(model_dir: Path, freq: str = "1h") -> tuple[Forecaster, float]:
+    """The default network (untrained) for data at ``freq``, exported to ``model_dir``;
+    returns it and the export seconds."""
     torch.manual_seed(0)
     network = Forecaster(ModelConfig(context=CONTEXT, horizon=HORIZON)).eval()
     meta = ModelMetadata(
-        model_version="bench", target="traffic", freq="1h", calendar_tz="Europe/Rome",
+        model_version="bench", target="traffic", freq=freq, calendar_tz="Europe/Rome",
         config=network.cfg, data_fingerprint="0" * 64, created=dt.datetime.now(dt.UTC).isoformat(),
     )
     started = time.perf_counter()

@@ -35,6 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    # httpx logs every request at INFO: the xApp's E2 ownership rounds alone would log one
+    # every two seconds. Failures are logged by the callers, with what they were doing.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         args.run(args)
     except UserError as exc:

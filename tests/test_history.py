@@ -18,6 +18,7 @@ from kpi_forecast.xapp.history import (
     History,
     HistoryError,
     HistoryUnavailable,
+    Leases,
     MemoryHistory,
 )
 from kpi_forecast.xapp.sdl import RedisHistory, address
@@ -195,6 +196,38 @@ def test_random_streams_with_replays_read_the_same_from_both_stores(redis_port: 
     asyncio.run(go())
 
 
+def test_batches_of_many_cells_with_repeats_write_as_one_at_a_time(redis_port: int) -> None:
+    """E2 ingestion writes whatever is queued as one batch: many cells, a cell more than once,
+    several reports each; Redis takes a batch in one script call and keeps what the in-memory
+    store keeps, report for report."""
+    rng = np.random.default_rng(5)
+    writes = [(f"c{int(rng.integers(0, 30))}",
+               [(T0 + int(rng.integers(0, 48 * 64)) * pd.Timedelta("1h") / 64,
+                 float(np.round(rng.uniform(0, 100), 3))) for _ in range(int(rng.integers(1, 4)))])
+              for _ in range(3000)]
+    writes += [writes[i] for i in rng.integers(0, len(writes), 300)]  # replays
+    bounds = np.cumsum(rng.integers(1, 200, len(writes)))
+    batches = [writes[a:b] for a, b in zip([0, *bounds], bounds, strict=False) if a < len(writes)]
+
+    async def go() -> None:
+        memory = MemoryHistory("1h", 24, max_cells=25)
+        # The 30 cells' last five to come are refused in both.
+        shared = await RedisHistory.open(settings(redis_port, namespace="batches", max_cells=25),
+                                         "1h", 24)
+        for batch in batches:
+            kept = await memory.put_cells(batch), await shared.put_cells(batch)
+            assert [str(k) for k in kept[0]] == [str(k) for k in kept[1]]
+        cells = [f"c{cell}" for cell in range(30)]
+        for a, b in zip(await memory.windows(cells), await shared.windows(cells), strict=True):
+            assert (a is None) == (b is None)
+            if a is not None:
+                assert a[1] == b[1]
+                np.testing.assert_allclose(a[0], b[0], rtol=2 * UNIT_ROUNDOFF_32)
+        await shared.close()
+
+    asyncio.run(go())
+
+
 def by_id(infos: list[CellInfo]) -> list[CellInfo]:
     return sorted(infos, key=lambda info: info.cell_id)
 
@@ -282,7 +315,7 @@ def test_each_e2_node_has_one_owner_shares_follow_the_replicas_and_a_silent_one_
         store = await RedisHistory.open(settings(redis_port, namespace="leases"), "1h", 4)
         try:
             async def owners(*replicas: str) -> dict[str, list[str]]:
-                return {r: await store.lease_round(r, nodes, ttl) for r in replicas}
+                return {r: (await store.lease_round(r, nodes, ttl)).owned for r in replicas}
 
             assert await owners("a") == {"a": nodes}  # alone: every node
             # b joins: a holds everything until its next round gives up what is beyond its
@@ -303,6 +336,36 @@ def test_each_e2_node_has_one_owner_shares_follow_the_replicas_and_a_silent_one_
     asyncio.run(go())
 
 
+def test_a_node_given_up_is_handed_over_once_its_new_owner_has_subscribed(
+        redis_port: int) -> None:
+    """Make before break: the replica that gives a node up is told to unsubscribe only once
+    the new owner has said, in a round, that it is subscribed to it."""
+    nodes = ["gnb-0", "gnb-1"]
+
+    async def go() -> None:
+        store = await RedisHistory.open(settings(redis_port, namespace="handover"), "1h", 4)
+        try:
+            a = await store.lease_round("a", nodes, 5.0, subscribed=())
+            assert a == Leases(nodes, [])
+            a = await store.lease_round("a", nodes, 5.0, subscribed=nodes)  # says so
+            await store.lease_round("b", nodes, 5.0)  # b joins: nothing free yet
+            a = await store.lease_round("a", nodes, 5.0, subscribed=nodes)
+            assert a == Leases(["gnb-0"], [])  # gave gnb-1 up, keeps its subscription
+            b = await store.lease_round("b", nodes, 5.0)  # takes it, not yet subscribed
+            assert b == Leases(["gnb-1"], [])
+            a = await store.lease_round("a", nodes, 5.0, subscribed=nodes)
+            assert a == Leases(["gnb-0"], [])  # still nobody else receives gnb-1
+            await store.lease_round("b", nodes, 5.0, subscribed=["gnb-1"])
+            a = await store.lease_round("a", nodes, 5.0, subscribed=nodes)
+            assert a == Leases(["gnb-0"], ["gnb-1"])  # now a may let go
+            a = await store.lease_round("a", nodes, 5.0, subscribed=["gnb-0"])
+            assert a == Leases(["gnb-0"], [])
+        finally:
+            await store.close()
+
+    asyncio.run(go())
+
+
 def test_a_memory_store_is_one_replica_owning_every_node() -> None:
     store = MemoryHistory("1h", 4)
-    assert asyncio.run(store.lease_round("a", ["n1", "n2"], 1.0)) == ["n1", "n2"]
+    assert asyncio.run(store.lease_round("a", ["n1", "n2"], 1.0)) == Leases(["n1", "n2"], [])

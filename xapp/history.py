@@ -17,7 +17,7 @@ because the shared store does network I/O on the event loop.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -51,6 +51,15 @@ class CellInfo:
     steps_held: int  # observed samples inside the buffer
     first: pd.Timestamp  # first grid step the buffer covers
     last: pd.Timestamp  # last grid step the buffer covers (the newest sample)
+
+
+@dataclass(frozen=True)
+class Leases:
+    """A replica's E2 nodes after a lease round."""
+
+    owned: list[str]
+    # Nodes it is subscribed to but no longer owns, whose new owner has subscribed too.
+    handed_over: list[str]
 
 
 def locate(report_ns: int, step: int) -> tuple[int, int]:
@@ -219,17 +228,21 @@ class History:
     async def delete_entry(self, name: str, key: str) -> None:
         raise NotImplementedError
 
-    async def lease_round(self, replica: str, nodes: Sequence[str], ttl_s: float
-                          ) -> list[str]:
-        """One round of E2 node ownership for ``replica``: which of ``nodes`` it owns now.
+    async def lease_round(self, replica: str, nodes: Sequence[str], ttl_s: float,
+                          subscribed: Collection[str] = ()) -> Leases:
+        """One round of E2 node ownership for ``replica``: which of ``nodes`` it owns now,
+        and which of those it is ``subscribed`` to it may now give up.
 
         A replica owns a node by a lease that lives ``ttl_s`` unless renewed; each round says
         the replica is alive for as long, renews its leases, gives up those beyond its share
         (the nodes over the replicas alive, rounded up: so that one that joined finds some
         free) and takes free ones up to its share. A replica that stops calling loses its
-        nodes ``ttl_s`` later. The base store serves one replica: it owns them all.
+        nodes ``ttl_s`` later. An owner says in its rounds which of its nodes it has
+        subscribed to; one that gave a node up keeps its subscription until the new owner
+        has said so (make before break: the history keeps the overlap's reports once). The
+        base store serves one replica: it owns them all.
         """
-        return list(nodes)
+        return Leases(list(nodes), [])
 
     async def close(self) -> None:
         """Release connections; the history itself stays where it is."""

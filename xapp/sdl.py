@@ -17,8 +17,8 @@ instead of misreading the history. A write is one Lua script, atomic in Redis: t
 ingesting the same indication, or a replay after a restart, change nothing. ``{ns},shared:<name>``
 holds what replicas share besides the history (the quantile recalibration), and the hash
 ``{ns},map:<name>`` what they share entry by entry (A1 policy instances). ``{ns},e2-lease:<node>``
-names the replica that owns an E2 node for now, and ``{ns},e2-replicas`` the replicas alive
-(``lease_round``).
+names the replica that owns an E2 node for now, ``{ns},e2-subscribed:<node>`` the owner once
+it has subscribed to the node, and ``{ns},e2-replicas`` the replicas alive (``lease_round``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import os
 import struct
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,6 +45,7 @@ from kpi_forecast.xapp.history import (
     History,
     HistoryError,
     HistoryUnavailable,
+    Leases,
     Origin,
     aggregated,
     locate,
@@ -55,77 +56,92 @@ DEFAULT_PORT = 6379
 HEADER = struct.Struct("<di4x")  # newest slot, ring length, padding to 16 bytes
 RECORD = np.dtype([("sum", "<f8"), ("low", "<u4"), ("high", "<u4")])  # 16 bytes per step
 
-# KEYS: the cell's ring, the set of cells, the set of those first written over REST. ARGV:
-# cell id, ring length for a new cell, the limit of the writer's kind, the writer's kind
-# ("rest" or "e2"), then per report its slot, part of the step (0-63) and value. Returns the
-# reports kept, or -1 when the cell would be one too many of its kind. Reports are taken in
-# order, as the in-memory ring takes them: one older than the window so far is dropped, a
-# newer one moves the window on and the steps it skips become gaps.
+# KEYS: the set of cells, the set of those first written over REST, then each written cell's
+# ring. ARGV: the limit of the writer's kind, the writer's kind ("rest" or "e2"), the ring
+# length for a new cell, then per cell its id and its reports packed as little-endian doubles
+# (slot, part of the step 0-63, value: 24 bytes each). Returns per cell the reports kept, or
+# -1 when the cell would be one too many of its kind. One call writes a whole batch of cells:
+# a script call per cell cost the ingesting replica more CPU in building and parsing commands
+# than the decoding. Reports are taken in order, as the in-memory ring takes them: one older
+# than the window so far is dropped, a newer one moves the window on and the steps it skips
+# become gaps.
 _WRITE = """
-local ring, cells, rest = KEYS[1], KEYS[2], KEYS[3]
-local HEADER, RECORD = 16, 16
-local length, newest
-if redis.call('EXISTS', ring) == 0 then
-  if redis.call('SISMEMBER', cells, ARGV[1]) == 0 then
-    local limit = tonumber(ARGV[3])
-    if ARGV[4] == 'rest' then
-      if redis.call('SCARD', rest) >= limit then return -1 end
-      redis.call('SADD', rest, ARGV[1])
-    elseif redis.call('SCARD', cells) - redis.call('SCARD', rest) >= limit then
-      return -1
+local cells, rest = KEYS[1], KEYS[2]
+local limit, origin, new_length = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+local HEADER, RECORD, REPORT = 16, 16, 24
+local empty = string.rep('\\0', RECORD)
+
+local function write(ring, cell, reports)
+  local length, newest
+  if redis.call('EXISTS', ring) == 0 then
+    if redis.call('SISMEMBER', cells, cell) == 0 then
+      if origin == 'rest' then
+        if redis.call('SCARD', rest) >= limit then return -1 end
+        redis.call('SADD', rest, cell)
+      elseif redis.call('SCARD', cells) - redis.call('SCARD', rest) >= limit then
+        return -1
+      end
+      redis.call('SADD', cells, cell)
     end
-    redis.call('SADD', cells, ARGV[1])
+    length, newest = new_length, struct.unpack('<d', reports)
+    redis.call('SET', ring, struct.pack('<di4i4', newest, length, 0)
+               .. string.rep('\\0', RECORD * length))
+  else
+    newest, length = struct.unpack('<di4', redis.call('GETRANGE', ring, 0, 11))
   end
-  length, newest = tonumber(ARGV[2]), tonumber(ARGV[5])
-  redis.call('SET', ring, struct.pack('<di4i4', newest, length, 0)
-             .. string.rep('\0', RECORD * length))
-else
-  newest, length = struct.unpack('<di4', redis.call('GETRANGE', ring, 0, 11))
-end
-local empty = string.rep('\0', RECORD)
-local kept = 0
-for i = 5, #ARGV, 3 do
-  local slot, part, value = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
-  if slot > newest then
-    if slot - newest >= length then
-      redis.call('SETRANGE', ring, HEADER, string.rep('\0', RECORD * length))
-    else
-      for gap = newest + 1, slot do
-        redis.call('SETRANGE', ring, HEADER + (gap % length) * RECORD, empty)
+  local kept = 0
+  for at = 1, #reports, REPORT do
+    local slot, part, value = struct.unpack('<ddd', reports, at)
+    if slot > newest then
+      if slot - newest >= length then
+        redis.call('SETRANGE', ring, HEADER, string.rep('\\0', RECORD * length))
+      else
+        for gap = newest + 1, slot do
+          redis.call('SETRANGE', ring, HEADER + (gap % length) * RECORD, empty)
+        end
+      end
+      newest = slot
+      redis.call('SETRANGE', ring, 0, struct.pack('<d', newest))
+    end
+    if slot > newest - length then
+      local where = HEADER + (slot % length) * RECORD
+      local sum, low, high = struct.unpack('<di4i4', redis.call('GETRANGE', ring, where,
+                                                                 where + 15))
+      local flag = bit.lshift(1, part % 32)
+      if bit.band(part < 32 and low or high, flag) == 0 then
+        if part < 32 then low = bit.bor(low, flag) else high = bit.bor(high, flag) end
+        redis.call('SETRANGE', ring, where, struct.pack('<di4i4', sum + value, low, high))
+        kept = kept + 1
       end
     end
-    newest = slot
-    redis.call('SETRANGE', ring, 0, struct.pack('<d', newest))
   end
-  if slot > newest - length then
-    local at = HEADER + (slot % length) * RECORD
-    local sum, low, high = struct.unpack('<di4i4', redis.call('GETRANGE', ring, at, at + 15))
-    local flag = bit.lshift(1, part % 32)
-    if bit.band(part < 32 and low or high, flag) == 0 then
-      if part < 32 then low = bit.bor(low, flag) else high = bit.bor(high, flag) end
-      redis.call('SETRANGE', ring, at, struct.pack('<di4i4', sum + value, low, high))
-      kept = kept + 1
-    end
-  end
+  return kept
 end
-return kept
+
+local results = {}
+for k = 3, #KEYS do
+  results[k - 2] = write(KEYS[k], ARGV[2 * k - 2], ARGV[2 * k - 1])
+end
+return results
 """
 
 
 # KEYS: the sorted set of live replicas (member: replica id, score: when it expires, in ms of
-# Redis's clock), then one lease key per node. ARGV: the replica id, the lease's life in ms,
-# then the node names in the order of their keys. Returns the nodes the replica owns after
-# the round. Atomic, so two replicas never take one node; Redis's clock, so the replicas'
-# clocks need not agree.
+# Redis's clock), then one lease key per node, then one "subscribed by" key per node. ARGV:
+# the replica id, the lease's life in ms, the node names in the order of their keys, then per
+# node "1" where the replica is subscribed to it. Returns the nodes the replica owns after
+# the round, and those it is subscribed to but another owns and has subscribed to. Atomic, so
+# two replicas never take one node; Redis's clock, so the replicas' clocks need not agree.
 _LEASE_ROUND = """
+local n = (#KEYS - 1) / 2
 local now = redis.call('TIME')
 now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 local me, ttl = ARGV[1], tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], now + ttl, me)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-local share = math.ceil((#KEYS - 1) / redis.call('ZCARD', KEYS[1]))
+local share = math.ceil(n / redis.call('ZCARD', KEYS[1]))
 local mine, free = {}, {}
-for i = 2, #KEYS do
+for i = 2, n + 1 do
   local holder = redis.call('GET', KEYS[i])
   if holder == me then table.insert(mine, i) elseif not holder then table.insert(free, i) end
 end
@@ -136,9 +152,22 @@ for _, i in ipairs(free) do
   redis.call('SET', KEYS[i], me, 'PX', ttl)
   table.insert(mine, i)
 end
-local owned = {}
-for _, i in ipairs(mine) do table.insert(owned, ARGV[i + 1]) end
-return owned
+local owned, handed, is_mine = {}, {}, {}
+for _, i in ipairs(mine) do
+  is_mine[i] = true
+  table.insert(owned, ARGV[i + 1])
+end
+for i = 2, n + 1 do
+  if ARGV[n + 1 + i] == '1' then
+    if is_mine[i] then
+      redis.call('SET', KEYS[n + i], me, 'PX', ttl)
+    else
+      local by = redis.call('GET', KEYS[n + i])
+      if by and by ~= me then table.insert(handed, ARGV[i + 1]) end
+    end
+  end
+end
+return {owned, handed}
 """
 
 
@@ -231,16 +260,18 @@ class RedisHistory(History):
                            origin: Origin) -> list[int | HistoryError]:
         step = self.step.value
         writes = [(cell_id, reports) for cell_id, reports in items if reports]
-        keys = [self._key("cells"), self._key("rest-cells")]
-        async with (self._errors(f"writing {len(writes)} cell(s)"),
-                    self._redis.pipeline(transaction=False) as pipe):
+        counts: list[int] = []
+        if writes:
+            keys = [self._key("cells"), self._key("rest-cells")]
+            args: list[object] = [self.limit(origin), origin, self.length]
             for cell_id, reports in writes:
-                args: list[object] = [cell_id, self.length, self.limit(origin), origin]
-                for report, value in reports:
-                    args += [*locate(report, step), repr(value)]
-                await self._script(keys=[self._cell_key(cell_id), *keys], args=args,
-                                   client=pipe)
-            results = iter(await pipe.execute() if writes else [])
+                keys.append(self._cell_key(cell_id))
+                packed = np.array([(*locate(report, step), value) for report, value in reports],
+                                  dtype="<f8")
+                args += [cell_id, packed.tobytes()]
+            async with self._errors(f"writing {len(writes)} cell(s)"):
+                counts = await self._script(keys=keys, args=args)
+        results = iter(counts)
         kept: list[int | HistoryError] = []
         for cell_id, reports in items:
             count = next(results) if reports else 0
@@ -314,14 +345,16 @@ class RedisHistory(History):
         async with self._errors(f"deleting {name} {key}"):
             await self._redis.hdel(self._key(f"map:{name}"), key)
 
-    async def lease_round(self, replica: str, nodes: Sequence[str], ttl_s: float
-                          ) -> list[str]:
+    async def lease_round(self, replica: str, nodes: Sequence[str], ttl_s: float,
+                          subscribed: Collection[str] = ()) -> Leases:
         ordered = sorted(nodes)
-        keys = [self._key("e2-replicas"), *(self._key(f"e2-lease:{n}") for n in ordered)]
+        keys = [self._key("e2-replicas"), *(self._key(f"e2-lease:{n}") for n in ordered),
+                *(self._key(f"e2-subscribed:{n}") for n in ordered)]
+        flags = ["1" if node in subscribed else "0" for node in ordered]
         async with self._errors("renewing the E2 node leases"):
-            owned = await self._lease_round(keys=keys,
-                                            args=[replica, round(ttl_s * 1000), *ordered])
-        return [node.decode() for node in owned]
+            owned, handed = await self._lease_round(
+                keys=keys, args=[replica, round(ttl_s * 1000), *ordered, *flags])
+        return Leases([node.decode() for node in owned], [node.decode() for node in handed])
 
     async def close(self) -> None:
         await self._redis.aclose()

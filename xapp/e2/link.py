@@ -25,6 +25,8 @@ from kpi_forecast.xapp.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
+CONCURRENT_REQUESTS = 8  # to the subscription manager, when many nodes change hands at once
+
 
 class E2Link:
     def __init__(self, controls: Callable[[], E2], transport: Transport | None,
@@ -44,6 +46,7 @@ class E2Link:
         self.ownership = ownership
         self._metrics = metrics
         self.subscriber: Subscriber | None = None
+        self._following: asyncio.Task | None = None  # the subscriptions following ownership
 
     async def start(self) -> list[asyncio.Task]:
         """Listen when E2 is enabled, and subscribe in the background when the subscription
@@ -56,8 +59,9 @@ class E2Link:
             if e2.enabled and e2.submgr_url:
                 self.subscriber = Subscriber(e2.submgr_url, e2.endpoint_host(),
                                              self.transport.port, self._http_port, self.ingestor)
-                tasks.append(asyncio.create_task(self._subscribe_when_ready(),
-                                                 name="e2-subscribe"))
+                self._following = asyncio.create_task(self._subscribe_when_ready(),
+                                                      name="e2-subscribe")
+                tasks.append(self._following)
         return [*tasks, asyncio.create_task(self.ingestor.run(), name="e2-writer")]
 
     def ready(self) -> bool:
@@ -88,42 +92,70 @@ class E2Link:
         await self._follow_ownership(source.measurement, period)
 
     async def _follow_ownership(self, measurement: str, period_ms: int) -> None:
-        """Every ``ROUND_S``: the nodes, a lease round, then subscribe to the nodes taken and
-        unsubscribe from those given up. One failed step is logged and tried again next
-        round, so that the leases are renewed whatever the subscription manager does."""
-        subscriber, metrics = self.subscriber, self._metrics
-        metrics.e2_reporting_period.set(period_ms / 1000.0)
+        """Every ``ROUND_S``: the nodes, a lease round, and the subscriptions brought in line
+        with what is owned in a task of their own. The leases are renewed on time whatever
+        the subscription manager takes: a round that waited for a hundred subscriptions on a
+        busy RIC would let its own leases run out and hand its nodes to another replica
+        while it still held them. One failed step is logged and tried again next round."""
+        self._metrics.e2_reporting_period.set(period_ms / 1000.0)
         # The first list is waited for; later ones are tried once a round.
-        listing: dict[str, E2Node] = {n.meid: n for n in await subscriber.nodes()}
-        first = True
-        while True:
-            owned = await self.ownership.round(sorted(listing))
-            held = set(subscriber.subscription_ids)
-            for meid in sorted(held - owned):
+        listing: dict[str, E2Node] = {n.meid: n for n in await self.subscriber.nodes()}
+        following: asyncio.Task | None = None
+        try:
+            while True:
+                owned = await self.ownership.round(sorted(listing),
+                                                   set(self.subscriber.subscription_ids))
+                if following is None or following.done():
+                    following = asyncio.create_task(self._follow(
+                        owned, self.ownership.handed_over, listing, measurement, period_ms,
+                        initial=following is None))
+                await asyncio.sleep(ROUND_S)
+                try:
+                    listing = {n.meid: n for n in await self.subscriber.nodes(attempts=1)}
+                except (httpx.HTTPError, ValueError) as exc:
+                    log.warning("e2: listing the E2 nodes failed (%s); the last list stands",
+                                describe(exc))
+        finally:
+            if following is not None:
+                following.cancel()
+
+    async def _follow(self, owned: set[str], handed_over: set[str],
+                      listing: dict[str, E2Node], measurement: str, period_ms: int,
+                      initial: bool) -> None:
+        """Unsubscribe from the nodes handed over (or gone) and subscribe to those taken, a
+        few requests to the subscription manager at a time."""
+        subscriber, metrics = self.subscriber, self._metrics
+        held = set(subscriber.subscription_ids)
+        done_with = (held - owned) & (handed_over | (held - set(listing)))
+        slots = asyncio.Semaphore(CONCURRENT_REQUESTS)
+
+        async def give_up(meid: str) -> None:
+            async with slots:
                 await subscriber.unsubscribe_node(meid)
-                metrics.e2_handovers.labels(direction="given").inc()
-            for meid in sorted(owned - held):
+            metrics.e2_handovers.labels(direction="given").inc()
+
+        async def take(meid: str) -> None:
+            async with slots:
                 try:
                     await subscriber.subscribe(listing[meid], measurement, period_ms,
                                                attempts=1)
                 except (httpx.HTTPError, ValueError) as exc:
                     log.warning("e2: subscribing to %s failed (%s); next round tries again",
                                 meid, describe(exc))
-                    continue
-                if not first:
-                    metrics.e2_handovers.labels(direction="taken").inc()
-            metrics.e2_nodes_owned.set(len(subscriber.subscription_ids))
-            first = False
-            await asyncio.sleep(ROUND_S)
-            try:
-                listing = {n.meid: n for n in await subscriber.nodes(attempts=1)}
-            except (httpx.HTTPError, ValueError) as exc:
-                log.warning("e2: listing the E2 nodes failed (%s); the last list stands",
-                            describe(exc))
+                    return
+            if not initial:
+                metrics.e2_handovers.labels(direction="taken").inc()
+
+        await asyncio.gather(*map(give_up, sorted(done_with)),
+                             *map(take, sorted(owned - held)))
+        metrics.e2_nodes_owned.set(len(subscriber.subscription_ids))
 
     async def stop(self, step_s: float) -> None:
         """Unsubscribe, stop listening, write what was received: each step bounded by
         ``step_s``, so that the process exits within seconds whatever is down."""
+        if self._following is not None:  # or it would subscribe again to what is deleted
+            self._following.cancel()
+            await asyncio.wait([self._following], timeout=step_s)
         if self.subscriber is not None:
             await self.subscriber.unsubscribe(within_s=step_s)
         if self.transport is not None:

@@ -24,7 +24,7 @@ import contextlib
 import logging
 import random
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -102,6 +102,9 @@ class MockE2Node:
     faults: dict[str, float] = field(default_factory=dict)  # fault -> probability per report
     seed: int = 0
     sent: Counter = field(default_factory=Counter)  # what went out, by kind
+    # On the wall clock: ms from each period's end to its last report handed to the transport
+    # (the recent ones), so that a slow mock node is not mistaken for a slow xApp.
+    send_lag_ms: deque = field(default_factory=lambda: deque(maxlen=10_000))
     subscriptions: dict[str, Subscription] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -213,6 +216,8 @@ class MockE2Node:
                     await self._send_with_faults(subscription, frame, held)
             else:
                 await self._send_all(subscription.host, subscription.port, frames)
+            if self.wall_clock:
+                self.send_lag_ms.append((time.time_ns() - ends_ns) / 1e6)
             if not self.wall_clock:
                 caught_up = self.live_from is None or first >= self.live_from
                 await asyncio.sleep(self._pause(per_report) if caught_up else 0.0)
@@ -347,12 +352,16 @@ def create_app(node: MockE2Node) -> FastAPI:
 
     @app.get("/stats")
     async def stats() -> dict:
-        """What went out, by kind, and who holds a subscription to each node (its rmr-data
-        endpoints, host:port)."""
+        """What went out, by kind, who holds a subscription to each node (its rmr-data
+        endpoints, host:port) and, on the wall clock, how late the node itself sent: the
+        median and p99 from a period's end to its last report handed to RMR."""
         subscribers: dict[str, list[str]] = {}
         for subscription in node.subscriptions.values():
             subscribers.setdefault(subscription.meid, []).append(
                 f"{subscription.host}:{subscription.port}")
-        return {**node.sent, "subscribers": subscribers}
+        lags = np.asarray(node.send_lag_ms)
+        lag = {f"send_lag_{name}_ms": float(np.percentile(lags, q)) if len(lags) else None
+               for name, q in (("p50", 50), ("p99", 99))}
+        return {**node.sent, **lag, "subscribers": subscribers}
 
     return app

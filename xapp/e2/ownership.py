@@ -6,7 +6,10 @@ Every ``ROUND_S`` a replica says it is alive, renews its leases, gives up the no
 share (the nodes over the live replicas, rounded up) and takes free ones up to it. So a
 replica that joins gets its share within two rounds, and the nodes of one that dies (or can
 no longer reach Redis) are free ``LEASE_TTL_S`` after its last round and taken at the next
-round of another: within ``TAKEOVER_BOUND_S``. A replica that cannot reach Redis keeps the
+round of another: within ``TAKEOVER_BOUND_S``. A node given up stays subscribed to until
+its new owner says, in a round of its own, that it has subscribed: for that overlap both
+receive its reports and the history keeps them once, instead of a gap in which nobody does.
+A replica that cannot reach Redis keeps the
 subscriptions it has: its reports could not be written anyway, and the leases say nothing
 while nobody can read them.
 """
@@ -17,7 +20,7 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from kpi_forecast.xapp.failures import describe
 from kpi_forecast.xapp.history import History, HistoryUnavailable
@@ -41,20 +44,24 @@ class Ownership:
         self._history = history
         self.replica = replica or replica_name()
         self.owned: set[str] = set()
+        # Subscribed to here, owned and subscribed to by another replica: to be given up.
+        self.handed_over: set[str] = set()
         self._failing = False
 
-    async def round(self, nodes: Sequence[str]) -> set[str]:
+    async def round(self, nodes: Sequence[str], subscribed: Collection[str] = ()) -> set[str]:
         """The nodes this replica owns after one round (those it had while the store is
-        away, or before one is open)."""
+        away, or before one is open); ``handed_over`` is updated too."""
         store = self._history()
         if store is None:
             return self.owned
         try:
-            self.owned = set(await store.lease_round(self.replica, nodes, LEASE_TTL_S))
+            leases = await store.lease_round(self.replica, nodes, LEASE_TTL_S, subscribed)
+            self.owned, self.handed_over = set(leases.owned), set(leases.handed_over)
             self._failing = False
         except HistoryUnavailable as exc:
             if not self._failing:
                 log.warning("e2: node leases not renewed (%s); keeping the %d node(s) held",
                             describe(exc), len(self.owned))
             self._failing = True
+            self.handed_over = set()
         return self.owned

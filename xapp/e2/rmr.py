@@ -86,10 +86,11 @@ class _MBuf(ctypes.Structure):
 _Msg = ctypes.POINTER(_MBuf)
 
 
-def load(path: str = LIBRARY) -> ctypes.CDLL:
-    """librmr with the signatures of the calls used here."""
+def load(path: str = LIBRARY, hold_gil: bool = False) -> ctypes.CDLL:
+    """librmr with the signatures of the calls used here; with ``hold_gil``, calls that keep
+    the GIL, for those that never block."""
     try:
-        lib = ctypes.CDLL(path)
+        lib = ctypes.PyDLL(path) if hold_gil else ctypes.CDLL(path)
     except OSError as exc:
         raise RmrError(f"cannot load {path} (RMR's library; put its folder on "
                        f"LD_LIBRARY_PATH): {exc}") from None
@@ -123,6 +124,12 @@ class RmrTransport:
         self.port = port
         self._on_broken = on_broken or (lambda reason: None)
         self._lib = load(library or LIBRARY)
+        # A ctypes call gives up the GIL and takes it back after: behind an event loop busy
+        # decoding, each take waits for the loop's switch interval (5 ms), so a receiving
+        # thread that drained librmr's ring one message per take fell behind a burst of 10^4
+        # reports and librmr dropped what its ring (4,096) could not hold. The drain's calls
+        # never block (timeout 0: a pop from the ring), so they keep the GIL.
+        self._polling = load(library or LIBRARY, hold_gil=True)
         self._stop = threading.Event()
         self._receiver: threading.Thread | None = None
         self._sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rmr-send")
@@ -156,14 +163,16 @@ class RmrTransport:
 
     def _receive(self, loop: asyncio.AbstractEventLoop) -> None:
         lib, context, message = self._lib, self._context, None
-        received = 0
+        wait, poll = lib.rmr_torcv_msg, self._polling.rmr_torcv_msg
+        received, polling = 0, False
         while not self._stop.is_set():
-            # Waits for the first message; then takes what is already there without waiting,
-            # and wakes the event loop once per batch, not once per message.
-            timeout = 0 if received else RECEIVE_TIMEOUT_MS
-            message = lib.rmr_torcv_msg(context, message, timeout)
+            # Waits for a message; then takes what is queued without waiting until the ring
+            # is empty, waking the event loop once per batch, not once per message.
+            message = poll(context, message, 0) if polling else wait(context, message,
+                                                                      RECEIVE_TIMEOUT_MS)
             m = message.contents if message else None
             if m is not None and m.state == RMR_OK:
+                polling = True
                 if m.mtype == RIC_HEALTH_CHECK_REQ:
                     message = self._answer_health_check(message)
                 elif len(self._frames) >= RECEIVE_QUEUE:
@@ -172,13 +181,16 @@ class RmrTransport:
                     self._frames.append(Frame(m.mtype, m.sub_id,
                                               ctypes.string_at(m.payload, m.len)))
                     received += 1
-                if received < RECEIVE_BATCH:
-                    continue
-            elif m is not None and m.state != RMR_ERR_TIMEOUT:
+                if received >= RECEIVE_BATCH:
+                    if not self._wake(loop):
+                        break
+                    received = 0
+                continue
+            if m is not None and m.state != RMR_ERR_TIMEOUT:
                 self._on_broken("rmr")
             if received and not self._wake(loop):
                 break
-            received = 0
+            received, polling = 0, False
         if message:
             lib.rmr_free_msg(message)
 
