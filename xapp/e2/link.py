@@ -106,6 +106,10 @@ class E2Link:
                 owned = await self.ownership.round(sorted(listing),
                                                    set(self.subscriber.subscription_ids))
                 if following is None or following.done():
+                    if following is not None and not following.cancelled() and (
+                            failure := following.exception()) is not None:
+                        log.warning("e2: following the leases failed (%s); this round tries "
+                                    "again", describe(failure))
                     following = asyncio.create_task(self._follow(
                         owned, self.ownership.handed_over, listing, measurement, period_ms,
                         initial=following is None))
