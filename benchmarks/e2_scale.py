@@ -240,7 +240,8 @@ class Bench:
     def leases(self) -> dict[str, bytes | None]:
         """Each E2 node's lease holder in Redis (a replica's id), None where free."""
         meids = sorted(self.subscribers())
-        holders = self.redis.mget([f"{{kpi-forecast}},e2-lease:{meid}" for meid in meids])
+        namespace = HistoryStore().namespace  # the replicas' configs leave it as it is
+        holders = self.redis.mget([f"{{{namespace}}},e2-lease:{meid}" for meid in meids])
         return dict(zip(meids, holders, strict=True))
 
     def kill(self, name: str) -> dict:

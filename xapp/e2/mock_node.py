@@ -218,7 +218,7 @@ class MockE2Node:
                 await self._send_all(subscription.host, subscription.port, frames)
             if self.wall_clock:
                 self.send_lag_ms.append((time.time_ns() - ends_ns) / 1e6)
-            if not self.wall_clock:
+            else:
                 caught_up = self.live_from is None or first >= self.live_from
                 await asyncio.sleep(self._pause(per_report) if caught_up else 0.0)
         for frame in held:
