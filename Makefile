@@ -57,6 +57,7 @@ bench: $(VENV)/.installed-bench
 	$(BIN)/python -m benchmarks.milan_accuracy
 	$(BIN)/python -m benchmarks.generalisation
 	$(BIN)/python -m benchmarks.runtime
+	$(BIN)/python -m benchmarks.long_context
 	$(BIN)/python -m benchmarks.serving
 	$(BIN)/python -m benchmarks.e2_ingest
 	$(BIN)/python -m benchmarks.e2_scale
@@ -72,9 +73,12 @@ $(VENV)/.installed-bench: $(VENV)/.installed-train
 bench-peers: $(VENV)/.installed-bench
 	$(BIN)/python -m benchmarks.peers
 
-# On a node with an NVIDIA GPU: CUDA parity, fused attention and ONNX Runtime CUDA figures.
+# On a node with an NVIDIA GPU and network: CUDA parity, fused attention, the float16 graph.
+# An air-gapped node runs the same check with its own python3 (README, "GPU nodes").
 gpu-check: $(VENV)/.installed-train
-	$(BIN)/python -m benchmarks.gpu_check --out artifacts/gpu-check.md
+	$(BIN)/python -m benchmarks.gpu_check --prepare artifacts/gpu-bundle
+	$(BIN)/python -m benchmarks.gpu_check --model artifacts/gpu-bundle/model \
+		--out artifacts/gpu-check.md
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .

@@ -2,9 +2,10 @@
 
     DIR/metadata.json   schema version, data contract (freq, context, horizon, quantiles,
                         target, calendar zone, holiday calendar), config, training-data fingerprint,
-                        validation metrics, library versions, sha256 of model.onnx
+                        validation metrics, library versions, sha256 of both graphs
     DIR/weights.pt      torch state_dict (loaded with weights_only=True)
     DIR/model.onnx      the exported graph served by ONNX Runtime
+    DIR/model.fp16.onnx the same graph with its Transformer in float16, for CUDA
     DIR/report.md       the training report, with plots in DIR/plots/
 """
 
@@ -14,6 +15,7 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any, Literal
 
 from kpi_forecast.model.config import ModelConfig
 from kpi_forecast.model.errors import UserError
@@ -22,7 +24,12 @@ SCHEMA_VERSION = 2  # 2: the graph takes the horizon's calendar and a holiday fl
 METADATA_FILE = "metadata.json"
 WEIGHTS_FILE = "weights.pt"
 ONNX_FILE = "model.onnx"
+FLOAT16_ONNX_FILE = "model.fp16.onnx"
+GRAPH_FILES = {"float32": ONNX_FILE, "float16": FLOAT16_ONNX_FILE}
 REPORT_FILE = "report.md"
+
+
+Precision = Literal["float32", "float16"]
 
 
 class ArtifactError(UserError, ValueError):
@@ -42,7 +49,9 @@ class ModelMetadata:
     validation: dict[str, float] = field(default_factory=dict)
     training: dict[str, float | int | str] = field(default_factory=dict)
     libraries: dict[str, str] = field(default_factory=dict)
-    onnx: dict[str, str | int] = field(default_factory=dict)
+    # The float32 graph's file, sha256, opset and attention form; "float16": the GPU graph's
+    # file and sha256, absent in artifacts exported before it existed.
+    onnx: dict[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -56,6 +65,11 @@ class ModelMetadata:
     @property
     def quantiles(self) -> list[float]:
         return self.config.quantiles
+
+    @property
+    def precisions(self) -> list[Precision]:
+        """Its graphs: float32 always, float16 where it was exported with one."""
+        return ["float32", "float16"] if "float16" in self.onnx else ["float32"]
 
     def quantile_names(self) -> list[str]:
         """Column names of the quantiles: 0.1 -> p10, 0.5 -> p50, 0.975 -> p97.5."""
@@ -99,3 +113,20 @@ def sha256_file(path: Path) -> str:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def verified_graph(model_dir: str | Path, metadata: ModelMetadata,
+                   precision: Precision = "float32") -> Path:
+    """The model's graph in ``precision``, once its checksum matches metadata.json."""
+    entry = metadata.onnx if precision == "float32" else metadata.onnx.get(precision)
+    path = Path(model_dir) / GRAPH_FILES[precision]
+    if not entry:
+        raise ArtifactError(f"{Path(model_dir) / METADATA_FILE}: no {precision} graph recorded; "
+                            f"run 'kpi-forecast export --model {model_dir}'")
+    if not path.is_file():
+        raise ArtifactError(f"{path}: missing; run 'kpi-forecast export --model {model_dir}'")
+    if sha256_file(path) != entry.get("sha256"):
+        raise ArtifactError(
+            f"{path}: sha256 does not match metadata.json (truncated or replaced file?)"
+        )
+    return path

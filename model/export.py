@@ -1,8 +1,11 @@
-"""ONNX export of a trained forecaster (torch.onnx dynamo exporter)."""
+"""ONNX export of a trained forecaster (torch.onnx dynamo exporter): the float32 graph every
+runtime can serve, and a float16 one for GPUs, whose fused attention kernels take only 16-bit
+floats."""
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import warnings
 from collections.abc import Iterator
@@ -11,9 +14,10 @@ from pathlib import Path
 import onnx
 import torch
 
-from kpi_forecast.model.artifact import ONNX_FILE, ModelMetadata, sha256_file
+from kpi_forecast.model.artifact import FLOAT16_ONNX_FILE, ONNX_FILE, ModelMetadata, sha256_file
 from kpi_forecast.model.features import N_CALENDAR
 from kpi_forecast.model.network import Forecaster
+from kpi_forecast.model.precision import FLOAT16_BOUND
 
 log = logging.getLogger(__name__)
 
@@ -41,14 +45,22 @@ def _quiet_exporter() -> Iterator[None]:
                 logger.setLevel(level)
 
 
-def export_onnx(network: Forecaster, model_dir: Path, metadata: ModelMetadata) -> Path:
-    """Write DIR/model.onnx and record its form and checksum in ``metadata.onnx``."""
-    network = network.eval()
+def low_precision(network: Forecaster) -> Forecaster:
+    """A copy whose ensemble members compute in float16; the instance normalisation around
+    them stays float32 (``Forecaster._normalised``), so the graph's inputs and outputs are
+    those of the float32 graph."""
+    half = copy.deepcopy(network).eval()
+    for member in half.members:
+        member.half()
+    return half
+
+
+def _export_graph(network: Forecaster, path: Path) -> str:
+    """Write one graph to ``path``; returns how its attention was exported."""
     cfg = network.cfg
     values = torch.rand(2, cfg.context) * 10.0
     calendar = torch.zeros(2, cfg.context + cfg.horizon, N_CALENDAR)
     batch = torch.export.Dim("batch", min=1, max=1 << 20)
-    path = Path(model_dir) / ONNX_FILE
     with _quiet_exporter():
         program = torch.onnx.export(
             network,
@@ -61,10 +73,18 @@ def export_onnx(network: Forecaster, model_dir: Path, metadata: ModelMetadata) -
             verbose=False,
         )
         program.save(str(path))
-    graph = onnx.load(str(path))
-    ops = {node.op_type for node in graph.graph.node}
-    attention_form = "onnx-attention" if "Attention" in ops else "decomposed"
-    if attention_form != "onnx-attention" and cfg.attention == "fused":
+    ops = {node.op_type for node in onnx.load(str(path)).graph.node}
+    return "onnx-attention" if "Attention" in ops else "decomposed"
+
+
+def export_onnx(network: Forecaster, model_dir: Path, metadata: ModelMetadata,
+                gpu_graph: bool = True) -> Path:
+    """Write DIR/model.onnx and, with ``gpu_graph``, DIR/model.fp16.onnx; record their form
+    and checksums in ``metadata.onnx``. Returns the float32 graph's path."""
+    network = network.eval()
+    path, half = Path(model_dir) / ONNX_FILE, Path(model_dir) / FLOAT16_ONNX_FILE
+    attention_form = _export_graph(network, path)
+    if attention_form != "onnx-attention" and network.cfg.attention == "fused":
         log.warning("export: no ONNX Attention node was written; attention is decomposed")
     metadata.onnx = {
         "file": ONNX_FILE,
@@ -73,4 +93,9 @@ def export_onnx(network: Forecaster, model_dir: Path, metadata: ModelMetadata) -
         "attention": attention_form,
         "exporter": f"torch.onnx dynamo (torch {torch.__version__})",
     }
+    half.unlink(missing_ok=True)  # a re-export without it leaves no stale GPU graph
+    if gpu_graph:
+        _export_graph(low_precision(network), half)
+        metadata.onnx["float16"] = {"file": FLOAT16_ONNX_FILE, "sha256": sha256_file(half),
+                                    "bound_per_scale": FLOAT16_BOUND}
     return path

@@ -200,7 +200,12 @@ class Forecaster(nn.Module):
             ],
             dim=-1,
         )
-        outputs = torch.stack([member(tokens, normed) for member in self.members])
+        # The members may compute in a lower precision than the window (the GPU graph,
+        # model.export.low_precision): the statistics and the de-normalisation stay in the
+        # window's, where raw KPI values keep their digits and cannot overflow float16.
+        body = self.members[0].embed.weight.dtype
+        outputs = torch.stack([member(tokens.to(body), normed.to(body))
+                               for member in self.members]).to(values.dtype)
         return outputs, mean.unsqueeze(-1), scale.unsqueeze(-1)
 
     def forward(self, values: torch.Tensor, calendar: torch.Tensor,

@@ -21,11 +21,11 @@ import pandas as pd
 
 from kpi_forecast.model.artifact import (
     METADATA_FILE,
-    ONNX_FILE,
     ArtifactError,
     ModelMetadata,
+    Precision,
     load_metadata,
-    sha256_file,
+    verified_graph,
 )
 from kpi_forecast.model.features import N_CALENDAR, check_holidays, forecast_calendar
 from kpi_forecast.model.kpi import kpi_problem, not_kpis
@@ -67,7 +67,11 @@ class RuntimeOptions:
     inter_op_threads: int = 1  # the graph is a chain: parallel branches gain nothing
     graph_optimization: Literal["disable", "basic", "extended", "all"] = "all"
     io_binding: Literal["auto", "on", "off"] = "auto"  # auto = on with CUDA
+    # auto = the float16 graph on CUDA (where it has one), the float32 graph elsewhere
+    precision: Literal["auto", "float32", "float16"] = "auto"
     warmup: bool = True
+    # Where ONNX Runtime writes its per-node profile (which provider ran each node), if set.
+    profile_dir: str | None = None
 
     def __post_init__(self) -> None:
         if self.provider not in ("auto", "cuda", "cpu"):
@@ -79,6 +83,8 @@ class RuntimeOptions:
             )
         if self.io_binding not in ("auto", "on", "off"):
             raise ValueError(f"io_binding must be auto, on or off, not {self.io_binding!r}")
+        if self.precision not in ("auto", "float32", "float16"):
+            raise ValueError(f"precision must be auto, float32 or float16, not {self.precision!r}")
         if self.intra_op_threads < 0 or self.inter_op_threads < 0:
             raise ValueError("thread counts must be >= 0")
 
@@ -118,31 +124,17 @@ class OnnxForecaster:
         self.model_dir = Path(model_dir)
         self.options = options or RuntimeOptions()
         self.metadata: ModelMetadata = load_metadata(self.model_dir)
-        path = self.model_dir / ONNX_FILE
-        if not path.is_file():
-            raise ArtifactError(f"{path}: missing; run 'kpi-forecast export --model {model_dir}'")
-        expected = self.metadata.onnx.get("sha256")
-        if sha256_file(path) != expected:
-            raise ArtifactError(
-                f"{path}: sha256 does not match metadata.json (truncated or replaced file?)"
-            )
-        session_options = ort.SessionOptions()
-        session_options.intra_op_num_threads = self.options.intra_op_threads or 1
-        session_options.inter_op_num_threads = self.options.inter_op_threads
-        session_options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        session_options.graph_optimization_level = OPTIMISATION_LEVELS[
-            self.options.graph_optimization
-        ]
         requested = execution_providers(self.options.provider)
-        try:
-            self.session = ort.InferenceSession(str(path), session_options, providers=requested)
-        except Exception as exc:  # ORT raises its own exception types for corrupt graphs
-            raise ArtifactError(f"{path}: ONNX Runtime cannot load it ({exc})") from exc
+        self.precision = self._precision(requested[0])
+        path = self._open(requested)
         # ORT falls back to CPU silently when a GPU provider fails to initialise (no driver,
         # missing CUDA libraries): what is active is what the session reports, not the ask.
         self.provider = self.session.get_providers()[0]
         if self.provider != requested[0]:
             log.warning("onnxruntime: %s was requested, %s is active", requested[0], self.provider)
+            if self.options.precision == "auto" and self.precision != "float32":
+                self.precision = "float32"  # the GPU graph was chosen for the GPU only
+                path = self._open([self.provider])
         self.io_binding = self.options.io_binding == "on" or (
             self.options.io_binding == "auto" and self.provider == CUDA
         )
@@ -159,6 +151,31 @@ class OnnxForecaster:
         self._pool = ThreadPoolExecutor(self.workers, "onnx") if self.workers > 1 else None
         self.step = pd.Timedelta(pd.tseries.frequencies.to_offset(self.metadata.freq))
         self.warmup_ms = self._warm_up() if self.options.warmup else 0.0
+
+    def _precision(self, provider: str) -> Precision:
+        if self.options.precision != "auto":
+            return self.options.precision
+        gpu_graph = provider == CUDA and "float16" in self.metadata.precisions
+        return "float16" if gpu_graph else "float32"
+
+    def _open(self, providers: list[str]) -> Path:
+        """A session on the graph in ``self.precision``, verified against its checksum."""
+        path = verified_graph(self.model_dir, self.metadata, self.precision)
+        session_options = ort.SessionOptions()
+        session_options.intra_op_num_threads = self.options.intra_op_threads or 1
+        session_options.inter_op_num_threads = self.options.inter_op_threads
+        session_options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        session_options.graph_optimization_level = OPTIMISATION_LEVELS[
+            self.options.graph_optimization
+        ]
+        if self.options.profile_dir:
+            session_options.enable_profiling = True
+            session_options.profile_file_prefix = str(Path(self.options.profile_dir) / "onnx")
+        try:
+            self.session = ort.InferenceSession(str(path), session_options, providers=providers)
+        except Exception as exc:  # ORT raises its own exception types for corrupt graphs
+            raise ArtifactError(f"{path}: ONNX Runtime cannot load it ({exc})") from exc
+        return path
 
     def _check_signature(self, path: Path) -> None:
         context, horizon = self.metadata.context, self.metadata.horizon
@@ -190,6 +207,7 @@ class OnnxForecaster:
             "parallel_calls": self.workers,  # how many parts a large batch is split into
             "warmup_ms": round(self.warmup_ms, 3),
             "attention": self.metadata.onnx.get("attention"),
+            "precision": self.precision,
             "options": asdict(self.options),
         }
 

@@ -36,7 +36,7 @@ def train_args(data: Path, out: Path, seed: int = 0) -> list[str]:
     return [
         "train", "--data", str(data), "--target", "traffic_mb", "--out", str(out),
         "--context", "7D", "--horizon", "24h", "--max-epochs", "2", "--seed", str(seed),
-        "--quiet",
+        "--quiet", "--no-gpu-graph",  # the float16 graph: README's train and make demo
     ]
 
 
@@ -57,6 +57,7 @@ def test_train_writes_a_complete_model_directory(model_dir: Path) -> None:
     assert {"mae", "rmse", "mase", "coverage", "pinball"} <= set(meta["validation"])
     assert meta["libraries"]["torch"].startswith("2.13.0")
     assert meta["onnx"]["attention"] == "onnx-attention"
+    assert "float16" not in meta["onnx"] and not (model_dir / "model.fp16.onnx").exists()
     # 6 cells hold too few windows for 100 steps of 256: the batch shrank to suit them.
     training = meta["training"]
     assert training["batch_size"] == auto_batch_size(training["train_windows"], 100) < 256
@@ -292,3 +293,15 @@ def test_an_unknown_holiday_calendar_is_one_line(
     err = capsys.readouterr().err.strip().splitlines()
     assert exited.value.code == 2
     assert "--holidays: unknown holiday calendar 'FR-75'" in err[-1] and "Traceback" not in err
+
+
+def test_patch_len_sets_the_tokens_per_window(data_file: Path, tmp_path: Path,
+                                              caplog: pytest.LogCaptureFixture) -> None:
+    """The long-context mode: --patch-len 4 reads a 7-day hourly window as 42 tokens."""
+    args = train_args(data_file, tmp_path / "m")
+    args[args.index("--max-epochs") + 1] = "1"
+    with caplog.at_level("INFO"):
+        assert main([*args, "--patch-len", "4"]) == 0
+    meta = json.loads((tmp_path / "m" / "metadata.json").read_text())
+    assert meta["config"]["patch_len"] == 4
+    assert "42 tokens per context window, 4 step(s) each" in caplog.text

@@ -1,29 +1,89 @@
-"""The GPU check's own parts that can run here; the GPU itself is exercised by `make gpu-check`."""
+"""The GPU check as an air-gapped GPU node runs it: the node's python3 with only torch, numpy,
+pandas and ONNX Runtime (and what they require), kpi-forecast not installed, the bundle from
+``--prepare`` beside the source tree. Here without a GPU: the plain run must say so and exit
+0; the dry run on the CPU goes through every step of the check."""
 
+import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 import torch
 
-from benchmarks import gpu_check
+from benchmarks.gpu_check import BUNDLE_WHEELS, COLUMNS
+from kpi_forecast.model.artifact import FLOAT16_ONNX_FILE, ONNX_FILE, WEIGHTS_FILE, load_metadata
+from tests.air_gapped import node_site
 
 ROOT = Path(__file__).resolve().parents[1]
+BUNDLE_LIMIT_MB = 64  # what such a node takes copied beside the source, in all
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    bundle = tmp_path_factory.mktemp("gpu-check") / "bundle"
+    done = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check", "--prepare",
+                           str(bundle)], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert f"PYTHONPATH={bundle / 'site'} python3 -m benchmarks.gpu_check" in done.stdout
+    return bundle
+
+
+def on_the_node(bundle: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    """``python3 -m benchmarks.gpu_check ARGS`` with no site-packages (-S) but the node's."""
+    site = node_site(tmp_path / "node-site")
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path),
+           "PYTHONPATH": f"{bundle / 'site'}{os.pathsep}{site}"}
+    return subprocess.run([sys.executable, "-S", "-m", "benchmarks.gpu_check", *args],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+
+
+def test_the_bundle_holds_pure_python_wheels_and_both_graphs_within_the_limit(
+        bundle: Path) -> None:
+    site = bundle / "site"
+    for name in BUNDLE_WHEELS:
+        assert any(site.glob(f"{name}-*.dist-info")), name
+    compiled = [p for p in site.rglob("*") if p.suffix in (".so", ".pyd")]
+    assert not compiled, compiled
+    model = bundle / "model"
+    assert {ONNX_FILE, FLOAT16_ONNX_FILE, WEIGHTS_FILE} <= {p.name for p in model.iterdir()}
+    assert load_metadata(model).precisions == ["float32", "float16"]
+    size = sum(p.stat().st_size for p in bundle.rglob("*") if p.is_file())
+    assert size < BUNDLE_LIMIT_MB * 2**20
+
+
+def test_the_node_has_no_kpi_forecast_and_no_other_packages(bundle: Path,
+                                                            tmp_path: Path) -> None:
+    site = node_site(tmp_path / "node-site")
+    names = {p.name.split("-")[0].lower() for p in site.iterdir()}
+    assert {"torch", "numpy", "pandas", "onnxruntime"} <= names
+    assert not names & {"kpi_forecast", "onnx", "onnxscript", "pyarrow", "tqdm", "holidays",
+                        "tabulate", "fastapi"}
+    assert not any(zipfile.is_zipfile(p) for p in site.iterdir() if p.is_file())
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
-def test_without_a_gpu_it_says_so_and_exits_0(tmp_path: Path) -> None:
+def test_without_a_gpu_it_says_so_and_exits_0(bundle: Path, tmp_path: Path) -> None:
     out = tmp_path / "report.md"
-    done = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check", "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True)
+    done = on_the_node(bundle, tmp_path, "--model", str(bundle / "model"), "--out", str(out))
     assert done.returncode == 0, done.stderr
     assert "no NVIDIA GPU" in done.stdout
     assert not out.exists()
 
 
 @pytest.mark.slow
-def test_its_training_run_goes_through_the_real_loop() -> None:
-    table = gpu_check.training_run("cpu", steps_per_epoch=4)
-    assert table.loc[0, "finite"] and table.loc[0, "epochs"] >= 1
-    assert table.loc[0, "windows/s"] > 0
+def test_a_dry_run_on_the_cpu_goes_through_every_part_as_one_table(
+        bundle: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report.md"
+    done = on_the_node(bundle, tmp_path, "--device", "cpu", "--quick", "--model",
+                       str(bundle / "model"), "--out", str(out))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = out.read_text()
+    headers = [line for line in report.splitlines() if line.startswith("| part")]
+    assert len(headers) == 1 and all(column in headers[0] for column in COLUMNS)
+    for part in ("default network", "self-attention", "long-context network",
+                 "training (16 synthetic cells)", "ONNX float16 graph", "ONNX Attention nodes"):
+        assert f"| {part}" in report, part
+    assert "9 node(s) ran on CPUExecutionProvider in float" in report
+    assert "Result: every bound and target held" in report

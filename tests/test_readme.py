@@ -166,6 +166,8 @@ def evaluated(ran: list[Ran], cwd: Path) -> None:
     assert list(forecast.columns) == ["cell_id", "timestamp", "p10", "p50", "p90"]
     assert len(forecast) == 3 * 24 and (forecast["p10"] <= forecast["p90"]).all()
     assert "model: models/prb/model.onnx" in ran[2].stdout
+    meta = json.loads((cwd / "models/prb/metadata.json").read_text())
+    assert (cwd / "models/prb" / meta["onnx"]["float16"]["file"]).is_file()
 
 
 def served(ran: list[Ran], cwd: Path) -> None:

@@ -71,15 +71,17 @@ def _train(args: argparse.Namespace, group: Group, panel: Panel, started: float,
         log.info("%s", why)
     try:
         model_cfg = ModelConfig(context=context, horizon=horizon, quantiles=args.quantiles,
-                                attention=args.attention, dropout=args.dropout)
+                                attention=args.attention, dropout=args.dropout,
+                                patch_len=args.patch_len)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
-    log.info("%s", model_cfg.describe_skip())
+    log.info("%d tokens per context window, %d step(s) each; %s", model_cfg.n_patches,
+             model_cfg.patch_len, model_cfg.describe_skip())
     train_cfg = TrainConfig(max_minutes=args.max_minutes, max_epochs=args.max_epochs,
                             batch_size=args.batch_size, seed=args.seed, device=args.device)
     fitted = fit(panel, Path(args.out), model_cfg, train_cfg, str(args.data),
                  progress=not args.quiet, group=group, block=block, started=started,
-                 stop=stop)
+                 stop=stop, gpu_graph=args.gpu_graph)
     if fitted is None:  # not rank 0: rank 0 writes and reports
         return
     meta, validation = fitted
@@ -125,11 +127,19 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--dropout", type=float, default=0.1, help="default 0.1")
     train.add_argument("--quantiles", type=parse_quantiles, default=[0.1, 0.5, 0.9])
     train.add_argument("--attention", choices=["fused", "math"], default="fused")
+    train.add_argument("--patch-len", type=positive_int, default=0, metavar="STEPS",
+                       help="steps per token (default: about 14 tokens per context window). "
+                       "Long-context mode: a few steps, or 1 for one token per step, where "
+                       "attention dominates the cost and a GPU's fused kernels pay")
     train.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                        help="where to train (default: cuda when torch sees a GPU)")
+    train.add_argument("--no-gpu-graph", dest="gpu_graph", action="store_false",
+                       help="write only the float32 graph, not model.fp16.onnx for CUDA "
+                       "(a model for CPU nodes only; the export takes half the time)")
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(run=cmd_train)
 
-    export = commands.add_parser("export", help="(re-)export model.onnx from the weights")
+    export = commands.add_parser(
+        "export", help="(re-)export model.onnx and model.fp16.onnx from the weights")
     export.add_argument("--model", required=True)
     export.set_defaults(run=cmd_export)

@@ -20,7 +20,7 @@ from pathlib import Path
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from kpi_forecast.model.artifact import ONNX_FILE, ArtifactError, load_metadata, sha256_file
+from kpi_forecast.model.artifact import load_metadata, verified_graph
 from kpi_forecast.model.errors import UserError
 
 FETCHER = "fetch-model"  # the chart's init container
@@ -100,8 +100,8 @@ def _pod_state(core: client.CoreV1Api, namespace: str, pod: client.V1Pod) -> Pod
 def package(model_dir: Path, out: Path) -> str:
     """The `.tar.gz` the chart's fetcher unpacks into the model directory; returns the version."""
     meta = load_metadata(model_dir)
-    if sha256_file(model_dir / ONNX_FILE) != meta.onnx.get("sha256"):
-        raise ArtifactError(f"{model_dir / ONNX_FILE}: sha256 does not match metadata.json")
+    for precision in meta.precisions:
+        verified_graph(model_dir, meta, precision)
     with tarfile.open(out, "w:gz") as archive:
         for path in sorted(Path(model_dir).iterdir()):
             if path.is_file():
