@@ -85,6 +85,31 @@ def test_no_epoch_is_started_that_would_end_past_the_budget(
     assert loop_s + per_epoch > budget_s - reserve_s  # ...and did not stop an epoch early
 
 
+def test_an_epoch_longer_than_the_budget_stops_at_the_step_that_passes_it(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As with many tokens per window: the first epoch alone would take several budgets."""
+    clock = StepClock(1 / 64)
+    monkeypatch.setattr(train_loop, "time", SimpleNamespace(monotonic=clock.monotonic))
+    steps: list[int] = []
+    real_terms = train_loop._terms
+
+    def counted(*args, **kwargs):
+        if kwargs["members"]:
+            steps.append(1)
+        return real_terms(*args, **kwargs)
+
+    monkeypatch.setattr(train_loop, "_terms", counted)
+    budget_s, steps_per_epoch = 1.0, 500
+    cfg = TrainConfig(max_minutes=budget_s / 60, max_epochs=3, steps_per_epoch=steps_per_epoch,
+                      batch_size=16, patience=100)
+    result = train(panel(), ModelConfig(context=7 * 24, horizon=24), cfg, progress=False)
+    assert result.stopped_by == "time-budget" and result.epochs == 1
+    # The clock is read a few times a step: the step that passed the deadline was the last.
+    assert 0 < len(steps) < budget_s / clock.tick < steps_per_epoch
+    assert np.isfinite(result.best_validation_loss)
+
+
 def test_a_stop_request_ends_the_run_after_the_step_under_way(
         monkeypatch: pytest.MonkeyPatch) -> None:
     stop = threading.Event()

@@ -137,6 +137,11 @@ def fit(
         },
         libraries=library_versions(),
     )
+    if gpu_graph and result.stopped_by == "signal":
+        # A signal asks for an exit within seconds: the second export would double the wait.
+        log.info("stopped by a signal: model.fp16.onnx is left out; 'kpi-forecast export "
+                 "--model %s' adds it", out_dir)
+        gpu_graph = False
     export_onnx(result.network, out_dir, meta, gpu_graph)
     meta.save(out_dir)
     validation = backtest(OnnxForecaster(out_dir), panel, folds=0,

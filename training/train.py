@@ -215,7 +215,7 @@ def train(
     for epoch in range(first_epoch, cfg.max_epochs + 1):
         network.train()
         losses = []
-        stopping = False
+        stopping: str | None = None
         for _ in range(steps_per_epoch):
             tick = time.monotonic()
             picked = train_pairs.take(rng.integers(0, len(train_pairs), batch_size))
@@ -223,11 +223,14 @@ def train(
             if len(picked) == 0:  # no part of this batch is ours: join the reduction anyway
                 picked, weight = train_pairs.local[:1], 0.0
             total, count = _terms(model, windows.batch(picked), quantiles, members=True)
-            # The stop request rides on the reduction every step makes anyway: one rank told
-            # is every rank told, at the same step.
+            # The stop request, and the deadline passed within an epoch (an epoch that alone
+            # takes longer than the budget, as with many tokens per window), ride on the
+            # reduction every step makes anyway: one rank told is every rank told, at the
+            # same step.
             asked = float(stop is not None and stop.is_set())
-            pooled_total, pooled_count, stops = group.sum(
-                [weight * total.item(), weight * count.item(), asked])
+            late = float(time.monotonic() > deadline)
+            pooled_total, pooled_count, stops, lates = group.sum(
+                [weight * total.item(), weight * count.item(), asked, late])
             # Each rank's share of the global mean; DDP averages over ranks, hence the world.
             loss = total * (weight * group.world / max(pooled_count, 1.0))
             optimiser.zero_grad(set_to_none=True)
@@ -241,8 +244,8 @@ def train(
             losses.append(pooled_total / max(pooled_count, 1.0))
             bar.update(1)
             bar.set_postfix(loss=f"{losses[-1]:.4f}", val=f"{best_loss:.4f}", epoch=epoch)
-            if stops > 0:
-                stopping = True
+            if stops > 0 or lates > 0:
+                stopping = "signal" if stops > 0 else "time-budget"
                 break
         val_loss = evaluate_loss(kept, windows, val_pairs, quantiles, EVALUATION_BATCH, group)
         curve.append((float(np.mean(losses)), val_loss))
@@ -251,7 +254,7 @@ def train(
             best_loss, best_epoch = val_loss, epoch
             best_state = {k: v.detach().clone() for k, v in kept.state_dict().items()}
         if stopping:
-            stopped_by = "signal"
+            stopped_by = stopping
             break
         if saver is not None:
             torch_rng = group.gather(torch.get_rng_state())  # a collective: every rank joins

@@ -25,7 +25,7 @@ CONFIG_FILE_NAME = "config-file.json"
 SCHEMA_FILE_NAME = "schema.json"
 
 # Changing any of these means building a new ONNX Runtime session, i.e. reloading the model.
-MODEL_FIELDS = ("model_dir", "execution_provider", "intra_op_threads")
+MODEL_FIELDS = ("model_dir", "execution_provider", "precision", "intra_op_threads")
 
 log = logging.getLogger(__name__)
 

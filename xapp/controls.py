@@ -215,6 +215,10 @@ class Controls(BaseModel):
     recalibration: RecalibrationControls = RecalibrationControls()
     execution_provider: Literal["auto", "cuda", "cpu"] = "auto"
     """ONNX Runtime execution provider; auto: CUDA when available."""
+    precision: Literal["auto", "float32", "float16"] = "auto"
+    """Which of the model's graphs to serve; auto: the float16 one when CUDA is the active
+    provider and the model has it (fused attention kernels take only 16-bit floats), else
+    float32."""
     intra_op_threads: int = Field(0, ge=0, le=256)
     """ONNX Runtime intra-op threads per model call; 0: one per call, and a large batch split
     across the CPUs the process may use."""

@@ -52,6 +52,7 @@ class ModelHolder:
         started = time.monotonic()
         controls = self._controls()
         options = RuntimeOptions(provider=controls.execution_provider,
+                                 precision=controls.precision,
                                  intra_op_threads=controls.intra_op_threads)
         forecaster = OnnxForecaster(model_dir, options)  # verifies, then warms up
         check_controls(controls, forecaster)
@@ -71,6 +72,7 @@ class ModelHolder:
         self._metrics.model.info({
             "version": meta.model_version, "provider": forecaster.provider,
             "attention": str(meta.onnx.get("attention")), "target": meta.target,
+            "precision": forecaster.precision,
         })
         self._metrics.model_load.set(seconds)
         self._metrics.model_ready.set(1)

@@ -145,6 +145,7 @@ chart's tests check for every values file they render.
       "historyStore" $x.historyStore
       "recalibration" $x.recalibration
       "executionProvider" (include "kpi-forecast.executionProvider" .)
+      "precision" $x.precision
       "intraOpThreads" $x.intraOpThreads
       "maxRequestBytes" $x.maxRequestBytes
       "registration" $x.registration
