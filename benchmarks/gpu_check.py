@@ -157,15 +157,19 @@ def attention_scaling(tokens: tuple[int, ...], device: str) -> list[dict]:
     for n in tokens:
         layer = SelfAttention(ModelConfig(context=n, horizon=1, dropout=0.0)).to(device).eval()
         x = torch.randn(1, n, 64, device=device)
-        reference = {}
-        with torch.inference_mode():
-            layer.attention = "math"
-            for low in (False, True):
-                with autocast(device, low):
-                    reference[low] = layer(x)
-            math_ms, math_mb = timed_attention(layer, x, device)
-        rows.append(row(part, f"{n} tokens, math", **{"ms": math_ms, "peak MB": math_mb}))
-        memory[("math", n)] = math_mb
+        reference: dict[bool, torch.Tensor] = {}
+        math_ms = None
+        try:
+            with torch.inference_mode():
+                layer.attention = "math"
+                for low in (False, True):
+                    with autocast(device, low):
+                        reference[low] = layer(x)
+                math_ms, math_mb = timed_attention(layer, x, device)
+            rows.append(row(part, f"{n} tokens, math", **{"ms": math_ms, "peak MB": math_mb}))
+            memory[("math", n)] = math_mb
+        except RuntimeError as exc:  # out of memory: math holds the n x n scores
+            rows.append(row(part, f"{n} tokens, math: {str(exc).splitlines()[0][:60]}"))
         layer.attention = "fused"
         for name, backends in kernels.items():
             for low in (False, True):
@@ -173,20 +177,27 @@ def attention_scaling(tokens: tuple[int, ...], device: str) -> list[dict]:
                 try:
                     with torch.inference_mode(), kernel(backends):
                         with autocast(device, low):
-                            diff = float((layer(x).float() - reference[low].float())
-                                         .abs().max())
+                            out = layer(x).float()
+                        diff = (float((out - reference[low].float()).abs().max())
+                                if low in reference else None)
+                        del out
                         ms, mb = timed_attention(layer, x, device) if low else (None, None)
                 except RuntimeError as exc:  # no such kernel for this device, type or shape
                     rows.append(row(part, f"{label}: {str(exc).splitlines()[0][:60]}"))
                     continue
                 timing = {}
                 if low:
-                    timing = {"ms": ms, "peak MB": mb, "x math": math_ms / ms}
-                    speeds[(name, n)], memory[(name, n)] = math_ms / ms, mb
+                    timing = {"ms": ms, "peak MB": mb}
+                    memory[(name, n)] = mb
+                    if math_ms is not None:
+                        timing["x math"] = speeds[(name, n)] = math_ms / ms
+                if diff is None:  # no math reference to compare with
+                    rows.append(row(part, label, **timing))
+                    continue
                 # x has unit variance: the differences are in units of its scale.
                 rows.append(bounded(part, label, diff,
                                     BFLOAT16_BOUND if low else FLOAT32_BOUND, **timing))
-        del layer, x
+        del layer, x, reference
         if device == "cuda":
             torch.cuda.empty_cache()
     return rows + scaling_targets(tokens, speeds, memory, device)

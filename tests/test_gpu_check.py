@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from benchmarks import gpu_check
 from benchmarks.gpu_check import BUNDLE_WHEELS, COLUMNS
 from kpi_forecast.model.artifact import FLOAT16_ONNX_FILE, ONNX_FILE, WEIGHTS_FILE, load_metadata
 from tests.air_gapped import node_site
@@ -87,3 +88,21 @@ def test_a_dry_run_on_the_cpu_goes_through_every_part_as_one_table(
         assert f"| {part}" in report, part
     assert "9 node(s) ran on CPUExecutionProvider in float" in report
     assert "Result: every bound and target held" in report
+
+
+def test_math_attention_out_of_memory_leaves_the_fused_kernels_timed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU smaller than the check's largest token counts, math's n x n scores do not fit."""
+    real = gpu_check.SelfAttention.forward
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.attention == "math" and x.shape[1] >= 512:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 16.00 GiB")
+        return real(self, x)
+
+    monkeypatch.setattr(gpu_check.SelfAttention, "forward", forward)
+    rows = {row["case"]: row for row in gpu_check.attention_scaling((256, 512), "cpu")}
+    assert "512 tokens, math: CUDA out of memory. Tried to allocate 16.00 GiB" in rows
+    fused = rows["512 tokens, SDPA, bf16"]
+    assert fused["ms"] > 0 and "x math" not in fused and "ok" not in fused
+    assert rows["256 tokens, SDPA, bf16"]["x math"] > 0 and rows["256 tokens, SDPA, bf16"]["ok"]
