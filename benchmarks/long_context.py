@@ -16,14 +16,13 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import sys
-import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import torch
 
 from benchmarks.common import RAW, held_out, machine, write_section
+from benchmarks.runtime import percentiles
 from kpi_forecast.data.ingest import load_panel
 from kpi_forecast.model.config import ModelConfig
 from kpi_forecast.model.features import N_CALENDAR
@@ -37,16 +36,6 @@ CONTEXT, HORIZON, TEST_DAYS = 336, 24, 14
 FORWARD_BATCH = 64
 
 
-def median_ms(call, repeats: int = 20) -> float:
-    call()
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        call()
-        times.append((time.perf_counter() - started) * 1000.0)
-    return float(np.median(times))
-
-
 def forward_ms(cfg: ModelConfig) -> dict[str, float]:
     """The torch forward pass on CPU at batch FORWARD_BATCH, fused against math attention
     (untrained weights: the cost does not depend on their values)."""
@@ -58,7 +47,7 @@ def forward_ms(cfg: ModelConfig) -> dict[str, float]:
     with torch.inference_mode():
         for kind in ("fused", "math"):
             network.set_attention(kind)
-            timings[kind] = median_ms(lambda: network(values, calendar), 10)
+            timings[kind] = percentiles(lambda: network(values, calendar), 10)[0]
     return timings
 
 
