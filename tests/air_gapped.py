@@ -7,11 +7,27 @@ from __future__ import annotations
 
 import importlib.metadata as metadata
 import re
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
 
 NODE_DISTRIBUTIONS = ("torch", "numpy", "pandas", "onnxruntime")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def gpu_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What ``python -m benchmarks.gpu_check --prepare`` writes for a GPU node; its model (the
+    default network, both graphs) also serves the float16 graph's tests."""
+    bundle = tmp_path_factory.mktemp("gpu-check") / "bundle"
+    done = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check", "--prepare",
+                           str(bundle)], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert f"PYTHONPATH={bundle / 'site'} python3 -m benchmarks.gpu_check" in done.stdout
+    return bundle
 
 
 def required(names: tuple[str, ...]) -> set[str]:

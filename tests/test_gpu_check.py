@@ -21,14 +21,9 @@ ROOT = Path(__file__).resolve().parents[1]
 BUNDLE_LIMIT_MB = 64  # what such a node takes copied beside the source, in all
 
 
-@pytest.fixture(scope="module")
-def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    bundle = tmp_path_factory.mktemp("gpu-check") / "bundle"
-    done = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check", "--prepare",
-                           str(bundle)], cwd=ROOT, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    assert f"PYTHONPATH={bundle / 'site'} python3 -m benchmarks.gpu_check" in done.stdout
-    return bundle
+@pytest.fixture
+def bundle(gpu_bundle: Path) -> Path:
+    return gpu_bundle
 
 
 def on_the_node(bundle: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:

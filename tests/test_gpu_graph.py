@@ -15,16 +15,15 @@ from kpi_forecast.model.network import instance_stats
 from kpi_forecast.model.precision import FLOAT16_BOUND
 from kpi_forecast.model.runtime import CPU, CUDA, OnnxForecaster, RuntimeOptions
 from kpi_forecast.xapp.k8s import package
-from tests.exported_model import exported, exported_copy
-from tests.test_onnx_parity import CONTEXT, HORIZON, MILAN, SAMPLE, windows
+from tests.exported_model import exported_copy
+from tests.test_onnx_parity import MILAN, SAMPLE, windows
 from tests.test_runtime import with_metadata
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    model_dir = tmp_path_factory.mktemp("gpu-graph") / "model"
-    exported(model_dir, CONTEXT, HORIZON, gpu_graph=True)
-    return model_dir
+@pytest.fixture
+def model_dir(gpu_bundle: Path) -> Path:
+    """The default network (untrained) with both graphs, as the GPU check's bundle has it."""
+    return gpu_bundle / "model"
 
 
 def value_types(graph: onnx.ModelProto) -> dict[str, int]:
@@ -63,7 +62,8 @@ def test_the_float16_graph_is_within_its_bound_of_the_float32_graph(
     if source == "milan" and not MILAN.is_file():
         pytest.skip("../shared/data/milan not present")
     path, target = (SAMPLE, "traffic_mb") if source == "synthetic" else (MILAN, "traffic")
-    values, last = windows(path, target, 256)
+    meta = load_metadata(model_dir)
+    values, last = windows(path, target, 256, meta.context, meta.horizon)
     full = OnnxForecaster(model_dir, RuntimeOptions(provider="cpu"))
     half = OnnxForecaster(model_dir, RuntimeOptions(provider="cpu", precision="float16"))
     assert (full.precision, half.precision) == ("float32", "float16")

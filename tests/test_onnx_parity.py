@@ -32,13 +32,14 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple]:
     return models
 
 
-def windows(path: Path, target: str, batch: int) -> tuple[np.ndarray, pd.DatetimeIndex]:
+def windows(path: Path, target: str, batch: int, context: int = CONTEXT,
+            horizon: int = HORIZON) -> tuple[np.ndarray, pd.DatetimeIndex]:
     """``batch`` real context windows (with their gaps) ending at varied times."""
     panel = load_panel(path, target)
-    usable = Windows.from_panel(panel, CONTEXT, HORIZON).pairs(CONTEXT, panel.n_steps)
+    usable = Windows.from_panel(panel, context, horizon).pairs(context, panel.n_steps)
     picked = usable[np.random.default_rng(0).choice(len(usable), batch, replace=False)]
     cells, origins = picked[:, :1], picked[:, 1]
-    values = panel.values[cells, origins[:, None] + np.arange(-CONTEXT, 0)].copy()
+    values = panel.values[cells, origins[:, None] + np.arange(-context, 0)].copy()
     values[0, 20:60] = np.nan  # a long gap in every batch, whatever the data has
     return values, panel.index[origins - 1]
 
