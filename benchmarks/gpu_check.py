@@ -305,6 +305,8 @@ def onnx_graphs(model_dir: Path, device: str) -> list[dict]:
     from kpi_forecast.model.runtime import CUDA, OnnxForecaster, RuntimeOptions
 
     meta = load_metadata(model_dir)
+    # Not training.fit.load_network: that module imports the exporter, hence onnx, which an
+    # air-gapped node does not have.
     network = Forecaster(meta.config)
     network.load_state_dict(torch.load(model_dir / WEIGHTS_FILE, weights_only=True))
     network = network.to(device).eval()
