@@ -75,6 +75,7 @@ def attention_nodes(model_dir: Path, options: RuntimeOptions) -> tuple[pd.DataFr
     """One row per Attention node: the provider that ran it, in which type, its calls and
     mean time, and the kernel where ONNX Runtime said which; and the session's describe()."""
     with tempfile.TemporaryDirectory() as tmp:
+        before = os.environ.get(DEBUG_VARIABLE)
         os.environ[DEBUG_VARIABLE] = "1"  # read when a kernel is built: at session creation
         try:
             with native_stdout(Path(tmp) / "stdout.txt"):
@@ -86,8 +87,11 @@ def attention_nodes(model_dir: Path, options: RuntimeOptions) -> tuple[pd.DataFr
                                    np.zeros((batch, meta.context + meta.horizon, N_CALENDAR),
                                             np.float32))
                 profile = Path(forecaster.session.end_profiling())
-        finally:
-            os.environ.pop(DEBUG_VARIABLE, None)
+        finally:  # as the caller had it
+            if before is None:
+                os.environ.pop(DEBUG_VARIABLE, None)
+            else:
+                os.environ[DEBUG_VARIABLE] = before
         events = json.loads(profile.read_text())
         kernels = kernels_named((Path(tmp) / "stdout.txt").read_text(errors="replace"))
     runs = [event for event in events if event.get("cat") == "Node"
