@@ -7,14 +7,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from kpi_forecast.model import recalibration as recalibration_module
 from kpi_forecast.model.naive import last_season, naive_forecasts
 from kpi_forecast.model.recalibration import (
     BLEND_SPANS,
+    LEVEL_STEPS,
     MIN_BLEND_POINTS,
     MIN_RESIDUALS,
     SHARES,
     Recalibration,
     best_shares,
+    covering_level,
     recalibration,
     week_of_windows,
 )
@@ -64,11 +67,13 @@ def test_each_level_holds_again_on_the_windows_it_came_from(forecaster: OnnxFore
     adjusted = fitted.apply(forecast, contexts)
     below_before = (actual[..., None] <= forecast).mean(axis=(0, 1))
     below_after = (actual[..., None] <= adjusted).mean(axis=(0, 1))
-    # An untrained network's outer levels are far off; moved, they hold to within the
-    # quantile's interpolation between neighbouring residuals: a few points of the 1440, so
-    # under 0.01 (counting, not rounding).
+    # An untrained network's outer levels are far off; moved, they hold at the levels their
+    # residuals were read at (as far out as held-out windows needed: a few grid steps here),
+    # to within the quantile's interpolation between neighbouring residuals: a few points of
+    # the 1440, so under 0.01 (counting, not rounding).
     assert np.abs(below_before - LEVELS)[[0, 2]].max() > 0.1
-    assert np.abs(below_after - LEVELS)[[0, 2]].max() < 0.01
+    assert fitted.read_at[0] <= 0.1 <= 0.9 <= fitted.read_at[2]
+    assert np.abs(below_after - np.array(fitted.read_at))[[0, 2]].max() < 0.01
     # Its median does worse than yesterday's values: the blend takes some of them, at the
     # grid shares with the lowest error on these windows. The history is shorter than a
     # week: the last week and the weekly profile have no value, so they get no share.
@@ -246,3 +251,39 @@ def test_few_cells_choose_the_shares_on_more_windows_than_the_offsets(
     many, last = series(cells=100, steps=CONTEXT + 40 * HORIZON)
     assert 100 * HORIZON >= MIN_BLEND_POINTS
     assert recalibration(forecaster, many, last, windows=7).blend_windows == 7
+
+
+def test_a_tail_is_read_as_far_out_as_held_out_windows_need() -> None:
+    rng = np.random.default_rng(4)
+    # Windows alike (the same 11 residuals each): a held-out window is covered as the others
+    # are, at the level asked (0.9 of 11 sorted values falls on the tenth, exactly).
+    alike = [np.sort(rng.normal(size=11))] * 7
+    assert covering_level(alike, 0.9) == 0.9 and covering_level(alike, 0.1) == 0.1
+    # Windows that move as wholes (a day above or below the forecast): the highest and the
+    # lowest are beyond every quantile of the others, so the tails run to their ends.
+    wholes = [np.full(HORIZON, shift) for shift in rng.normal(size=7)]
+    assert covering_level(wholes, 0.9) == 1.0 and covering_level(wholes, 0.1) == 0.0
+    # In between, one of the grid's levels; the median and a single window stay as asked.
+    mixed = [shift + rng.normal(size=HORIZON) for shift in 2 * rng.normal(size=7)]
+    level = covering_level(mixed, 0.9)
+    assert 0.9 < level < 1.0 and round((level - 0.9) / (0.1 / LEVEL_STEPS), 9).is_integer()
+    assert covering_level(mixed, 0.5) == 0.5 and covering_level(mixed[:1], 0.9) == 0.9
+
+
+def test_a_series_whose_windows_move_as_wholes_gets_a_wider_band(
+    forecaster: OnnxForecaster, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One cell whose every window is shifted as a whole: read at the levels asked, its
+    residuals' quantiles would cover the windows they came from and not the next one."""
+    history, last = series(cells=1, steps=CONTEXT + 14 * HORIZON, seed=5)
+    shifts = np.random.default_rng(5).lognormal(0, 0.5, history.shape[1] // HORIZON + 1)
+    history = history * np.repeat(shifts, HORIZON)[-history.shape[1]:].astype(np.float32)
+    fitted = recalibration(forecaster, history, last, windows=14)
+    assert fitted.residuals == 14 * HORIZON
+    low, median, high = fitted.read_at
+    assert low < 0.1 and median == 0.5 and high > 0.9
+    assert f"(tails read at {low:.3f}/{high:.3f})" in fitted.describe(["p10", "p50", "p90"])
+    monkeypatch.setattr(recalibration_module, "covering_level", lambda residuals, level: level)
+    plain = recalibration(forecaster, history, last, windows=14)
+    assert plain.read_at == (0.1, 0.5, 0.9)
+    assert fitted.offsets[0] < plain.offsets[0] and fitted.offsets[2] > plain.offsets[2]

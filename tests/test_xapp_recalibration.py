@@ -79,6 +79,7 @@ def test_forecasts_get_the_offsets_of_the_cells_recent_history(tmp_path: Path) -
             plain = await quantiles(client, "c3")
             info = (await client.get("/v1/model")).json()["recalibration"]
             assert info["windows"] == 0 and set(info["offsets"].values()) == {0.0}
+            assert info["read_at"] == {"p10": 0.1, "p50": 0.5, "p90": 0.9}
 
             fitted = await service.recalibrator.refresh()
             assert fitted.windows == 7 and fitted.residuals == CELLS * 7 * HORIZON
@@ -106,6 +107,8 @@ def test_forecasts_get_the_offsets_of_the_cells_recent_history(tmp_path: Path) -
             info = (await client.get("/v1/model")).json()["recalibration"]
             assert info["windows"] == 7 and info["cells"] == CELLS and info["refreshed_at"]
             assert info["offsets"]["p10"] == round(float(fitted.offsets[0]), 6)
+            assert info["read_at"] == dict(zip(["p10", "p50", "p90"], expected.read_at,
+                                               strict=True))
             assert info["model_weight"] == fitted.weight
             assert info["naive_weights"] == fitted.naive_shares()
             # Shares of twentieths, each rounded once to float64, summed in it.
@@ -229,15 +232,18 @@ def test_replicas_on_one_redis_apply_the_same_offsets(tmp_path: Path) -> None:
 
 def test_shared_offsets_keep_the_shares_and_read_an_earlier_replicas() -> None:
     fitted = Recalibration(np.array([-0.1, 0.0, 0.2], np.float32), 1, 7, 500,
-                           shares=(0.25, 0.0, 0.7, 0.05), steps_per_day=24)
+                           shares=(0.25, 0.0, 0.7, 0.05), steps_per_day=24,
+                           read_at=(0.0875, 0.5, 0.95))
     blob = Offsets("v1", fitted, 10, 1.0e9).to_json()
     read = Offsets.from_json(blob).recalibration
     np.testing.assert_array_equal(read.offsets, fitted.offsets)
     assert (read.shares, read.windows) == ((0.25, 0.0, 0.7, 0.05), 7)
+    assert read.read_at == (0.0875, 0.5, 0.95)
     # A replica of the version before shares the model's weight alone: the rest was the
     # last day's.
     raw = json.loads(blob)
     del raw["shares"]
     raw["weight"] = 0.25
+    del raw["read_at"]
     earlier = Offsets.from_json(json.dumps(raw).encode()).recalibration
-    assert earlier.shares == (0.25, 0.75, 0.0, 0.0)
+    assert earlier.shares == (0.25, 0.75, 0.0, 0.0) and earlier.read_at == ()

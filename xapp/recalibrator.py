@@ -54,7 +54,7 @@ class Offsets:
             "model_version": self.model_version, "offsets": r.offsets.tolist(),
             "median": r.median, "windows": r.windows, "residuals": r.residuals,
             "shares": list(r.shares), "steps_per_day": r.steps_per_day,
-            "blend_windows": r.blend_windows,
+            "blend_windows": r.blend_windows, "read_at": list(r.read_at),
             "cells": self.cells, "refreshed_at": self.refreshed_at,
         }).encode()
 
@@ -67,7 +67,8 @@ class Offsets:
         shares = tuple(shares) + (0.0,) * (1 + len(NAIVES) - len(shares))
         fitted = Recalibration(np.asarray(raw["offsets"], np.float32), raw["median"],
                                raw["windows"], raw["residuals"], shares, raw["steps_per_day"],
-                               raw.get("blend_windows", raw["windows"]))
+                               raw.get("blend_windows", raw["windows"]),
+                               tuple(raw.get("read_at", ())))
         return cls(raw["model_version"], fitted, raw["cells"], raw["refreshed_at"])
 
 
@@ -102,6 +103,7 @@ class Recalibrator:
         return RecalibrationOut(
             model_weight=applied.weight, naive_weights=applied.naive_shares(),
             offsets={n: round(float(k), 6) for n, k in zip(names, values, strict=True)},
+            read_at=dict(zip(names, applied.read_at or model.metadata.quantiles, strict=True)),
             windows=applied.windows, residuals=applied.residuals,
             cells=offsets.cells if offsets and applied.windows else 0,
             refreshed_at=(pd.Timestamp(offsets.refreshed_at, unit="s", tz="UTC").isoformat()

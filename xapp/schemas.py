@@ -181,6 +181,9 @@ class RecalibrationOut(BaseModel):
     # Each simple forecast's share (model.naive: last_day, last_week, weekly_profile).
     naive_weights: dict[str, float]
     offsets: dict[str, float]  # pNN -> offset in units of the forecast's outer band
+    # pNN -> the level its recent residuals were read at: as asked, or further out where
+    # windows held out in turn needed it (model.recalibration.covering_level).
+    read_at: dict[str, float]
     windows: int  # recent horizons they come from; 0: the model's own calibration
     residuals: int
     cells: int  # cells read for them
