@@ -21,8 +21,8 @@ are known, and adjust the forecast so that it holds there again, in two steps:
    ``q_i + k_i * width``, where ``width`` is the forecast's own outermost band (P10-P90 by
    default) and ``k_i`` is a quantile of the recent residuals ``(actual - q_i) / width``
    (at ``q_i`` or further out, below). Scaling by the band keeps one set of offsets valid
-   for cells of any size and for every step of the horizon. A level moved past its neighbour nearer
-   the median stops there, so quantiles never cross.
+   for cells of any size and for every step of the horizon. A level moved past its neighbour
+   nearer the median stops there, so quantiles never cross.
 
    Each tail is read as far out as it must be for a window it has not seen to be covered as
    its level says: the windows are left out in turn, each against the quantile of the
@@ -206,7 +206,10 @@ def recalibration(forecaster: OnnxForecaster, history: np.ndarray, last: pd.Date
     shares = best_shares(model, naives, actual, scored)
     forecast = forecast + blend_shift(shares, model, naives)[..., None]
     scored &= recent[:, None]
-    in_band = (actual[..., None] - forecast) / np.where(width > 0, width, 1.0)[..., None]
+    # The offsets' windows are the first rows: the older ones only chose the shares.
+    rows = usable * cells
+    in_band = ((actual[:rows, :, None] - forecast[:rows])
+               / np.where(width[:rows] > 0, width[:rows], 1.0)[..., None])
     by_window = [(in_band[k * cells : (k + 1) * cells], scored[k * cells : (k + 1) * cells])
                  for k in range(usable)]
     read_at, offsets = [], []
