@@ -98,20 +98,33 @@ class Snapshot:
 def lag_quantile(before: dict[str, float], after: dict[str, float], q: float) -> float:
     """``q`` of the ingest lag between two scrapes, interpolated in its bucket as Prometheus's
     histogram_quantile does."""
+    lower, upper, share = _lag_bucket(before, after, q)
+    return lower if np.isinf(upper) else lower + (upper - lower) * share
+
+
+def lag_bucket(before: dict[str, float], after: dict[str, float], q: float
+               ) -> tuple[float, float]:
+    """The bounds of the histogram bucket that holds ``q`` of the lag: all that the
+    histogram knows of it, whatever the interpolation says."""
+    lower, upper, _ = _lag_bucket(before, after, q)
+    return lower, upper
+
+
+def _lag_bucket(before: dict[str, float], after: dict[str, float], q: float
+                ) -> tuple[float, float, float]:
+    """(lower, upper, the share of the bucket's count below the rank); NaNs without any."""
     prefix = "kpi_forecast_e2_ingest_lag_seconds_bucket|le="
     bounds = sorted((float(key[len(prefix):]), after[key] - before.get(key, 0.0))
                     for key in after if key.startswith(prefix))
     total = bounds[-1][1]
     if total == 0:
-        return float("nan")
+        return float("nan"), float("nan"), float("nan")
     rank, lower, below = q * total, 0.0, 0.0
     for upper, count in bounds:
         if count >= rank:
-            if np.isinf(upper):
-                return lower
-            return lower + (upper - lower) * (rank - below) / max(count - below, 1e-12)
+            return lower, upper, (rank - below) / max(count - below, 1e-12)
         lower, below = upper, count
-    return lower
+    return lower, float("inf"), 0.0
 
 
 class Bench:
@@ -173,8 +186,10 @@ class Bench:
     def subscribers(self) -> dict[str, list[str]]:
         return httpx.get(f"{self.node_url}/stats", timeout=10).json()["subscribers"]
 
-    def node_stats(self) -> dict:
-        return httpx.get(f"{self.node_url}/stats", timeout=10).json()
+    def node_stats(self, seconds: float | None = None) -> dict:
+        """The mock node's /stats, its send lag over the last ``seconds`` (all, without)."""
+        params = {} if seconds is None else {"seconds": seconds}
+        return httpx.get(f"{self.node_url}/stats", params=params, timeout=10).json()
 
     def wait_until(self, check: Callable[[], bool], seconds: float, what: str) -> float:
         """Seconds until ``check()`` held (polled every 100 ms)."""
@@ -219,11 +234,13 @@ class Bench:
             total += count
             row[f"{name}_per_s"] = count / elapsed
             row[f"{name}_p99_lag_s"] = lag_quantile(b, a, 0.99)
+            row[f"{name}_p99_lag_bucket_s"] = "-".join(f"{bound:g}" for bound in
+                                                       lag_bucket(b, a, 0.99))
             row[f"{name}_cpu_ms_per_1000"] = (
                 1e6 * (after.cpu[name] - before.cpu[name]) / max(count, 1))
             row[f"{name}_cpu_share"] = (after.cpu[name] - before.cpu[name]) / elapsed
         row["per_s"] = total / elapsed
-        row["node_send_lag_p99_s"] = self.node_stats()["send_lag_p99_ms"] / 1000
+        row["node_send_lag_p99_s"] = self.node_stats(elapsed)["send_lag_p99_ms"] / 1000
         row["rejected"] = sum(
             value - before.metrics[name].get(key, 0.0) for name in self.replicas
             for key, value in after.metrics[name].items()
@@ -362,8 +379,8 @@ def report(table: pd.DataFrame, handover: dict, cells: int, cells_per_node: int,
         f"replicas on one redis-server; every process on these same cores. {seconds:.0f} s "
         "of steady state per phase.",
         "",
-        "| phase | ingested per s (offered) | per replica | p99 ingest lag (of it, the mock "
-        "node's own sending) | CPU per 1,000 "
+        "| phase | ingested per s (offered) | per replica | p99 ingest lag: interpolated, "
+        "its histogram bucket (of it, the mock node's own sending) | CPU per 1,000 "
         "indications (replica) | replica CPU (cores) | mock node / Redis CPU (cores) | "
         "machine busy | Redis scripts / commands per s | Redis memory |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -373,7 +390,8 @@ def report(table: pd.DataFrame, handover: dict, cells: int, cells_per_node: int,
         lines.append(
             f"| {row['phase']} | {row['per_s']:,.0f} ({row['offered_per_s']:,.0f}) | "
             + " / ".join(f"{row[f'{n}_per_s']:,.0f}" for n in names) + " | "
-            + " / ".join(f"{row[f'{n}_p99_lag_s'] * 1000:,.0f} ms" for n in names)
+            + " / ".join(f"{row[f'{n}_p99_lag_s'] * 1000:,.0f} ms, "
+                         f"{row[f'{n}_p99_lag_bucket_s']} s" for n in names)
             + f" ({row['node_send_lag_p99_s'] * 1000:,.0f} ms) | "
             + " / ".join(f"{row[f'{n}_cpu_ms_per_1000']:,.0f} ms" for n in names) + " | "
             + " / ".join(f"{row[f'{n}_cpu_share']:.2f}" for n in names) + " | "

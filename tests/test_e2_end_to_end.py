@@ -345,3 +345,25 @@ def test_a_node_with_several_kpis_reports_what_was_subscribed(tmp_path: Path,
         await node.close()
 
     asyncio.run(go())
+
+
+def test_the_mock_nodes_send_lag_is_read_over_the_seconds_asked(tmp_path: Path) -> None:
+    """/stats?seconds=S: the node's own send lag over the periods of the last S seconds
+    only, so that a benchmark phase is not read with the handovers before it."""
+    from tests.tcp_transport import TcpTransport
+
+    node = MockE2Node(load_panel(one_cell_two_days(tmp_path), "prb_util"), MEASUREMENT,
+                      TcpTransport("127.0.0.1", 0))
+    now = time.monotonic()
+    node.send_lag_ms.extend([(now - 100.0, 900.0)] * 10 + [(now, 10.0)] * 10)
+
+    async def stats(**params: float) -> httpx.Response:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(node)),
+                                     base_url="http://node") as client:
+            return await client.get("/stats", params=params)
+
+    recent = asyncio.run(stats(seconds=50)).json()
+    assert (recent["send_lag_p50_ms"], recent["send_lag_p99_ms"]) == (10.0, 10.0)
+    everything = asyncio.run(stats()).json()
+    assert everything["send_lag_p99_ms"] == np.percentile([900.0] * 10 + [10.0] * 10, 99)
+    assert asyncio.run(stats(seconds=0)).status_code == 422

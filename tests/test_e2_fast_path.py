@@ -232,6 +232,23 @@ def test_the_usual_report_takes_the_fast_path() -> None:
     assert message.granularity_ms == 3_600_000
 
 
+def test_a_repeated_measinfolist_is_read_once() -> None:
+    """The names and granularity a node repeats are kept by their octets: a second report
+    with other values reuses them and still decodes as the general decoder does; other
+    names are read afresh."""
+    indication._tail.cache_clear()
+
+    def report(name: str, value: float) -> bytes:
+        return kpm.encode_indication_message(kpm.IndicationMessage(
+            [kpm.Measurement(name, [value, None])], granularity_ms=1000))
+
+    for value in (1.0, 2.5):
+        assert agree(*PATHS["message"], report("RRU.PrbUsedDl", value)) == "both decoded"
+    assert (indication._tail.cache_info().hits, indication._tail.cache_info().currsize) == (1, 1)
+    assert agree(*PATHS["message"], report("DRB.UEThpDl", 7.0)) == "both decoded"
+    assert (indication._tail.cache_info().hits, indication._tail.cache_info().currsize) == (1, 2)
+
+
 def test_what_the_fast_path_leaves_is_still_decoded() -> None:
     """A subscription response is no indication: the fast path leaves it, decode_e2ap reads it
     with the general decoder; a v2 header with a sender name likewise."""

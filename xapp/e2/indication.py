@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import lru_cache
 
 from kpi_forecast.xapp.e2 import e2ap, kpm
 from kpi_forecast.xapp.e2.e2ap import E2apMessage
@@ -77,12 +78,18 @@ def fast_e2ap(data: bytes) -> E2apMessage:
     at += 3
     values: dict[int, bytes] = {}
     for _ in range(count):
-        if at + 3 > size:
+        # id (2 octets), criticality (2 bits and padding), the value's length determinant:
+        # one octet below 128, the usual case, read here rather than by _length.
+        if at + 4 > size:
             raise NotFast
         ie_id = (data[at] << 8) | data[at + 1]
         if ie_id not in _KNOWN_IES or ie_id in values or data[at + 2] >> 6 == 3:
             raise NotFast
-        length, start = _length(data, at + 2 + 1)
+        length = data[at + 3]
+        if length < 0x80:
+            start = at + 4
+        else:
+            length, start = _length(data, at + 3)
         at = start + length
         if at > size:
             raise NotFast
@@ -226,15 +233,39 @@ def fast_message(data: bytes, subscribed: Sequence[str] | None) -> IndicationMes
         if flags and reader.bits(1):  # incompleteFlag's extension bit
             raise NotFast
         periods.append((records, bool(flags)))
-    names = _names(reader) if head & 2 else None
-    granularity = None
-    if head & 1:
-        granularity = int.from_bytes(reader.octets(reader.bits(2) + 1), "big") + 1
-        if granularity > _MAX_UINT32:
-            raise NotFast
-    if (reader.pos + 7) >> 3 != len(data):
-        raise NotFast
+    if head & 2:  # measInfoList starts on an octet: the rest is the tail a node repeats
+        names, granularity = _tail(data[(reader.pos + 7) >> 3:], bool(head & 1))
+    else:
+        names, granularity = None, _granularity(reader) if head & 1 else None
+        _at_end(reader)
     return kpm.indication_message(names, subscribed, periods, granularity)
+
+
+def _granularity(reader: _Bits) -> int:
+    granularity = int.from_bytes(reader.octets(reader.bits(2) + 1), "big") + 1
+    if granularity > _MAX_UINT32:
+        raise NotFast
+    return granularity
+
+
+def _at_end(reader: _Bits) -> None:
+    if (reader.pos + 7) >> 3 != len(reader.data):
+        raise NotFast
+
+
+_TAILS_KEPT = 4096  # distinct measInfoList + granulPeriod tails: a few per subscription kind
+
+
+@lru_cache(maxsize=_TAILS_KEPT)
+def _tail(octets: bytes, has_granularity: bool) -> tuple[tuple[str, ...], int | None]:
+    """measInfoList and granulPeriod, read once per distinct octets: a node sends the same
+    ones in every report of a subscription, and reading the names is most of a message's
+    cost. The result is a function of the octets alone, so a kept one is exact."""
+    reader = _Bits(octets)
+    names = tuple(_names(reader))
+    granularity = _granularity(reader) if has_granularity else None
+    _at_end(reader)
+    return names, granularity
 
 
 # --- encoding, for the mock E2 node ------------------------------------------------------------
@@ -331,38 +362,48 @@ def fast_encode_message(msg: IndicationMessage) -> bytes:
                 out.bits(1, 3)
                 out.length(len(octets))
                 out.octets(octets)
-    out.octets((len(msg.measurements) - 1).to_bytes(2, "big"))
-    for m in msg.measurements:
-        name = m.name.encode("utf-8")
-        if not 1 <= len(name) <= _NAME_MAX or not _PRINTABLE.issuperset(name):
+    return out.result() + _encoded_tail(tuple(m.name for m in msg.measurements), granularity)
+
+
+@lru_cache(maxsize=_TAILS_KEPT)
+def _encoded_tail(names: tuple[str, ...], granularity: int | None) -> bytes:
+    """measInfoList and granulPeriod, from an octet boundary on: the same in every report
+    of a subscription, so written once (``_tail`` reads them once likewise)."""
+    out = _Writer()
+    out.octets((len(names) - 1).to_bytes(2, "big"))
+    for name in names:
+        octets = name.encode("utf-8")
+        if not 1 <= len(octets) <= _NAME_MAX or not _PRINTABLE.issuperset(octets):
             raise NotFast
         out.bits(0, 4)
-        out.bits(len(name) - 1, 8)
-        out.octets(name)
+        out.bits(len(octets) - 1, 8)
+        out.octets(octets)
         out.length(1)  # one label: noLabel
         out.bits(_NO_LABEL_ONLY, 23)
         out.bits(0, 1)
     if granularity is not None:
         if not 1 <= granularity <= _MAX_UINT32:
             raise NotFast
-        octets = _minimal(granularity - 1)
-        out.bits(len(octets) - 1, 2)
-        out.octets(octets)
+        value = _minimal(granularity - 1)
+        out.bits(len(value) - 1, 2)
+        out.octets(value)
     return out.result()
 
 
-def _ie(out: _Writer, ie_id: int, value: bytes) -> None:
-    out.octets(ie_id.to_bytes(2, "big"))
-    out.bits(0, 8)  # criticality reject, and the padding after it
-    out.length(len(value))
-    out.octets(value)
+def _with_length(value: bytes) -> bytes:
+    """An aligned length determinant, then the octets: every E2AP part of an indication is
+    octet-aligned, so it is written as octets, not through a _Writer."""
+    count = len(value)
+    if count < 0x80:
+        return bytes((count,)) + value
+    if count < 0x4000:
+        return (0x8000 | count).to_bytes(2, "big") + value
+    raise NotFast  # fragmented: the general encoder's
 
 
-def _octet_string_value(value: bytes) -> bytes:
-    out = _Writer()
-    out.length(len(value))
-    out.octets(value)
-    return out.result()
+def _ie(ie_id: int, value: bytes) -> bytes:
+    # id, then criticality reject and the padding after it
+    return ie_id.to_bytes(2, "big") + b"\x00" + _with_length(value)
 
 
 def fast_encode_e2ap(requestor_id: int, instance_id: int, ran_function_id: int,
@@ -374,24 +415,30 @@ def fast_encode_e2ap(requestor_id: int, instance_id: int, ran_function_id: int,
             and 0 <= ran_function_id <= 4095 and 0 <= action_id <= 0xFF
             and (sequence_number is None or 0 <= sequence_number <= 0xFFFF)):
         raise NotFast
-    body = _Writer()
-    body.bits(0, 8)  # RICindication's extension bit
-    body.octets((6 + (sequence_number is not None)).to_bytes(2, "big"))
-    _ie(body, e2ap.ID_REQUEST_ID, bytes((0,)) + requestor_id.to_bytes(2, "big")
-        + instance_id.to_bytes(2, "big"))
-    _ie(body, e2ap.ID_RAN_FUNCTION_ID, ran_function_id.to_bytes(2, "big"))
-    _ie(body, e2ap.ID_ACTION_ID, bytes((action_id,)))
-    if sequence_number is not None:
-        _ie(body, e2ap.ID_INDICATION_SN, sequence_number.to_bytes(2, "big"))
-    _ie(body, e2ap.ID_INDICATION_TYPE, b"\x00")  # report
-    _ie(body, e2ap.ID_INDICATION_HEADER, _octet_string_value(header))
-    _ie(body, e2ap.ID_INDICATION_MESSAGE, _octet_string_value(message))
-    value = body.result()
-    out = _Writer()
-    out.octets(bytes((0, e2ap.RIC_INDICATION, 0x40)))  # initiatingMessage, criticality ignore
-    out.length(len(value))
-    out.octets(value)
-    return out.result()
+    body = b"".join((
+        b"\x00",  # RICindication's extension bit
+        (6 + (sequence_number is not None)).to_bytes(2, "big"),
+        _ie(e2ap.ID_REQUEST_ID, bytes((0,)) + requestor_id.to_bytes(2, "big")
+            + instance_id.to_bytes(2, "big")),
+        _ie(e2ap.ID_RAN_FUNCTION_ID, ran_function_id.to_bytes(2, "big")),
+        _ie(e2ap.ID_ACTION_ID, bytes((action_id,))),
+        b"" if sequence_number is None else _ie(e2ap.ID_INDICATION_SN,
+                                                sequence_number.to_bytes(2, "big")),
+        _REPORT_IE,
+        _header_ie(header),
+        _ie(e2ap.ID_INDICATION_MESSAGE, _with_length(message)),
+    ))
+    # initiatingMessage, criticality ignore
+    return bytes((0, e2ap.RIC_INDICATION, 0x40)) + _with_length(body)
+
+
+_REPORT_IE = _ie(e2ap.ID_INDICATION_TYPE, b"\x00")
+
+
+@lru_cache(maxsize=64)
+def _header_ie(header: bytes) -> bytes:
+    """A period's header IE: every cell's report of that period carries the same."""
+    return _ie(e2ap.ID_INDICATION_HEADER, _with_length(header))
 
 
 # --- either path --------------------------------------------------------------------------------

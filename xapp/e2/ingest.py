@@ -70,7 +70,10 @@ class Ingestor:
         except _Rejected as rejected:
             self.reject(rejected.reason, str(rejected))
             return
-        await self._pending.put(write)
+        if self._pending.full():  # the store is behind: wait for it
+            await self._pending.put(write)
+        else:
+            self._pending.put_nowait(write)
 
     async def run(self) -> None:
         """The writer: everything queued so far (up to max_batch) goes in one store call."""

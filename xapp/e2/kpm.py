@@ -85,7 +85,8 @@ class ActionDefinition:
     cell: CellId | None = None
 
 
-@dataclass(frozen=True)
+# Not frozen, as E2apMessage: one of each is made for every indication.
+@dataclass(slots=True)
 class Measurement:
     """One measurement's values, one per granularity period, oldest first; None means no value."""
 
@@ -93,7 +94,7 @@ class Measurement:
     values: list[float | None]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class IndicationMessage:
     """Indication message format 1: every measurement covers the same granularity periods."""
 
@@ -400,7 +401,7 @@ def decode_indication_message(
 
 
 def indication_message(
-    names: list[str] | None, subscribed: Sequence[str] | None,
+    names: Sequence[str] | None, subscribed: Sequence[str] | None,
     periods: list[tuple[list[float | None], bool]], granularity_ms: int | None,
 ) -> IndicationMessage:
     """The message's series from its periods (each: its records, and whether it is flagged
@@ -409,15 +410,15 @@ def indication_message(
         if subscribed is None:
             raise DecodeError("measurement-mismatch", "no measInfoList and no subscribed names")
         names = list(subscribed)
-    series: list[list[float | None]] = [[] for _ in names]
-    for period, (records, incomplete) in enumerate(periods):
-        if len(records) != len(names):
+    width = len(names)
+    for period, (records, _) in enumerate(periods):
+        if len(records) != width:
             raise DecodeError(
                 "measurement-mismatch",
-                f"period {period} has {len(records)} values for {len(names)} measurements",
+                f"period {period} has {len(records)} values for {width} measurements",
             )
-        for values, record in zip(series, records, strict=True):
-            values.append(None if incomplete else record)
+    rows = [[None] * width if incomplete else records for records, incomplete in periods]
+    series = [list(column) for column in zip(*rows, strict=True)] if rows else [[] for _ in names]
     return IndicationMessage(
         measurements=[Measurement(n, v) for n, v in zip(names, series, strict=True)],
         granularity_ms=granularity_ms,

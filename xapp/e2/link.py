@@ -19,7 +19,7 @@ from kpi_forecast.xapp.controls import E2, KpiSource
 from kpi_forecast.xapp.e2.ingest import Ingestor
 from kpi_forecast.xapp.e2.ownership import ROUND_S, Ownership
 from kpi_forecast.xapp.e2.subscription import E2Node, Subscriber
-from kpi_forecast.xapp.e2.transport import Frame, Transport
+from kpi_forecast.xapp.e2.transport import RIC_INDICATION, Frame, Transport
 from kpi_forecast.xapp.failures import describe
 from kpi_forecast.xapp.metrics import Metrics
 
@@ -69,6 +69,9 @@ class E2Link:
         return self.transport is None or self.transport.ready()
 
     async def _on_frame(self, frame: Frame) -> None:
+        if frame.msg_type == RIC_INDICATION:  # nearly every frame: straight to the ingestor
+            await self.ingestor.handle(frame)
+            return
         if self.subscriber is not None and await self.subscriber.handle(frame):
             return
         if self._policies is not None and await self._policies.handle(frame):
@@ -162,6 +165,7 @@ class E2Link:
             await asyncio.wait([self._following], timeout=step_s)
         if self.subscriber is not None:
             await self.subscriber.unsubscribe(within_s=step_s)
+            await self.subscriber.close()
         if self.transport is not None:
             await self.transport.close()
         try:  # what was received is written, if it can be

@@ -21,16 +21,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import json
 import logging
+import math
 import random
 import time
 from collections import Counter, deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Annotated
 
 import numpy as np
 import pandas as pd
-from fastapi import FastAPI, HTTPException, Response
+from fastapi import FastAPI, Header, HTTPException, Query, Response
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
 from kpi_forecast.data.panel import Panel
@@ -102,9 +106,10 @@ class MockE2Node:
     faults: dict[str, float] = field(default_factory=dict)  # fault -> probability per report
     seed: int = 0
     sent: Counter = field(default_factory=Counter)  # what went out, by kind
-    # On the wall clock: ms from each period's end to its last report handed to the transport
-    # (the recent ones), so that a slow mock node is not mistaken for a slow xApp.
-    send_lag_ms: deque = field(default_factory=lambda: deque(maxlen=10_000))
+    # On the wall clock: (monotonic s, ms from a period's end to its last report handed to
+    # the transport), the recent ones, so that a slow mock node is not mistaken for a slow
+    # xApp.
+    send_lag_ms: deque = field(default_factory=lambda: deque(maxlen=100_000))
     subscriptions: dict[str, Subscription] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -116,6 +121,14 @@ class MockE2Node:
         self.step_ms = int(self.panel.step / pd.Timedelta("1ms"))
         self._index_ns = self.panel.index.as_unit("ns").asi8
         self._headers: dict[int, bytes] = {}  # by first step: one encoding per period
+        self._listing: tuple[bytes, str] | None = None
+
+    def listing(self) -> tuple[bytes, str]:
+        """``nodes()`` as JSON, and its ETag: the cells never change while the node runs."""
+        if self._listing is None:
+            body = json.dumps(self.nodes()).encode()
+            self._listing = body, f'"{hashlib.sha256(body).hexdigest()[:32]}"'
+        return self._listing
 
     def nodes(self) -> list[dict]:
         ids = self.panel.cell_ids
@@ -217,7 +230,7 @@ class MockE2Node:
             else:
                 await self._send_all(subscription.host, subscription.port, frames)
             if self.wall_clock:
-                self.send_lag_ms.append((time.time_ns() - ends_ns) / 1e6)
+                self.send_lag_ms.append((time.monotonic(), (time.time_ns() - ends_ns) / 1e6))
             else:
                 caught_up = self.live_from is None or first >= self.live_from
                 await asyncio.sleep(self._pause(per_report) if caught_up else 0.0)
@@ -232,8 +245,9 @@ class MockE2Node:
 
     def _indication(self, stream: Stream, steps: range) -> Frame:
         measurements = [
-            kpm.Measurement(name, [None if np.isnan(v) else float(v) for v in
-                                   self._values[name][stream.cell, steps.start : steps.stop]])
+            kpm.Measurement(name, [None if v != v else v for v in  # NaN: no value
+                                   self._values[name][stream.cell, steps.start : steps.stop]
+                                   .tolist()])
             for name in stream.measurements
         ]
         header = self._headers.get(steps.start)
@@ -337,8 +351,13 @@ def create_app(node: MockE2Node) -> FastAPI:
     app = FastAPI(title="kpi-forecast mock E2 node and subscription manager", lifespan=lifespan)
 
     @app.get("/ric/v1/e2nodes", response_model=list[E2Node], response_model_by_alias=True)
-    async def e2nodes() -> list[dict]:
-        return node.nodes()
+    async def e2nodes(if_none_match: Annotated[str | None, Header()] = None) -> Response:
+        """The list, with an ETag: the replicas ask for it every lease round, and a list of
+        10^4 cells cost each side tens of ms to write or read, every time."""
+        body, etag = node.listing()
+        if if_none_match is not None and etag in (t.strip() for t in if_none_match.split(",")):
+            return Response(status_code=304, headers={"ETag": etag})
+        return Response(body, media_type="application/json", headers={"ETag": etag})
 
     @app.post("/ric/v1/subscriptions", status_code=201, response_model=SubscriptionResponse,
               response_model_by_alias=True)
@@ -351,15 +370,17 @@ def create_app(node: MockE2Node) -> FastAPI:
         return Response(status_code=204)
 
     @app.get("/stats")
-    async def stats() -> dict:
+    async def stats(seconds: Annotated[float | None, Query(gt=0)] = None) -> dict:
         """What went out, by kind, who holds a subscription to each node (its rmr-data
         endpoints, host:port) and, on the wall clock, how late the node itself sent: the
-        median and p99 from a period's end to its last report handed to RMR."""
+        median and p99 from a period's end to its last report handed to RMR, over the
+        periods of the last ``seconds`` (all those kept, without)."""
         subscribers: dict[str, list[str]] = {}
         for subscription in node.subscriptions.values():
             subscribers.setdefault(subscription.meid, []).append(
                 f"{subscription.host}:{subscription.port}")
-        lags = np.asarray(node.send_lag_ms)
+        since = -math.inf if seconds is None else time.monotonic() - seconds
+        lags = np.asarray([lag for at, lag in node.send_lag_ms if at >= since])
         lag = {f"send_lag_{name}_ms": float(np.percentile(lags, q)) if len(lags) else None
                for name, q in (("p50", 50), ("p99", 99))}
         return {**node.sent, **lag, "subscribers": subscribers}
