@@ -35,6 +35,16 @@ are known, and adjust the forecast so that it holds there again, in two steps:
    many cells the windows agree and the levels stay at or next to the ones asked. A single
    window (a week-ahead model's week) has nothing to hold out: it is read as asked.
 
+3. Where the band is zero wide (every quantile the same: clipped at zero, or a model that has
+   not learnt a spread, as the long-context mode after under one epoch), no offset in band
+   units can open it. Those points get offsets of their own, ``q_i + z_i * change``, where
+   ``change`` is the cell's mean absolute change from one day to the next over the last week
+   of its context, and ``z_i`` is read from the recent residuals of such points alone, in
+   those units, as in step 2. Kept apart, the two kinds of point never mix units in one
+   quantile: a cell's quiet hours over its day-to-day change would be ratios that widen every
+   busy hour's band. Where no point of the recent windows had a zero-wide band (every case of
+   the generalisation suite and Milan, docs/benchmarks.md), nothing changes.
+
 The adjustment comes from all the cells passed together, one per call: the forecasts it
 corrects can be for any of those cells, at any later time, until the next refresh. Past
 ``MAX_CELLS`` cells it is fitted on a fixed random sample of them: a week of windows per cell
@@ -101,6 +111,9 @@ class Recalibration:
     blend_windows: int = 0  # recent windows behind the shares (at least ``windows``)
     # The levels each quantile's residuals were read at (``covering_level``); () = as asked.
     read_at: tuple[float, ...] = ()
+    # Per quantile, in units of the cell's day-to-day change (``daily_change``), for the
+    # points whose band is zero wide; empty where the recent windows had none.
+    flat_offsets: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
 
     @property
     def weight(self) -> float:
@@ -125,7 +138,12 @@ class Recalibration:
             shift = blend_shift(self.shares, model, naives)
             forecast = forecast + shift[..., None].astype(forecast.dtype)
         width = forecast[..., -1:] - forecast[..., :1]
-        moved = np.maximum(forecast + self.offsets * width, 0.0).astype(forecast.dtype)
+        moved = forecast + self.offsets * width
+        flat = width == 0
+        if self.flat_offsets.size and flat.any():
+            change = daily_change(history, self.steps_per_day)[:, None, None]
+            moved = np.where(flat, forecast + self.flat_offsets * change, moved)
+        moved = np.maximum(moved, 0.0).astype(forecast.dtype)
         m = self.median
         moved[..., m::-1] = np.minimum.accumulate(moved[..., m::-1], axis=-1)
         moved[..., m:] = np.maximum.accumulate(moved[..., m:], axis=-1)
@@ -139,9 +157,12 @@ class Recalibration:
                         for name, share in self.naive_shares().items() if share > 0)
         tails = (f" (tails read at {self.read_at[0]:.3f}/{self.read_at[-1]:.3f})"
                  if self.read_at else "")
+        flat = ("; where the band is zero wide: " + ", ".join(
+            f"{n} {k:+.3f}" for n, k in zip(names, self.flat_offsets, strict=True))
+            + " x the day-to-day change" if self.flat_offsets.size else "")
         return (f"recalibrated on the last {self.windows} window(s), {self.residuals} points: "
                 f"median {self.weight:.2f} model{blend} (from {self.blend_windows} windows); "
-                f"{shifts} x band{tails}")
+                f"{shifts} x band{tails}{flat}")
 
 
 def blend_shift(shares: tuple[float, ...], model: np.ndarray, naives: np.ndarray) -> np.ndarray:
@@ -152,6 +173,16 @@ def blend_shift(shares: tuple[float, ...], model: np.ndarray, naives: np.ndarray
         if share > 0.0:
             shift += np.float32(share) * np.nan_to_num(naive - model)
     return shift
+
+
+def daily_change(history: np.ndarray, steps_per_day: int) -> np.ndarray:
+    """Per row of ``history`` [B, n], the mean absolute change from a step to the same step a
+    day later over its last eight days (0 where no such pair is observed)."""
+    recent = history[:, -8 * steps_per_day :]
+    changes = np.abs(recent[:, steps_per_day:] - recent[:, :-steps_per_day])
+    observed = ~np.isnan(changes)
+    total = np.where(observed, changes, 0.0).sum(axis=1)
+    return (total / np.maximum(observed.sum(axis=1), 1)).astype(np.float32)
 
 
 def week_of_windows(horizon: int, step: pd.Timedelta) -> int:
@@ -192,9 +223,9 @@ def recalibration(forecaster: OnnxForecaster, history: np.ndarray, last: pd.Date
     forecast = forecaster.forecast(contexts, stamps)
     width = forecast[..., -1] - forecast[..., 0]
     enough = (~np.isnan(contexts)).mean(axis=1) >= MIN_OBSERVED_CONTEXT
-    scored = enough[:, None] & ~np.isnan(actual) & (width > 0)
+    observed = enough[:, None] & ~np.isnan(actual)
     recent = np.arange(len(contexts)) < usable * cells  # the offsets' windows
-    if scored[recent].sum() < MIN_RESIDUALS:
+    if observed[recent].sum() < MIN_RESIDUALS:
         return Recalibration()
     median = int(np.argmin(np.abs(levels - 0.5)))
     steps_per_day = int(DAY // forecaster.step)
@@ -203,24 +234,42 @@ def recalibration(forecaster: OnnxForecaster, history: np.ndarray, last: pd.Date
     reach = PROFILE_WEEKS * 7 * steps_per_day
     naives = np.concatenate([naive_forecasts(history[:, max(0, end - reach) : end], horizon,
                                              steps_per_day) for end in ends], axis=1)
-    shares = best_shares(model, naives, actual, scored)
+    shares = best_shares(model, naives, actual, observed)
     forecast = forecast + blend_shift(shares, model, naives)[..., None]
-    scored &= recent[:, None]
     # The offsets' windows are the first rows: the older ones only chose the shares.
     rows = usable * cells
-    in_band = ((actual[:rows, :, None] - forecast[:rows])
-               / np.where(width[:rows] > 0, width[:rows], 1.0)[..., None])
-    by_window = [(in_band[k * cells : (k + 1) * cells], scored[k * cells : (k + 1) * cells])
-                 for k in range(usable)]
+    observed, width = observed[:rows], width[:rows]
+    residual = actual[:rows, :, None] - forecast[:rows]
+    change = daily_change(contexts[:rows], steps_per_day)
+    scored = observed & (width > 0)
+    flat = observed & (width == 0) & (change > 0)[:, None]
+    offsets, read_at = np.zeros(len(levels)), []
+    if scored.sum() >= MIN_RESIDUALS:
+        offsets, read_at = _offsets(residual / np.where(scored, width, 1.0)[..., None], scored,
+                                    cells, levels, median)
+    flat_offsets = np.zeros(0)
+    if flat.sum() >= MIN_RESIDUALS:
+        flat_offsets, _ = _offsets(residual / np.where(flat, change[:, None], 1.0)[..., None],
+                                   flat, cells, levels, median)
+    return Recalibration(offsets.astype(np.float32), median, usable,
+                         int(scored.sum() + flat.sum()), shares, steps_per_day, blending,
+                         tuple(read_at), flat_offsets.astype(np.float32))
+
+
+def _offsets(residuals: np.ndarray, scored: np.ndarray, cells: int, levels: np.ndarray,
+             median: int) -> tuple[np.ndarray, list[float]]:
+    """Each level's offset: the quantile of the ``scored`` ``residuals`` [windows x cells, H,
+    Q] at the level ``covering_level`` reads it at (0 for the median), and those levels."""
+    by_window = [(residuals[k : k + cells], scored[k : k + cells])
+                 for k in range(0, len(residuals), cells)]
     read_at, offsets = [], []
     for i, level in enumerate(levels):
-        residuals = [r[..., i][s] for r, s in by_window if s.any()]
-        read_at.append(covering_level(residuals, float(level)))
-        offsets.append(np.quantile(np.concatenate(residuals), read_at[-1]))
+        values = [r[..., i][s] for r, s in by_window if s.any()]
+        read_at.append(covering_level(values, float(level)))
+        offsets.append(np.quantile(np.concatenate(values), read_at[-1]))
     offsets = np.array(offsets)
     offsets[median] = 0.0
-    return Recalibration(offsets.astype(np.float32), median, usable, int(scored.sum()),
-                         shares, steps_per_day, blending, tuple(read_at))
+    return offsets, read_at
 
 
 def covering_level(residuals: list[np.ndarray], level: float) -> float:

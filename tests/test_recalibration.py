@@ -91,6 +91,39 @@ def test_each_level_holds_again_on_the_windows_it_came_from(forecaster: OnnxFore
     assert min(error, key=error.get) == fitted.weight
 
 
+class ZeroBand:
+    """The exported network's contract, forecasting 0 at every level: a model that has not
+    learnt a spread (the long-context mode after under one epoch), its band zero wide."""
+
+    def __init__(self, model: OnnxForecaster) -> None:
+        self.metadata, self.step = model.metadata, model.step
+
+    def forecast(self, contexts: np.ndarray, stamps: pd.DatetimeIndex) -> np.ndarray:
+        return np.zeros((len(contexts), HORIZON, len(LEVELS)), np.float32)
+
+
+def test_a_zero_wide_band_is_opened_in_units_of_the_day_to_day_change(
+        forecaster: OnnxForecaster) -> None:
+    model = ZeroBand(forecaster)
+    history, last = series(cells=20, steps=CONTEXT + 6 * HORIZON)
+    fitted = recalibration(model, history, last, windows=6)
+    # No band to scale: no offsets in its units; the flat points' own, below and above.
+    assert fitted.offsets.tolist() == [0.0, 0.0, 0.0] and fitted.read_at == ()
+    assert fitted.flat_offsets[0] < 0.0 == fitted.flat_offsets[1] < fitted.flat_offsets[2]
+    assert fitted.residuals == 20 * 6 * HORIZON
+    assert "where the band is zero wide: p10 -" in fitted.describe(["p10", "p50", "p90"])
+    forecast, contexts, actual = window_forecasts(model, history, last, 6)
+    adjusted = fitted.apply(forecast, contexts)
+    # Blended onto the naives, the median moves, but alone it covers nothing; opened, the
+    # band holds at least its 0.8, read as far out as held-out windows needed, less the
+    # quantile's interpolation between neighbouring residuals (a few of the 1440 points).
+    median = adjusted[..., 1]
+    assert ((actual >= median) & (actual <= median)).mean() < 0.01
+    assert ((actual >= adjusted[..., 0]) & (actual <= adjusted[..., 2])).mean() >= 0.79
+    # A band that is not zero wide keeps none of this.
+    assert recalibration(forecaster, history, last, windows=6).flat_offsets.size == 0
+
+
 def test_the_shares_are_the_grid_point_closest_to_the_actuals() -> None:
     rng = np.random.default_rng(1)
     model, day, week, profile = (rng.random((50, HORIZON)) for _ in range(4))

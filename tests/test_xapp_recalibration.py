@@ -80,6 +80,7 @@ def test_forecasts_get_the_offsets_of_the_cells_recent_history(tmp_path: Path) -
             info = (await client.get("/v1/model")).json()["recalibration"]
             assert info["windows"] == 0 and set(info["offsets"].values()) == {0.0}
             assert info["read_at"] == {"p10": 0.1, "p50": 0.5, "p90": 0.9}
+            assert info["zero_width_offsets"] == {}
 
             fitted = await service.recalibrator.refresh()
             assert fitted.windows == 7 and fitted.residuals == CELLS * 7 * HORIZON
@@ -107,6 +108,8 @@ def test_forecasts_get_the_offsets_of_the_cells_recent_history(tmp_path: Path) -
             info = (await client.get("/v1/model")).json()["recalibration"]
             assert info["windows"] == 7 and info["cells"] == CELLS and info["refreshed_at"]
             assert info["offsets"]["p10"] == round(float(fitted.offsets[0]), 6)
+            # The exported network's band is nowhere zero wide.
+            assert info["zero_width_offsets"] == {} and expected.flat_offsets.size == 0
             assert info["read_at"] == dict(zip(["p10", "p50", "p90"], expected.read_at,
                                                strict=True))
             assert info["model_weight"] == fitted.weight
@@ -233,10 +236,12 @@ def test_replicas_on_one_redis_apply_the_same_offsets(tmp_path: Path) -> None:
 def test_shared_offsets_keep_the_shares_and_read_an_earlier_replicas() -> None:
     fitted = Recalibration(np.array([-0.1, 0.0, 0.2], np.float32), 1, 7, 500,
                            shares=(0.25, 0.0, 0.7, 0.05), steps_per_day=24,
-                           read_at=(0.0875, 0.5, 0.95))
+                           read_at=(0.0875, 0.5, 0.95),
+                           flat_offsets=np.array([-1.25, 0.0, 2.5], np.float32))
     blob = Offsets("v1", fitted, 10, 1.0e9).to_json()
     read = Offsets.from_json(blob).recalibration
     np.testing.assert_array_equal(read.offsets, fitted.offsets)
+    np.testing.assert_array_equal(read.flat_offsets, fitted.flat_offsets)
     assert (read.shares, read.windows) == ((0.25, 0.0, 0.7, 0.05), 7)
     assert read.read_at == (0.0875, 0.5, 0.95)
     # A replica of the version before shares the model's weight alone: the rest was the
@@ -244,6 +249,7 @@ def test_shared_offsets_keep_the_shares_and_read_an_earlier_replicas() -> None:
     raw = json.loads(blob)
     del raw["shares"]
     raw["weight"] = 0.25
-    del raw["read_at"]
+    del raw["read_at"], raw["flat_offsets"]
     earlier = Offsets.from_json(json.dumps(raw).encode()).recalibration
     assert earlier.shares == (0.25, 0.75, 0.0, 0.0) and earlier.read_at == ()
+    assert earlier.flat_offsets.size == 0

@@ -55,6 +55,7 @@ class Offsets:
             "median": r.median, "windows": r.windows, "residuals": r.residuals,
             "shares": list(r.shares), "steps_per_day": r.steps_per_day,
             "blend_windows": r.blend_windows, "read_at": list(r.read_at),
+            "flat_offsets": r.flat_offsets.tolist(),
             "cells": self.cells, "refreshed_at": self.refreshed_at,
         }).encode()
 
@@ -68,7 +69,8 @@ class Offsets:
         fitted = Recalibration(np.asarray(raw["offsets"], np.float32), raw["median"],
                                raw["windows"], raw["residuals"], shares, raw["steps_per_day"],
                                raw.get("blend_windows", raw["windows"]),
-                               tuple(raw.get("read_at", ())))
+                               tuple(raw.get("read_at", ())),
+                               np.asarray(raw.get("flat_offsets", []), np.float32))
         return cls(raw["model_version"], fitted, raw["cells"], raw["refreshed_at"])
 
 
@@ -104,6 +106,9 @@ class Recalibrator:
             model_weight=applied.weight, naive_weights=applied.naive_shares(),
             offsets={n: round(float(k), 6) for n, k in zip(names, values, strict=True)},
             read_at=dict(zip(names, applied.read_at or model.metadata.quantiles, strict=True)),
+            zero_width_offsets=({n: round(float(k), 6) for n, k in
+                                 zip(names, applied.flat_offsets, strict=True)}
+                                if applied.flat_offsets.size else {}),
             windows=applied.windows, residuals=applied.residuals,
             cells=offsets.cells if offsets and applied.windows else 0,
             refreshed_at=(pd.Timestamp(offsets.refreshed_at, unit="s", tz="UTC").isoformat()

@@ -184,6 +184,9 @@ class RecalibrationOut(BaseModel):
     # pNN -> the level its recent residuals were read at: as asked, or further out where
     # windows held out in turn needed it (model.recalibration.covering_level).
     read_at: dict[str, float]
+    # pNN -> offset in units of the cell's day-to-day change, for the points whose band is
+    # zero wide (every quantile the same); empty where the recent windows had none.
+    zero_width_offsets: dict[str, float]
     windows: int  # recent horizons they come from; 0: the model's own calibration
     residuals: int
     cells: int  # cells read for them
