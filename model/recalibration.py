@@ -5,7 +5,8 @@ span. When the data drift (a holiday week, a new traffic pattern) the forecasts 
 on the Milan data a P10-P90 band calibrated to 0.80 on its validation span covered 0.73 of the
 following two weeks, which hold Christmas and New Year. As statsforecast's conformal intervals
 do, we forecast the last few horizons of the history the caller already has, where the actuals
-are known, and adjust the forecast so that it holds there again, in two steps:
+are known, and adjust the forecast so that it holds there again, in two steps (and a third where
+the band is zero wide):
 
 1. The median is blended with the simple forecasts of ``model.naive`` (the values one day
    and one week before each step, and a weekly profile carried at the last day's level) at
