@@ -127,6 +127,25 @@ def test_forecasts_get_the_offsets_of_the_cells_recent_history(tmp_path: Path) -
 
 
 @pytest.mark.usefixtures("refreshed_by_the_test")
+def test_the_offsets_for_zero_wide_bands_are_shown(tmp_path: Path) -> None:
+    """Offsets in force for zero-wide bands (a replica's refresh, shared) are in GET
+    /v1/model beside the others."""
+    async def go() -> None:
+        async with seeded(tmp_path) as client:
+            service = client.app.state.service
+            fitted = Recalibration(np.array([-0.1, 0.0, 0.2], np.float32), 1, 7, 500,
+                                   steps_per_day=24,
+                                   flat_offsets=np.array([-1.25, 0.0, 2.5], np.float32))
+            service.recalibrator.offsets = Offsets(service.model.metadata.model_version,
+                                                   fitted, 10, 1.0e9)
+            info = (await client.get("/v1/model")).json()["recalibration"]
+            assert info["zero_width_offsets"] == {"p10": -1.25, "p50": 0.0, "p90": 2.5}
+            assert info["offsets"] == {"p10": -0.1, "p50": 0.0, "p90": 0.2}
+
+    asyncio.run(go())
+
+
+@pytest.mark.usefixtures("refreshed_by_the_test")
 def test_the_offsets_are_kept_to_their_model_and_can_be_turned_off(tmp_path: Path) -> None:
     async def go() -> None:
         async with seeded(tmp_path) as client:
