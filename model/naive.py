@@ -2,8 +2,9 @@
 blends with the model's median (``model.recalibration``). Torch-free, numpy only, and cheap
 enough to compute per request inside the latency budget.
 
-Every function maps a history ``[B, n]`` (NaN = missing) that ends right before the forecast
-to ``[B, horizon]`` float32, NaN where the history cannot tell.
+Every forecast maps a history ``[B, n]`` (NaN = missing) that ends right before the forecast
+to ``[B, horizon]`` float32, NaN where the history cannot tell. ``seasonal_error`` is the
+seasonal naive's in-sample error: MASE's scale, and the recalibration's for zero-wide bands.
 """
 
 from __future__ import annotations
@@ -14,6 +15,21 @@ import numpy as np
 
 NAIVES = ("last_day", "last_week", "weekly_profile")
 PROFILE_WEEKS = 8  # the weeks a weekly profile averages, at most
+
+
+def seasonal_error(history: np.ndarray, season: int) -> np.ndarray:
+    """Per series of ``history`` [..., T], the seasonal naive's in-sample error: the mean of
+    ``|y_t - y_{t-season}|`` over the pairs with no NaN on either side; NaN for a series with
+    no such pair, or whose error is exactly 0 (a constant or perfectly periodic history)."""
+    if season < 1:
+        raise ValueError(f"season must be >= 1, got {season}")
+    h = np.asarray(history, dtype=np.float64)
+    diffs = np.abs(h[..., season:] - h[..., :-season])
+    valid = ~np.isnan(diffs)
+    count = valid.sum(axis=-1)
+    total = np.where(valid, diffs, 0.0).sum(axis=-1)
+    usable = (count > 0) & (total > 0)
+    return np.divide(total, count, out=np.full(total.shape, np.nan), where=usable)
 
 
 def last_season(history: np.ndarray, horizon: int, season: int) -> np.ndarray:

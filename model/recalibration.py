@@ -62,7 +62,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from kpi_forecast.model.naive import NAIVES, PROFILE_WEEKS, naive_forecast, naive_forecasts
+from kpi_forecast.model.naive import (
+    NAIVES,
+    PROFILE_WEEKS,
+    naive_forecast,
+    naive_forecasts,
+    seasonal_error,
+)
 
 if TYPE_CHECKING:  # the runtime applies a Recalibration: it imports this module
     from kpi_forecast.model.runtime import OnnxForecaster
@@ -179,11 +185,8 @@ def blend_shift(shares: tuple[float, ...], model: np.ndarray, naives: np.ndarray
 def daily_change(history: np.ndarray, steps_per_day: int) -> np.ndarray:
     """Per row of ``history`` [B, n], the mean absolute change from a step to the same step a
     day later over its last eight days (0 where no such pair is observed)."""
-    recent = history[:, -8 * steps_per_day :]
-    changes = np.abs(recent[:, steps_per_day:] - recent[:, :-steps_per_day])
-    observed = ~np.isnan(changes)
-    total = np.where(observed, changes, 0.0).sum(axis=1)
-    return (total / np.maximum(observed.sum(axis=1), 1)).astype(np.float32)
+    return np.nan_to_num(seasonal_error(history[:, -8 * steps_per_day :], steps_per_day)
+                         ).astype(np.float32)
 
 
 def week_of_windows(horizon: int, step: pd.Timedelta) -> int:

@@ -21,6 +21,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from kpi_forecast.model.naive import seasonal_error
+
 METRIC_KEYS = ("mae", "rmse", "mase", "smape", "coverage", "pinball")
 
 
@@ -85,15 +87,7 @@ def mase_scale(history: np.ndarray, season: int) -> np.ndarray:
     constant history): any error divided by it would be inf, so such a series is
     instead dropped from the MASE average by :func:`mase`.
     """
-    if season < 1:
-        raise ValueError(f"season must be >= 1, got {season}")
-    h = np.asarray(history, dtype=np.float64)
-    diffs = np.abs(h[..., season:] - h[..., :-season])
-    valid = ~np.isnan(diffs)
-    count = valid.sum(axis=-1)
-    total = np.where(valid, diffs, 0.0).sum(axis=-1)
-    usable = (count > 0) & (total > 0)
-    return np.divide(total, count, out=np.full(total.shape, np.nan), where=usable)
+    return seasonal_error(history, season)
 
 
 def mase(actual: np.ndarray, point: np.ndarray, scale: np.ndarray) -> float:
