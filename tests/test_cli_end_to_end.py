@@ -61,7 +61,11 @@ def test_train_writes_a_complete_model_directory(model_dir: Path) -> None:
     # 6 cells hold too few windows for 100 steps of 256: the batch shrank to suit them.
     training = meta["training"]
     assert training["batch_size"] == auto_batch_size(training["train_windows"], 100) < 256
+    assert training["batch_choice"].startswith(
+        f"batch {training['batch_size']} windows, halved from 256")
+    assert training["context_choice"] == "context 168 steps, as asked"
     report = (model_dir / "report.md").read_text()
+    assert f"{training['context_choice']}; {training['batch_choice']}." in report
     for plot in ("forecast_samples", "error_by_step", "error_vs_baselines", "learning_curve"):
         assert f"plots/{plot}.png" in report
         assert (model_dir / "plots" / f"{plot}.png").stat().st_size > 1000
@@ -82,7 +86,9 @@ def test_a_given_batch_size_is_kept(data_file: Path, tmp_path: Path) -> None:
     args = train_args(data_file, out)
     args[args.index("--max-epochs") + 1] = "1"
     assert main([*args, "--batch-size", "256"]) == 0
-    assert load_metadata(out).training["batch_size"] == 256
+    training = load_metadata(out).training
+    assert training["batch_size"] == 256
+    assert training["batch_choice"] == "batch 256 windows, as asked"
 
 
 def test_onnx_matches_torch_on_the_trained_model(model_dir: Path) -> None:

@@ -139,6 +139,9 @@ def trained(ran: list[Ran], cwd: Path) -> None:
     meta = json.loads((cwd / "models/prb/metadata.json").read_text())
     assert meta["target"] == "prb_util" and meta["training"]["ranks"] == 1
     assert "model: models/prb/model.onnx" in ran[0].stdout
+    # No --context: the report says which one the data allowed, and why.
+    assert "median cell spans" in meta["training"]["context_choice"]
+    assert meta["training"]["context_choice"] in (cwd / "models/prb/report.md").read_text()
 
 
 def trained_at_scale(ran: list[Ran], cwd: Path) -> None:

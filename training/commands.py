@@ -64,6 +64,7 @@ def _train(args: argparse.Namespace, group: Group, panel: Panel, started: float,
 
     step = panel.step
     horizon = parse_steps(args.horizon or DEFAULT_HORIZON, step, "--horizon")
+    why = ""
     if args.context:
         context = parse_steps(args.context, step, "--context")
     else:
@@ -81,7 +82,7 @@ def _train(args: argparse.Namespace, group: Group, panel: Panel, started: float,
                             batch_size=args.batch_size, seed=args.seed, device=args.device)
     fitted = fit(panel, Path(args.out), model_cfg, train_cfg, str(args.data),
                  progress=not args.quiet, group=group, block=block, started=started,
-                 stop=stop, gpu_graph=args.gpu_graph)
+                 stop=stop, gpu_graph=args.gpu_graph, context_choice=why)
     if fitted is None:  # not rank 0: rank 0 writes and reports
         return
     meta, validation = fitted

@@ -82,6 +82,7 @@ def fit(
     started: float | None = None,
     stop: threading.Event | None = None,
     gpu_graph: bool = True,
+    context_choice: str = "",
 ) -> tuple[ModelMetadata, BacktestResult] | None:
     """Train and write the model directory; None on every rank but rank 0, which writes.
 
@@ -134,6 +135,8 @@ def fit(
             "ranks": group.world,
             "samples_per_second": round(result.samples_per_second, 1),
             "batch_size": result.batch_size,
+            "batch_choice": result.batch_choice,
+            "context_choice": context_choice or f"context {model_cfg.context} steps, as asked",
         },
         libraries=library_versions(),
     )

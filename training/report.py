@@ -53,6 +53,8 @@ def write_report(
         f"({meta.config.n_patches} window tokens and {meta.config.n_future} for the horizon), "
         f"{meta.config.n_layers} layers of width {meta.config.d_model}, attention "
         f"`{meta.config.attention}`; {meta.config.describe_skip()}.",
+        f"- What was chosen, and why: {meta.training.get('context_choice', 'not recorded')}; "
+        f"{meta.training.get('batch_choice', 'not recorded')}.",
         f"- {meta.training.get('epochs')} epochs in {meta.training.get('seconds')} s, stopped by "
         f"{meta.training.get('stopped_by')}; best validation pinball loss "
         f"{meta.training.get('best_validation_loss')}.",

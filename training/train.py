@@ -64,6 +64,7 @@ class TrainResult:
     curve: list[tuple[float, float]] = field(default_factory=list)  # (train, validation)
     samples_per_second: float = 0.0  # training windows per second of optimiser steps, all ranks
     batch_size: int = 0  # windows per optimiser step, all ranks
+    batch_choice: str = ""  # the batch size and why (describe_batch)
 
 
 def auto_batch_size(train_windows: int, steps_per_epoch: int) -> int:
@@ -79,6 +80,18 @@ def auto_batch_size(train_windows: int, steps_per_epoch: int) -> int:
     while batch > MIN_AUTO_BATCH and batch * steps_per_epoch > train_windows:
         batch //= 2
     return batch
+
+
+def describe_batch(batch: int, train_windows: int, steps_per_epoch: int, asked: int) -> str:
+    """Why the batch is the size it is, for the training log and report."""
+    if asked:
+        return f"batch {batch} windows, as asked"
+    if batch == MAX_AUTO_BATCH:
+        return (f"batch {batch} windows: the {train_windows} training windows fill "
+                f"{steps_per_epoch} steps of it")
+    return (f"batch {batch} windows, halved from {MAX_AUTO_BATCH} (down to {MIN_AUTO_BATCH} "
+            f"at most) so that the {train_windows} training windows fill {steps_per_epoch} "
+            "steps a pass: few windows get more optimiser steps")
 
 
 def _terms(
@@ -151,9 +164,11 @@ def train(
     windows = Windows.from_panel(panel, model_cfg.context, model_cfg.horizon)
     val_start, train_pairs, val_pairs = split_windows(windows, cfg, rng, group)
     batch_size = cfg.batch_size or auto_batch_size(len(train_pairs), cfg.steps_per_epoch)
+    batch_choice = describe_batch(batch_size, len(train_pairs), cfg.steps_per_epoch,
+                                  cfg.batch_size)
     if group.main:
-        log.info("training windows %d, validation windows %d, ranks %d, batch %d",
-                 len(train_pairs), len(val_pairs), group.world, batch_size)
+        log.info("training windows %d, validation windows %d, ranks %d; %s",
+                 len(train_pairs), len(val_pairs), group.world, batch_choice)
 
     network = Forecaster(model_cfg).to(device)
     # DDP sums the gradients of the ranks (with the weighting in the step below) and starts
@@ -297,7 +312,7 @@ def train(
     return TrainResult(
         network.cpu(), best_loss, epoch, seconds, stopped_by, len(train_pairs), len(val_pairs),
         val_start, curve, steps_taken * batch_size / max(step_seconds, 1e-9),
-        batch_size,
+        batch_size, batch_choice,
     )
 
 
