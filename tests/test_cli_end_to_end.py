@@ -19,7 +19,7 @@ from kpi_forecast.model.naive import PROFILE_WEEKS, naive_forecast
 from kpi_forecast.model.runtime import OnnxForecaster
 from kpi_forecast.training.fit import load_network
 from kpi_forecast.training.predict import last_windows
-from kpi_forecast.training.train import auto_batch_size
+from kpi_forecast.training.train import auto_batch_size, describe_batch
 from tests.tolerance import network_tolerance, rounding_tolerance
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,8 +61,8 @@ def test_train_writes_a_complete_model_directory(model_dir: Path) -> None:
     # 6 cells hold too few windows for 100 steps of 256: the batch shrank to suit them.
     training = meta["training"]
     assert training["batch_size"] == auto_batch_size(training["train_windows"], 100) < 256
-    assert training["batch_choice"].startswith(
-        f"batch {training['batch_size']} windows, halved from 256")
+    assert training["batch_choice"] == describe_batch(training["batch_size"],
+                                                      training["train_windows"], 100, 0)
     assert training["context_choice"] == "context 168 steps, as asked"
     report = (model_dir / "report.md").read_text()
     assert f"{training['context_choice']}; {training['batch_choice']}." in report
@@ -79,6 +79,11 @@ def test_the_batch_halves_until_a_pass_over_the_windows_takes_100_steps() -> Non
     assert auto_batch_size(25_599, 100) == 128
     assert auto_batch_size(11_867, 100) == 64  # the sample's 24 cells
     assert auto_batch_size(600, 100) == 32  # a single series: the floor
+    assert describe_batch(256, 174_000, 100, 0) == (
+        "batch 256 windows: the 174000 training windows fill 100 steps of it")
+    assert describe_batch(64, 11_867, 100, 0).startswith("batch 64 windows, halved from 256")
+    assert "the smallest" in describe_batch(32, 600, 100, 0)
+    assert describe_batch(64, 600, 100, 64) == "batch 64 windows, as asked"
 
 
 def test_a_given_batch_size_is_kept(data_file: Path, tmp_path: Path) -> None:

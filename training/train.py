@@ -89,9 +89,12 @@ def describe_batch(batch: int, train_windows: int, steps_per_epoch: int, asked: 
     if batch == MAX_AUTO_BATCH:
         return (f"batch {batch} windows: the {train_windows} training windows fill "
                 f"{steps_per_epoch} steps of it")
-    return (f"batch {batch} windows, halved from {MAX_AUTO_BATCH} (down to {MIN_AUTO_BATCH} "
-            f"at most) so that the {train_windows} training windows fill {steps_per_epoch} "
-            "steps a pass: few windows get more optimiser steps")
+    if batch * steps_per_epoch > train_windows:
+        return (f"batch {batch} windows, the smallest the automatic choice takes: the "
+                f"{train_windows} training windows fill fewer than {steps_per_epoch} steps")
+    return (f"batch {batch} windows, halved from {MAX_AUTO_BATCH} so that the "
+            f"{train_windows} training windows fill {steps_per_epoch} steps a pass: few "
+            "windows get more optimiser steps")
 
 
 def _terms(
