@@ -122,14 +122,12 @@ class MockE2Node:
         self.step_ms = int(self.panel.step / pd.Timedelta("1ms"))
         self._index_ns = self.panel.index.as_unit("ns").asi8
         self._headers: dict[int, bytes] = {}  # by first step: one encoding per period
-        self._listing: tuple[bytes, str] | None = None
 
+    @cached_property
     def listing(self) -> tuple[bytes, str]:
         """``nodes()`` as JSON, and its ETag: the cells never change while the node runs."""
-        if self._listing is None:
-            body = json.dumps(self.nodes()).encode()
-            self._listing = body, f'"{hashlib.sha256(body).hexdigest()[:32]}"'
-        return self._listing
+        body = json.dumps(self.nodes()).encode()
+        return body, f'"{hashlib.sha256(body).hexdigest()[:32]}"'
 
     def nodes(self) -> list[dict]:
         return list(self._nodes.values())
@@ -363,7 +361,7 @@ def create_app(node: MockE2Node) -> FastAPI:
     async def e2nodes(if_none_match: Annotated[str | None, Header()] = None) -> Response:
         """The list, with an ETag: the replicas ask for it every lease round, and a list of
         10^4 cells cost each side tens of ms to write or read, every time."""
-        body, etag = node.listing()
+        body, etag = node.listing
         if if_none_match is not None and etag in (t.strip() for t in if_none_match.split(",")):
             return Response(status_code=304, headers={"ETag": etag})
         return Response(body, media_type="application/json", headers={"ETag": etag})
