@@ -160,7 +160,6 @@ class Bench:
              "--rmr-port", str(free_port()), "--cells-per-node", str(self.cells_per_node),
              "--wall-clock"], cwd=ROOT, env=self.env, stdout=subprocess.DEVNULL,
             stderr=self.log.open("a"))
-        self.first_step = times[0]
 
     def start_replica(self, name: str) -> Replica:
         rmr_port, http_port = free_port(), free_port()

@@ -240,11 +240,3 @@ def pinball_terms(
     loss = torch.maximum(quantiles * error, (quantiles - 1.0) * error)
     weight = observed.unsqueeze(-1).to(loss.dtype).expand_as(loss)
     return (loss * weight).sum(), weight.sum()
-
-
-def pinball_loss(
-    forecast: torch.Tensor, target: torch.Tensor, quantiles: torch.Tensor, scale: torch.Tensor
-) -> torch.Tensor:
-    """Mean pinball loss over observed targets, in units of each window's scale."""
-    total, count = pinball_terms(forecast, target, quantiles, scale)
-    return total / count.clamp(min=1.0)

@@ -8,7 +8,6 @@ import pytest
 from kpi_forecast.training.baselines import (
     BASELINES,
     baseline_forecasts,
-    historical_average,
     seasonal_mean,
     seasonal_naive,
 )
@@ -93,11 +92,6 @@ def test_seasonal_mean_short_history_and_all_missing_phase() -> None:
     np.testing.assert_allclose(seasonal_mean(np.array([[1.0, 2.0, 3.0]]), 2, 2), [[2.0, 2.0]])
     history = np.array([[NAN, 1.0, NAN, 3.0]])
     np.testing.assert_allclose(seasonal_mean(history, 2, 2), [[NAN, 2.0]])
-
-
-def test_historical_average() -> None:
-    history = np.array([[1.0, NAN, 3.0], [NAN, NAN, NAN]])
-    np.testing.assert_array_equal(historical_average(history, 2), [[2.0, 2.0], [NAN, NAN]])
 
 
 def test_baseline_forecasts_by_steps_per_day() -> None:

@@ -7,7 +7,7 @@ import torch
 
 from kpi_forecast.model.config import ModelConfig
 from kpi_forecast.model.features import HOLIDAY, N_CALENDAR
-from kpi_forecast.model.network import ByteDropout, Forecaster, PatchTransformer, pinball_loss
+from kpi_forecast.model.network import ByteDropout, Forecaster, PatchTransformer, pinball_terms
 from tests.tolerance import network_tolerance, rounding_tolerance
 
 
@@ -91,9 +91,10 @@ def test_pinball_loss_ignores_missing_targets() -> None:
     quantiles = torch.tensor([0.1, 0.5, 0.9])
     forecast = torch.tensor([[[1.0, 2.0, 3.0], [1.0, 2.0, 3.0]]])
     target = torch.tensor([[2.0, float("nan")]])
-    loss = pinball_loss(forecast, target, quantiles, torch.ones(1, 1))
-    # errors 1, 0, -1 -> 0.1*1, 0, (0.9-1)*-1 = 0.1: mean over the three quantiles
-    assert loss.item() == pytest.approx((0.1 + 0.0 + 0.1) / 3)
+    total, count = pinball_terms(forecast, target, quantiles, torch.ones(1, 1))
+    # errors 1, 0, -1 -> 0.1*1, 0, (0.9-1)*-1 = 0.1, summed over the three quantiles of the
+    # one observed step
+    assert (total.item(), count.item()) == pytest.approx((0.1 + 0.0 + 0.1, 3))
 
 
 def test_ensemble_forecast_is_the_mean_of_its_members() -> None:

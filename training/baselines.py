@@ -89,16 +89,6 @@ def seasonal_mean(history: np.ndarray, horizon: int, season: int, n_seasons: int
     return _repeat_last_season(per_phase.astype(h.dtype, copy=False), horizon)
 
 
-def historical_average(history: np.ndarray, horizon: int) -> np.ndarray:
-    """The mean of all observed values of each series, flat over the horizon."""
-    h = _as_history(history)
-    _check(horizon)
-    count = (~np.isnan(h)).sum(axis=1)
-    total = np.nansum(h, axis=1, dtype=np.float64)  # float64 so long float32 rows stay exact
-    level = np.where(count > 0, total / np.maximum(count, 1), np.nan).astype(h.dtype, copy=False)
-    return np.repeat(level[:, None], horizon, axis=1)
-
-
 def _in_days(fn: Callable[..., np.ndarray], days: int, **kwargs: int) -> BaselineFn:
     """Bind a seasonal baseline to a season of ``days`` days, resolved per data set."""
 
