@@ -92,6 +92,11 @@ CASES = [
     Case("traffic, 2-minute, 3 cells of 1-3 weeks months apart", "traffic_mb", disjoint_cells),
     Case("load, half-hourly, single smooth series, 40 weeks", "load_mw",
          lambda seed: load_like(280, seed=seed), test_days=14),
+    # A first export of a few weeks: two weeks to train on, where the context's default is
+    # chosen so that it leaves as many steps to learn from (training.defaults).
+    Case("traffic, hourly, 24 cells, 3 weeks", "traffic_mb", synthetic(days=21)),
+    Case("load, half-hourly, single smooth series, 3 weeks", "load_mw",
+         lambda seed: load_like(21, seed=seed)),
 ]
 
 

@@ -32,15 +32,20 @@ def disjoint(tmp_path_factory: pytest.TempPathFactory) -> Panel:
     return load_panel(path, "traffic_mb")
 
 
-def test_the_longest_context_the_history_holds() -> None:
+def test_the_longest_context_the_history_holds_twice_over() -> None:
+    # 14 days twice, 2 horizons and 15 % of the span for validation need 36 days; 7 days 19;
+    # 3 days 10; a day 5.
     assert default_context(hourly_panel(56), 24, FRACTION)[0] == 14 * 24
-    # 14 days, 2 horizons and 15 % of the span for validation need 19 days; 7 days need 11.
-    assert default_context(hourly_panel(19), 24, FRACTION)[0] == 14 * 24
-    assert default_context(hourly_panel(18), 24, FRACTION)[0] == 7 * 24
-    assert default_context(hourly_panel(11), 24, FRACTION)[0] == 7 * 24
+    assert default_context(hourly_panel(36), 24, FRACTION)[0] == 14 * 24
+    assert default_context(hourly_panel(35), 24, FRACTION)[0] == 7 * 24
+    assert default_context(hourly_panel(19), 24, FRACTION)[0] == 7 * 24
+    assert default_context(hourly_panel(18), 24, FRACTION)[0] == 3 * 24
     assert default_context(hourly_panel(10), 24, FRACTION)[0] == 3 * 24
+    assert default_context(hourly_panel(9), 24, FRACTION)[0] == 24
     steps, why = default_context(hourly_panel(2), 24, FRACTION)
     assert steps == 24 and "shortest default" in why
+    steps, why = default_context(hourly_panel(56), 24, FRACTION)
+    assert "as many steps again to learn from" in why
 
 
 def test_spans_count_each_cell_from_its_first_value_to_its_last() -> None:
@@ -54,13 +59,13 @@ def test_cells_months_apart_train_on_their_own_spans_not_the_grid(disjoint: Pane
     week, day = disjoint.steps_per("7D"), disjoint.steps_per("1D")
     assert disjoint.spans.tolist() == pytest.approx([week, 2 * week, 3 * week], abs=60)
     assert disjoint.n_steps > 30 * week  # January to October on one grid
-    # The median cell (two weeks) holds a week's context, not two weeks'.
+    # The median cell (two weeks) holds three days' context twice over, not a week's.
     steps, why = default_context(disjoint, day, FRACTION)
-    assert steps == week and "median cell spans" in why
+    assert steps == 3 * day and "median cell spans" in why
     # Validation: the last 15 % of the longest span, not of the grid (which would hold the
-    # whole of the last cell), so the last cell trains up to its validation days. The first
-    # cell, a week at the grid's start, holds no week of context and a day after it.
-    windows = Windows.from_panel(disjoint, steps, day)
+    # whole of the last cell), so the last cell trains up to its validation days. With a
+    # week's context, the first cell, a week at the grid's start, holds no window.
+    windows = Windows.from_panel(disjoint, week, day)
     val_start, train, val = split_windows(windows, TrainConfig(), np.random.default_rng(0),
                                           Group())
     longest = int(disjoint.spans.max())

@@ -22,18 +22,25 @@ def validation_steps(longest_span: int, horizon: int, fraction: float) -> int:
 
 
 def default_context(panel: Panel, horizon: int, validation_fraction: float) -> tuple[int, str]:
-    """The first of DEFAULT_CONTEXTS (in steps) that the typical cell's history holds with two
-    horizons and the validation span after it, and why. Measured on each cell's own observed
-    span, not on the grid: cells from different periods share a grid as long as all of their
-    spans together, while each window lies within one cell's."""
+    """The first of DEFAULT_CONTEXTS (in steps) that the typical cell's history holds twice over
+    with two horizons and the validation span after it, and why. Measured on each cell's own
+    observed span, not on the grid: cells from different periods share a grid as long as all of
+    their spans together, while each window lies within one cell's.
+
+    Twice: a window model learns only from the steps after each cell's first context, so a
+    context that takes most of a short history leaves a few days to learn from. Three 2-minute
+    cells of one to three weeks did better with 3 days than with the 7 that fit once (issue 23,
+    docs/benchmarks.md); a day-ahead history of 36 days or more keeps two weeks.
+    """
     spans = panel.spans[panel.spans > 0]
     typical = int(np.median(spans)) if len(spans) else 0
     val = validation_steps(int(spans.max(initial=0)), horizon, validation_fraction)
     candidates = [int(pd.Timedelta(c) // panel.step) for c in DEFAULT_CONTEXTS]
     for name, steps in zip(DEFAULT_CONTEXTS, candidates, strict=True):
-        if steps >= 1 and steps + 2 * horizon + val <= typical:
+        if steps >= 1 and 2 * steps + 2 * horizon + val <= typical:
             return steps, (f"context {name} ({steps} steps): the median cell spans {typical} "
-                           f"steps, enough for it, 2 horizons and {val} validation steps")
+                           f"steps, enough for it, as many steps again to learn from, 2 "
+                           f"horizons and {val} validation steps")
     steps = max(1, candidates[-1])
     return steps, (f"context {DEFAULT_CONTEXTS[-1]} ({steps} steps), the shortest default: the "
                    f"median cell spans only {typical} steps")
