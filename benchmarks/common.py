@@ -15,7 +15,7 @@ import pandas as pd
 from kpi_forecast.data.panel import Panel
 from kpi_forecast.model.config import ModelConfig
 from kpi_forecast.model.recalibration import week_of_windows
-from kpi_forecast.model.runtime import OnnxForecaster
+from kpi_forecast.model.runtime import OnnxForecaster, RuntimeOptions
 from kpi_forecast.training.backtest import MODEL_NAME, BacktestResult, backtest
 
 if TYPE_CHECKING:
@@ -32,13 +32,15 @@ class HeldOut:
     training: dict
     validation: dict  # the model's own scores on its validation span (metadata.json)
     plain: BacktestResult  # the same folds, the model's own forecasts (not recalibrated)
+    int8: BacktestResult | None = None  # the same folds and recalibration, the int8 graph's
 
 
 def held_out(
     panel: Panel, train_steps: int, model_cfg: ModelConfig, train_cfg: TrainConfig,
-    folds: int, step: int, source: str,
+    folds: int, step: int, source: str, int8: bool = False,
 ) -> HeldOut:
-    """Train on the first ``train_steps`` only, then backtest folds ending at the last step."""
+    """Train on the first ``train_steps`` only, then backtest folds ending at the last step;
+    with ``int8`` the model's int8 graph too."""
     # Imported here so that the benchmarks that never train do not load torch.
     from kpi_forecast.training.fit import fit
 
@@ -51,11 +53,13 @@ def held_out(
         windows = week_of_windows(forecaster.metadata.horizon, forecaster.step)
         result = backtest(forecaster, panel, folds=folds, step=step, recalibrate_windows=windows)
         plain = backtest(forecaster, panel, folds=folds, step=step)
+        quantised = backtest(OnnxForecaster(tmp, RuntimeOptions(precision="int8")), panel,
+                             folds=folds, step=step, recalibrate_windows=windows) if int8 else None
     table = result.overall.copy()
     table["mse"] = table["rmse"] ** 2
     table["mae_vs_snaive_week"] = table["mae"] / table.loc["seasonal_naive_week", "mae"]
     table["train_s"] = [meta.training["seconds"] if m == MODEL_NAME else 0.0 for m in table.index]
-    return HeldOut(table, result, meta.training, meta.validation, plain)
+    return HeldOut(table, result, meta.training, meta.validation, plain, quantised)
 
 
 def machine() -> str:

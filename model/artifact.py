@@ -25,11 +25,12 @@ METADATA_FILE = "metadata.json"
 WEIGHTS_FILE = "weights.pt"
 ONNX_FILE = "model.onnx"
 FLOAT16_ONNX_FILE = "model.fp16.onnx"
-GRAPH_FILES = {"float32": ONNX_FILE, "float16": FLOAT16_ONNX_FILE}
+INT8_ONNX_FILE = "model.int8.onnx"
+GRAPH_FILES = {"float32": ONNX_FILE, "float16": FLOAT16_ONNX_FILE, "int8": INT8_ONNX_FILE}
 REPORT_FILE = "report.md"
 
 
-Precision = Literal["float32", "float16"]
+Precision = Literal["float32", "float16", "int8"]
 
 
 class ArtifactError(UserError, ValueError):
@@ -49,8 +50,9 @@ class ModelMetadata:
     validation: dict[str, float] = field(default_factory=dict)
     training: dict[str, float | int | str] = field(default_factory=dict)
     libraries: dict[str, str] = field(default_factory=dict)
-    # The float32 graph's file, sha256, opset and attention form; "float16": the GPU graph's
-    # file and sha256, absent in artifacts exported before it existed.
+    # The float32 graph's file, sha256, opset and attention form; "float16" (the GPU graph)
+    # and "int8" (the quantised CPU graph): each one's file and sha256, absent in artifacts
+    # exported without it or before it existed.
     onnx: dict[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
 
@@ -68,8 +70,8 @@ class ModelMetadata:
 
     @property
     def precisions(self) -> list[Precision]:
-        """Its graphs: float32 always, float16 where it was exported with one."""
-        return ["float32", "float16"] if "float16" in self.onnx else ["float32"]
+        """Its graphs: float32 always, float16 and int8 where it was exported with them."""
+        return ["float32", *(p for p in ("float16", "int8") if p in self.onnx)]
 
     def quantile_names(self) -> list[str]:
         """Column names of the quantiles: 0.1 -> p10, 0.5 -> p50, 0.975 -> p97.5."""

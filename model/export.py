@@ -1,6 +1,6 @@
 """ONNX export of a trained forecaster (torch.onnx dynamo exporter): the float32 graph every
-runtime can serve, and a float16 one for GPUs, whose fused attention kernels take only 16-bit
-floats."""
+runtime can serve, a float16 one for GPUs, whose fused attention kernels take only 16-bit
+floats, and an int8 one for CPUs (ONNX Runtime's dynamic quantisation of the float32 graph)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,18 @@ from pathlib import Path
 
 import onnx
 import torch
+from onnxruntime.quantization import QuantType, quantize_dynamic
 
-from kpi_forecast.model.artifact import FLOAT16_ONNX_FILE, ONNX_FILE, ModelMetadata, sha256_file
+from kpi_forecast.model.artifact import (
+    FLOAT16_ONNX_FILE,
+    INT8_ONNX_FILE,
+    ONNX_FILE,
+    ModelMetadata,
+    sha256_file,
+)
 from kpi_forecast.model.features import N_CALENDAR
 from kpi_forecast.model.network import Forecaster
-from kpi_forecast.model.precision import FLOAT16_BOUND
+from kpi_forecast.model.precision import FLOAT16_BOUND, INT8_BOUND
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +35,9 @@ INPUT_NAMES = ["values", "calendar"]
 # The exporter reports every rewrite pass at INFO; a user wants one line, not hundreds.
 CHATTY_LOGGERS = ("onnxscript", "onnx_ir", "torch.onnx", "torch._dynamo", "torch.export")
 OUTPUT_NAME = "quantiles"
+# The products with a weight matrix, most of the work; the quantiser leaves a product of two
+# activations (decomposed attention's) in float32 by default.
+QUANTISED_OPS = ["MatMul", "Gemm"]
 
 
 @contextlib.contextmanager
@@ -55,6 +65,29 @@ def low_precision(network: Forecaster) -> Forecaster:
     return half
 
 
+@contextlib.contextmanager
+def _quiet_quantiser() -> Iterator[None]:
+    """The quantiser advises pre-processing on the root logger; its shape inference does not
+    read the ONNX Attention operator, so the advice cannot be taken."""
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        root.setLevel(level)
+
+
+def _quantised(source: Path, path: Path) -> None:
+    """Write the int8 form of the float32 graph at ``source``: weights int8 with a scale per
+    output channel, activations quantised at run time (ONNX Runtime's dynamic quantisation).
+    A scale per channel rather than per matrix cut the largest error on trained networks of
+    the generalisation suite from 0.074 to 0.042 of a window's scale, at the same speed."""
+    with _quiet_quantiser():
+        quantize_dynamic(source, path, weight_type=QuantType.QInt8,
+                         op_types_to_quantize=QUANTISED_OPS, per_channel=True)
+
+
 def _export_graph(network: Forecaster, path: Path) -> str:
     """Write one graph to ``path``; returns how its attention was exported."""
     cfg = network.cfg
@@ -79,10 +112,11 @@ def _export_graph(network: Forecaster, path: Path) -> str:
 
 def export_onnx(network: Forecaster, model_dir: Path, metadata: ModelMetadata,
                 gpu_graph: bool = True) -> Path:
-    """Write DIR/model.onnx and, with ``gpu_graph``, DIR/model.fp16.onnx; record their form
-    and checksums in ``metadata.onnx``. Returns the float32 graph's path."""
+    """Write DIR/model.onnx, DIR/model.int8.onnx and, with ``gpu_graph``, DIR/model.fp16.onnx;
+    record their form and checksums in ``metadata.onnx``. Returns the float32 graph's path."""
     network = network.eval()
     path, half = Path(model_dir) / ONNX_FILE, Path(model_dir) / FLOAT16_ONNX_FILE
+    int8 = Path(model_dir) / INT8_ONNX_FILE
     attention_form = _export_graph(network, path)
     if attention_form != "onnx-attention" and network.cfg.attention == "fused":
         log.warning("export: no ONNX Attention node was written; attention is decomposed")
@@ -93,6 +127,10 @@ def export_onnx(network: Forecaster, model_dir: Path, metadata: ModelMetadata,
         "attention": attention_form,
         "exporter": f"torch.onnx dynamo (torch {torch.__version__})",
     }
+    _quantised(path, int8)
+    metadata.onnx["int8"] = {"file": INT8_ONNX_FILE, "sha256": sha256_file(int8),
+                             "bound_per_scale": INT8_BOUND,
+                             "quantised": f"{' '.join(QUANTISED_OPS)} weights per channel"}
     half.unlink(missing_ok=True)  # a re-export without it leaves no stale GPU graph
     if gpu_graph:
         _export_graph(low_precision(network), half)

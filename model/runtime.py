@@ -67,8 +67,9 @@ class RuntimeOptions:
     inter_op_threads: int = 1  # the graph is a chain: parallel branches gain nothing
     graph_optimization: Literal["disable", "basic", "extended", "all"] = "all"
     io_binding: Literal["auto", "on", "off"] = "auto"  # auto = on with CUDA
-    # auto = the float16 graph on CUDA (where it has one), the float32 graph elsewhere
-    precision: Literal["auto", "float32", "float16"] = "auto"
+    # auto = the float16 graph on CUDA (where it has one), the float32 graph elsewhere;
+    # int8 = the quantised graph, on the CPU provider
+    precision: Literal["auto", "float32", "float16", "int8"] = "auto"
     warmup: bool = True
     # Where ONNX Runtime writes its per-node profile (which provider ran each node), if set.
     profile_dir: str | None = None
@@ -83,8 +84,11 @@ class RuntimeOptions:
             )
         if self.io_binding not in ("auto", "on", "off"):
             raise ValueError(f"io_binding must be auto, on or off, not {self.io_binding!r}")
-        if self.precision not in ("auto", "float32", "float16"):
-            raise ValueError(f"precision must be auto, float32 or float16, not {self.precision!r}")
+        if self.precision not in ("auto", "float32", "float16", "int8"):
+            raise ValueError(
+                f"precision must be auto, float32, float16 or int8, not {self.precision!r}")
+        if self.precision == "int8" and self.provider == "cuda":
+            raise ValueError("precision int8 is the CPU's graph: it needs provider cpu or auto")
         if self.intra_op_threads < 0 or self.inter_op_threads < 0:
             raise ValueError("thread counts must be >= 0")
 
@@ -124,7 +128,9 @@ class OnnxForecaster:
         self.model_dir = Path(model_dir)
         self.options = options or RuntimeOptions()
         self.metadata: ModelMetadata = load_metadata(self.model_dir)
-        requested = execution_providers(self.options.provider)
+        # The quantised graph's integer products have CPU kernels only.
+        requested = execution_providers(
+            "cpu" if self.options.precision == "int8" else self.options.provider)
         self.precision = self._precision(requested[0])
         path = self._open(requested)
         # ORT falls back to CPU silently when a GPU provider fails to initialise (no driver,

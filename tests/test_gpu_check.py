@@ -44,7 +44,7 @@ def test_the_bundle_holds_pure_python_wheels_and_both_graphs_within_the_limit(
     assert not compiled, compiled
     model = bundle / "model"
     assert {ONNX_FILE, FLOAT16_ONNX_FILE, WEIGHTS_FILE} <= {p.name for p in model.iterdir()}
-    assert load_metadata(model).precisions == ["float32", "float16"]
+    assert load_metadata(model).precisions == ["float32", "float16", "int8"]
     size = sum(p.stat().st_size for p in bundle.rglob("*") if p.is_file())
     assert size < BUNDLE_LIMIT_MB * 2**20
 

@@ -40,7 +40,7 @@ def test_the_export_records_the_float16_graph_with_its_checksum_and_bound(
     entry = meta.onnx["float16"]
     assert entry["file"] == FLOAT16_ONNX_FILE and len(entry["sha256"]) == 64
     assert entry["bound_per_scale"] == FLOAT16_BOUND
-    assert meta.precisions == ["float32", "float16"]
+    assert meta.precisions == ["float32", "float16", "int8"]
     assert entry["sha256"] != meta.onnx["sha256"]
 
 
@@ -102,7 +102,7 @@ def test_a_model_without_a_float16_graph_serves_float32_on_cuda_and_refuses_floa
     # The helper's models have no float16 graph (as with train --no-gpu-graph).
     model_dir = exported_copy(tmp_path / "model", 72, 12)
     assert not (model_dir / FLOAT16_ONNX_FILE).exists()
-    assert load_metadata(model_dir).precisions == ["float32"]
+    assert load_metadata(model_dir).precisions == ["float32", "int8"]
     with pytest.raises(ArtifactError, match="no float16 graph recorded; run 'kpi-forecast export"):
         OnnxForecaster(model_dir, RuntimeOptions(precision="float16"))
     opened: list[str] = []

@@ -818,9 +818,16 @@ def test_model_fetched_by_an_init_container(rendered: Callable[[str], Docs]) -> 
     (["--set", "model.source=pvc"], "/model/pvc/claimName"),
     (["--set", "containerPorts.http=70000"], "/containerPorts/http"),
     (["--set", "xapp.executionProvider=cuda"], "needs gpu.enabled=true"),
+    (["--set", "xapp.precision=int8", "--set", "gpu.enabled=true"], "int8 runs on the CPU"),
+    (["--set", "xapp.precision=int4"], "/xapp/precision"),
 ], ids=lambda v: v if isinstance(v, str) else " ".join(v[1:]))
 def test_bad_values_are_refused(helm: Path, args: list[str], message: str) -> None:
     assert message in template_error(helm, *args)
+
+
+def test_the_int8_graph_is_asked_for_on_the_cpu(helm: Path) -> None:
+    controls = descriptor(template(helm, "--set", "xapp.precision=int8"))["controls"]
+    assert (controls["precision"], controls["executionProvider"]) == ("int8", "auto")
 
 
 def test_roll_on_config_change(rendered: Callable[[str], Docs], helm: Path) -> None:

@@ -141,6 +141,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     train.set_defaults(run=cmd_train)
 
     export = commands.add_parser(
-        "export", help="(re-)export model.onnx and model.fp16.onnx from the weights")
+        "export", help="(re-)export model.onnx, model.int8.onnx and model.fp16.onnx "
+        "from the weights")
     export.add_argument("--model", required=True)
     export.set_defaults(run=cmd_export)

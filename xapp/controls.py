@@ -14,7 +14,7 @@ import ipaddress
 import urllib.parse
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic.json_schema import SkipJsonSchema
 
@@ -215,10 +215,10 @@ class Controls(BaseModel):
     recalibration: RecalibrationControls = RecalibrationControls()
     execution_provider: Literal["auto", "cuda", "cpu"] = "auto"
     """ONNX Runtime execution provider; auto: CUDA when available."""
-    precision: Literal["auto", "float32", "float16"] = "auto"
+    precision: Literal["auto", "float32", "float16", "int8"] = "auto"
     """Which of the model's graphs to serve; auto: the float16 one when CUDA is the active
     provider and the model has it (fused attention kernels take only 16-bit floats), else
-    float32."""
+    float32; int8: the quantised graph, on the CPU (executionProvider auto or cpu)."""
     intra_op_threads: int = Field(0, ge=0, le=256)
     """ONNX Runtime intra-op threads per model call; 0: one per call, and a large batch split
     across the CPUs the process may use."""
@@ -236,6 +236,13 @@ class Controls(BaseModel):
         if value is not None and len(set(value)) != len(value):
             raise ValueError("quantiles must be unique")
         return value
+
+    @model_validator(mode="after")
+    def _int8_on_cpu(self) -> Controls:
+        if self.precision == "int8" and self.execution_provider == "cuda":
+            raise ValueError("precision int8 is the CPU's graph: executionProvider must be "
+                             "auto or cpu")
+        return self
 
 
 # --- the envelope: what the RIC platform reads -----------------------------------------------

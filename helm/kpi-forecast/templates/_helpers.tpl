@@ -110,10 +110,14 @@ with onnxruntime-gpu) when gpu.enabled, since the CPU image has no CUDA provider
 {{/*
 The ONNX Runtime execution provider: auto becomes cuda on GPU nodes, so a pod scheduled onto a
 GPU actually uses it (auto would fall back to the CPU without a word if the CUDA provider failed
-to load). cuda without a GPU is refused here rather than failing inside the pod.
+to load). cuda without a GPU is refused here rather than failing inside the pod, and so is the
+int8 graph, whose kernels are the CPU's, on a GPU.
 */}}
 {{- define "kpi-forecast.executionProvider" -}}
 {{- $provider := .Values.xapp.executionProvider | default "auto" -}}
+{{- if and (eq (.Values.xapp.precision | default "auto") "int8") (or .Values.gpu.enabled (eq $provider "cuda")) -}}
+{{- fail "xapp.precision=int8 runs on the CPU: it needs gpu.enabled=false and executionProvider auto or cpu" -}}
+{{- end -}}
 {{- if .Values.gpu.enabled -}}
 {{- if eq $provider "auto" }}cuda{{ else }}{{ $provider }}{{ end -}}
 {{- else if eq $provider "cuda" -}}
