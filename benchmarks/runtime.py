@@ -54,11 +54,11 @@ def percentiles(call, repeats: int) -> tuple[float, float]:
 
 def interleaved(calls: dict[str, Callable[[], object]], repeats: int, rounds: int = 10
                 ) -> dict[str, tuple[float, float]]:
-    """p50 and p99 of each of ``calls`` in milliseconds over ``repeats`` calls, made in
-    ``rounds`` rounds that each time every call in turn, a block of consecutive calls apiece:
-    a VM whose speed drifts between minutes then slows them all alike, so their ratios hold
-    where one block per call would not; within a block a call finds its model in the caches,
-    as in a server that runs one model."""
+    """p50 and p99 of each of ``calls`` in milliseconds over ``repeats`` calls apiece, made in
+    ``rounds`` rounds, each of which times every call in turn, a block of consecutive calls
+    each: a VM whose speed drifts between minutes then slows them all alike, so their ratios
+    hold where one block per call would not; within a block a call finds its model in the
+    caches, as in a server that runs one model."""
     for call in calls.values():
         for _ in range(3):
             call()
