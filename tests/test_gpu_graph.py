@@ -6,17 +6,15 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-import torch
 
 from benchmarks.attention_kernels import BATCHES, attention_nodes, kernels_named
 from kpi_forecast.model import runtime
 from kpi_forecast.model.artifact import FLOAT16_ONNX_FILE, ArtifactError, load_metadata
-from kpi_forecast.model.network import instance_stats
 from kpi_forecast.model.precision import FLOAT16_BOUND
 from kpi_forecast.model.runtime import CPU, CUDA, OnnxForecaster, RuntimeOptions
 from kpi_forecast.xapp.k8s import package
 from tests.exported_model import exported_copy
-from tests.test_onnx_parity import MILAN, SAMPLE, windows
+from tests.test_onnx_parity import lower_precision
 from tests.test_runtime import with_metadata
 
 
@@ -59,17 +57,7 @@ def test_its_attention_runs_in_float16_between_float32_inputs_and_outputs(
 @pytest.mark.parametrize("source", ["synthetic", "milan"])
 def test_the_float16_graph_is_within_its_bound_of_the_float32_graph(
         model_dir: Path, source: str) -> None:
-    if source == "milan" and not MILAN.is_file():
-        pytest.skip("../shared/data/milan not present")
-    path, target = (SAMPLE, "traffic_mb") if source == "synthetic" else (MILAN, "traffic")
-    meta = load_metadata(model_dir)
-    values, last = windows(path, target, 256, meta.context, meta.horizon)
-    full = OnnxForecaster(model_dir, RuntimeOptions(provider="cpu"))
-    half = OnnxForecaster(model_dir, RuntimeOptions(provider="cpu", precision="float16"))
-    assert (full.precision, half.precision) == ("float32", "float16")
-    got, expected = half.forecast(values, last), full.forecast(values, last)
-    _, _, scale, _ = instance_stats(torch.from_numpy(values))
-    per_scale = np.abs(got - expected) / scale.numpy()[:, :, None]
+    got, expected, per_scale = lower_precision(model_dir, source, "float16")
     assert np.isfinite(got).all()
     assert per_scale.max() <= FLOAT16_BOUND
     # A bound that holds only because both are zero would say nothing.

@@ -9,17 +9,15 @@ import numpy as np
 import onnx
 import pandas as pd
 import pytest
-import torch
 from pydantic import ValidationError
 
 from kpi_forecast.model.artifact import INT8_ONNX_FILE, ArtifactError, load_metadata
-from kpi_forecast.model.network import instance_stats
 from kpi_forecast.model.precision import INT8_BOUND
 from kpi_forecast.model.runtime import CPU, OnnxForecaster, RuntimeOptions
 from kpi_forecast.xapp.controls import Controls
 from kpi_forecast.xapp.k8s import package
 from tests.exported_model import exported_copy
-from tests.test_onnx_parity import MILAN, SAMPLE, windows
+from tests.test_onnx_parity import lower_precision
 from tests.test_runtime import with_metadata
 from tests.test_xapp_api import CONFIG, START, body, series
 from tests.tolerance import answer_tolerance
@@ -57,17 +55,7 @@ def test_its_weight_products_are_integer_and_its_attention_float(model_dir: Path
 @pytest.mark.parametrize("source", ["synthetic", "milan"])
 def test_the_int8_graph_is_within_its_bound_of_the_float32_graph(
         model_dir: Path, source: str) -> None:
-    if source == "milan" and not MILAN.is_file():
-        pytest.skip("../shared/data/milan not present")
-    path, target = (SAMPLE, "traffic_mb") if source == "synthetic" else (MILAN, "traffic")
-    meta = load_metadata(model_dir)
-    values, last = windows(path, target, 256, meta.context, meta.horizon)
-    full = OnnxForecaster(model_dir)
-    int8 = OnnxForecaster(model_dir, RuntimeOptions(precision="int8"))
-    assert (full.precision, int8.precision, int8.provider) == ("float32", "int8", CPU)
-    got, expected = int8.forecast(values, last), full.forecast(values, last)
-    _, _, scale, _ = instance_stats(torch.from_numpy(values))
-    per_scale = np.abs(got - expected) / scale.numpy()[:, :, None]
+    got, _, per_scale = lower_precision(model_dir, source, "int8")
     assert np.isfinite(got).all()
     assert per_scale.max() <= INT8_BOUND
     # Rounded, not the float32 graph under another name.

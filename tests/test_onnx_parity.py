@@ -9,9 +9,11 @@ import pytest
 import torch
 
 from kpi_forecast.data.ingest import load_panel
+from kpi_forecast.model.artifact import load_metadata
 from kpi_forecast.model.config import ModelConfig
 from kpi_forecast.model.features import forecast_calendar
-from kpi_forecast.model.network import Forecaster
+from kpi_forecast.model.network import Forecaster, instance_stats
+from kpi_forecast.model.runtime import CPU, OnnxForecaster, RuntimeOptions
 from kpi_forecast.training.windows import Windows
 from tests.exported_model import exported
 from tests.tolerance import network_tolerance
@@ -42,6 +44,24 @@ def windows(path: Path, target: str, batch: int, context: int = CONTEXT,
     values = panel.values[cells, origins[:, None] + np.arange(-context, 0)].copy()
     values[0, 20:60] = np.nan  # a long gap in every batch, whatever the data has
     return values, panel.index[origins - 1]
+
+
+def lower_precision(model_dir: Path, source: str, precision: str
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The ``precision`` graph's forecast of 256 real windows of ``source`` (synthetic or
+    milan), the float32 graph's, and their distance in units of each window's scale, both on
+    ONNX Runtime's CPU provider."""
+    if source == "milan" and not MILAN.is_file():
+        pytest.skip("../shared/data/milan not present")
+    path, target = (SAMPLE, "traffic_mb") if source == "synthetic" else (MILAN, "traffic")
+    meta = load_metadata(model_dir)
+    values, last = windows(path, target, 256, meta.context, meta.horizon)
+    full = OnnxForecaster(model_dir, RuntimeOptions(provider="cpu"))
+    low = OnnxForecaster(model_dir, RuntimeOptions(provider="cpu", precision=precision))
+    assert (full.precision, low.precision, low.provider) == ("float32", precision, CPU)
+    got, expected = low.forecast(values, last), full.forecast(values, last)
+    _, _, scale, _ = instance_stats(torch.from_numpy(values))
+    return got, expected, np.abs(got - expected) / scale.numpy()[:, :, None]
 
 
 def torch_forecast(network: Forecaster, values: np.ndarray, last: pd.DatetimeIndex) -> np.ndarray:
