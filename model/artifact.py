@@ -47,6 +47,9 @@ class ModelMetadata:
     data_fingerprint: str
     created: str
     holidays: str = ""  # public-holiday calendar of the calendar features; "" = none
+    # Whether a holiday's day-of-week features are Sunday's (model.features): where the
+    # horizon has tokens; False in artifacts trained before, whose networks learnt the weekday's.
+    holiday_as_sunday: bool = False
     validation: dict[str, float] = field(default_factory=dict)
     training: dict[str, float | int | str] = field(default_factory=dict)
     libraries: dict[str, str] = field(default_factory=dict)

@@ -4,6 +4,15 @@ The network sees, for every step of its window and of its horizon, where it fall
 and in the week on the local wall clock of ``calendar_tz``, and whether that local date is a
 public holiday of the ``holidays`` calendar: cell load follows people's days, not UTC, and on
 a holiday not those of the weekday it falls on.
+
+With ``holiday_as_sunday`` a holiday on a working day takes Sunday's place in the week, as
+classical load forecasting treats one: a network then forecasts a holiday it never saw in
+training like the Sundays it saw every week. Training chooses it where the horizon has
+calendar tokens of its own (``ModelConfig.horizon_tokens``) and records it
+(``ModelMetadata.holiday_as_sunday``: models trained before read the weekday). Without those
+tokens the horizon's days follow from the window's last one, and a window ending on a holiday
+read as Sunday would make the next day a Monday (docs/benchmarks.md, "Holidays read as
+Sundays").
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ N_CALENDAR = N_CYCLIC + 1
 
 NS_PER_DAY = 86_400 * 10**9
 EPOCH_WEEKDAY = 3  # 1970-01-01 was a Thursday
+SUNDAY = 6  # Monday = 0
 _FIXED_OFFSET = re.compile(r"([+-])(\d{2}):(\d{2})")
 
 
@@ -92,18 +102,21 @@ def holiday_flags(local_days: np.ndarray, holidays: str) -> np.ndarray:
 
 
 def calendar_features(timestamps: pd.DatetimeIndex, calendar_tz: str,
-                      holidays: str = "") -> np.ndarray:
-    """[n, N_CALENDAR] float32 features for tz-aware ``timestamps``."""
+                      holidays: str = "", holiday_as_sunday: bool = False) -> np.ndarray:
+    """[n, N_CALENDAR] float32 features for tz-aware ``timestamps``; with
+    ``holiday_as_sunday`` a holiday on a working day is placed on Sunday in the week."""
     # Integer arithmetic on local wall-clock nanoseconds: pandas' field accessors cost more
     # than the whole ONNX graph at batch 1.
     local = timestamps.tz_convert(calendar_zone(calendar_tz)).tz_localize(None)
     local_ns = local.as_unit("ns").asi8
     day_fraction = (local_ns % NS_PER_DAY) / NS_PER_DAY
+    flags = holiday_flags((local_ns // NS_PER_DAY).astype("datetime64[D]"), holidays)
     day_of_week = (local_ns // NS_PER_DAY + EPOCH_WEEKDAY) % 7  # Monday = 0
+    if holiday_as_sunday:  # a holiday at the weekend is a day off already
+        day_of_week = np.where((flags > 0) & (day_of_week < 5), SUNDAY, day_of_week)
     week_fraction = (day_of_week + day_fraction) / 7.0
     day_angle = 2.0 * np.pi * day_fraction
     week_angle = 2.0 * np.pi * week_fraction
-    flags = holiday_flags((local_ns // NS_PER_DAY).astype("datetime64[D]"), holidays)
     features = np.stack(
         [np.sin(day_angle), np.cos(day_angle), np.sin(week_angle), np.cos(week_angle), flags],
         axis=-1,
@@ -122,36 +135,37 @@ def window_timestamps(
 
 def window_calendar(
     last: pd.DatetimeIndex, length: int, step: pd.Timedelta, calendar_tz: str,
-    holidays: str = "",
+    holidays: str = "", holiday_as_sunday: bool = False,
 ) -> np.ndarray:
     """[len(last), length, N_CALENDAR] features of the windows ending at ``last``."""
     # Cells forecast together mostly share their last timestamp: compute each window once.
     ends, inverse = np.unique(last.tz_convert("UTC").as_unit("ns").asi8, return_inverse=True)
     if len(ends) == 1:
-        features = _one_window(int(ends[0]), length, step.value, calendar_tz, holidays)[None]
+        features = _one_window(int(ends[0]), length, step.value, calendar_tz, holidays,
+                               holiday_as_sunday)[None]
     else:
         stamps = window_timestamps(pd.DatetimeIndex(ends, tz="UTC"), length, step)
-        features = calendar_features(stamps, calendar_tz, holidays).reshape(
+        features = calendar_features(stamps, calendar_tz, holidays, holiday_as_sunday).reshape(
             len(ends), length, N_CALENDAR)
     return features[inverse.reshape(-1)]
 
 
 def forecast_calendar(
     last: pd.DatetimeIndex, context: int, horizon: int, step: pd.Timedelta, calendar_tz: str,
-    holidays: str = "",
+    holidays: str = "", holiday_as_sunday: bool = False,
 ) -> np.ndarray:
     """[len(last), context + horizon, N_CALENDAR]: what the network takes beside a window of
     ``context`` steps ending at each of ``last``, the calendar of its horizon included."""
     return window_calendar(last + horizon * step, context + horizon, step, calendar_tz,
-                           holidays)
+                           holidays, holiday_as_sunday)
 
 
 @functools.lru_cache(maxsize=256)
 def _one_window(end_ns: int, length: int, step_ns: int, calendar_tz: str,
-                holidays: str) -> np.ndarray:
+                holidays: str, holiday_as_sunday: bool) -> np.ndarray:
     """One window's features, cached: an xApp asks for the same window end all hour long."""
     stamps = window_timestamps(pd.DatetimeIndex([end_ns], tz="UTC"), length,
                                pd.Timedelta(step_ns))
-    features = calendar_features(stamps, calendar_tz, holidays)
+    features = calendar_features(stamps, calendar_tz, holidays, holiday_as_sunday)
     features.flags.writeable = False
     return features

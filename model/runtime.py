@@ -281,7 +281,8 @@ class OnnxForecaster:
         for start in range(0, len(window), MAX_BATCH):
             chunk = slice(start, start + MAX_BATCH)
             calendar = forecast_calendar(last[chunk], context, horizon, self.step,
-                                         self.metadata.calendar_tz, self.metadata.holidays)
+                                         self.metadata.calendar_tz, self.metadata.holidays,
+                                         self.metadata.holiday_as_sunday)
             out[chunk] = self.run(window[chunk], calendar)
         if recalibration is None or recalibration.windows == 0:
             return out

@@ -106,7 +106,7 @@ def test_onnx_matches_torch_on_the_trained_model(model_dir: Path) -> None:
     from kpi_forecast.model.features import forecast_calendar
 
     calendar = forecast_calendar(last, meta.context, meta.horizon, forecaster.step,
-                                 meta.calendar_tz, meta.holidays)
+                                 meta.calendar_tz, meta.holidays, meta.holiday_as_sunday)
     with torch.no_grad():
         expected = network(torch.from_numpy(values), torch.from_numpy(calendar)).numpy()
     got = forecaster.forecast(values, last)

@@ -78,6 +78,28 @@ def test_a_holiday_is_its_local_date() -> None:
     assert not calendar_features(stamps, "America/New_York", "US")[:, HOLIDAY].any()
 
 
+def test_a_holiday_takes_sundays_place_in_the_week() -> None:
+    # Whit Monday 2024 (20 May) in Paris, beside the Sunday before it and the Monday after.
+    def day(date: str, as_sunday: bool = True) -> np.ndarray:
+        stamps = pd.date_range(date, periods=24, freq="1h", tz="Europe/Paris")
+        return calendar_features(stamps, "Europe/Paris", "FR", as_sunday)
+
+    holiday, sunday, monday = day("2024-05-20"), day("2024-05-19"), day("2024-05-27")
+    np.testing.assert_array_equal(holiday[:, :N_CYCLIC], sunday[:, :N_CYCLIC])
+    assert holiday[:, HOLIDAY].all() and not sunday[:, HOLIDAY].any()
+    # Read as the weekday it falls on, as models trained before this encoding read it.
+    np.testing.assert_array_equal(day("2024-05-20", as_sunday=False)[:, :N_CYCLIC],
+                                  monday[:, :N_CYCLIC])
+    # A holiday at the weekend (11 November 2023, a Saturday) keeps its day.
+    saturday = day("2023-11-11")
+    assert saturday[:, HOLIDAY].all()
+    np.testing.assert_array_equal(saturday[:, :N_CYCLIC], day("2023-11-04")[:, :N_CYCLIC])
+    # Without a holiday calendar nothing moves.
+    plain = calendar_features(pd.date_range("2024-05-20", periods=24, freq="1h",
+                                            tz="Europe/Paris"), "Europe/Paris")
+    np.testing.assert_array_equal(plain[:, :N_CYCLIC], monday[:, :N_CYCLIC])
+
+
 def test_a_subdivision_adds_its_own_holidays() -> None:
     saint_ambrose = pd.date_range("2013-12-07", periods=24, freq="1h", tz="+01:00")
     assert calendar_features(saint_ambrose, "+01:00", "IT-MI")[:, HOLIDAY].all()

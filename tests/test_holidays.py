@@ -94,6 +94,7 @@ def test_the_calendar_forecasts_an_unseen_holiday_like_a_weekend(
 ) -> None:
     told_meta, blind_meta = load_metadata(told), load_metadata(blind)
     assert told_meta.holidays == "FR" and told_meta.config.horizon_tokens
+    assert told_meta.holiday_as_sunday  # read as Sundays where the horizon has tokens
     assert blind_meta.holidays == "" and not blind_meta.config.horizon_tokens
     with_calendar, without = unseen_day_mae(told, frames[0]), unseen_day_mae(blind, frames[0])
     # Offices empty on a holiday: told, the model forecasts the drop it has no other way to see.
@@ -110,7 +111,7 @@ def test_onnx_runtime_gives_the_holidays_to_the_graph_as_torch_does(
     network, meta = load_network(told)
     history, last, _ = unseen_window(frames[0], meta.context)
     calendar = forecast_calendar(last, meta.context, meta.horizon, pd.Timedelta(meta.freq),
-                                 meta.calendar_tz, meta.holidays)
+                                 meta.calendar_tz, meta.holidays, meta.holiday_as_sunday)
     assert calendar[:, meta.context:, HOLIDAY].all()  # the whole horizon is the holiday
     with torch.no_grad():
         expected = network(torch.from_numpy(history), torch.from_numpy(calendar)).numpy()

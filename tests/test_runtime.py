@@ -11,6 +11,7 @@ import pytest
 
 from kpi_forecast.model.artifact import METADATA_FILE, ArtifactError, load_metadata
 from kpi_forecast.model.config import ModelConfig
+from kpi_forecast.model.features import forecast_calendar
 from kpi_forecast.model.runtime import (
     CPU,
     CUDA,
@@ -197,6 +198,27 @@ def test_a_model_with_an_unknown_holiday_calendar_is_refused(
                          lambda meta: meta.__setitem__("holidays", "XX"))
     with pytest.raises(ArtifactError, match="unknown holiday calendar 'XX'"):
         OnnxForecaster(copy)
+
+
+def test_a_holiday_is_read_as_the_model_was_trained_to_read_it(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    """Models trained since holidays take Sunday's place in the week get that calendar; one
+    trained before (no ``holiday_as_sunday`` in its metadata) the weekday's it learnt."""
+    last = pd.DatetimeIndex([pd.Timestamp("2024-05-20 20:00", tz="Europe/Paris")])  # Whit Monday
+    history = np.random.default_rng(0).gamma(2.0, 10.0, (1, CONTEXT)).astype(np.float32)
+    forecasts = {}
+    edits = {True: lambda meta: meta.update(holidays="FR", holiday_as_sunday=True),
+             # metadata from before the field
+             False: lambda meta: (meta.update(holidays="FR"), meta.pop("holiday_as_sunday"))}
+    for as_sunday, edit in edits.items():
+        forecaster = OnnxForecaster(with_metadata(model_dir, tmp_path / f"{as_sunday}", edit))
+        assert forecaster.metadata.holiday_as_sunday is as_sunday
+        calendar = forecast_calendar(last, CONTEXT, HORIZON, pd.Timedelta("1h"),
+                                     "Europe/Paris", "FR", as_sunday)
+        forecasts[as_sunday] = forecaster.forecast(history, last)
+        np.testing.assert_array_equal(forecasts[as_sunday], forecaster.run(history, calendar))
+    assert np.abs(forecasts[True] - forecasts[False]).max() > within(forecasts[True])
 
 
 def test_metadata_from_before_the_skip_rank_reads_as_a_full_rank_skip(

@@ -19,7 +19,7 @@ from kpi_forecast.data.panel import Panel
 from kpi_forecast.model.config import ModelConfig
 from kpi_forecast.model.network import Forecaster
 from kpi_forecast.training.averaging import WeightAverage
-from kpi_forecast.training.fit import fit, holidays_ahead_to_learn
+from kpi_forecast.training.fit import fit, horizon_tokens_wanted
 from kpi_forecast.training.train import TrainConfig, train
 
 
@@ -141,18 +141,22 @@ def test_fit_counts_the_time_spent_before_it_against_the_budget(tmp_path: Path) 
     assert (meta.training["epochs"], meta.training["stopped_by"]) == (1, "time-budget")
 
 
-@pytest.mark.parametrize(("start", "holidays", "learnable"), [
+@pytest.mark.parametrize(("start", "holidays", "horizon", "wanted"), [
     # Easter Monday (1 April) is the first day the training windows forecast.
-    ("2024-03-18", "FR", True),
-    ("2024-03-18", "", False),
-    # Easter Monday falls in the first window's context only, 1 May in the validation span.
-    ("2024-03-20", "FR", False),
+    ("2024-03-18", "FR", 7 * 24, True),
+    ("2024-03-18", "", 7 * 24, False),
+    ("2024-03-18", "", 24, False),
+    # Easter Monday falls in the first window's context only, 1 May in the validation span:
+    # a week ahead has nothing to learn from; a day ahead, one patch, reads a holiday as a
+    # Sunday.
+    ("2024-03-20", "FR", 7 * 24, False),
+    ("2024-03-20", "FR", 24, True),
     # 14 July 2024 is a Sunday: a holiday on a weekend changes nothing to learn from.
-    ("2024-06-20", "FR", False),
+    ("2024-06-20", "FR", 7 * 24, False),
 ])
-def test_horizon_tokens_only_where_training_forecasts_a_working_day_holiday(
-    start: str, holidays: str, learnable: bool
+def test_horizon_tokens_where_a_holiday_ahead_can_be_learnt_or_read_as_a_sunday(
+    start: str, holidays: str, horizon: int, wanted: bool
 ) -> None:
-    data = panel(start, days=42, holidays=holidays)
-    assert holidays_ahead_to_learn(data, ModelConfig(context=14 * 24, horizon=24),
-                                   TrainConfig()) is learnable
+    data = panel(start, days=49, holidays=holidays)
+    assert horizon_tokens_wanted(data, ModelConfig(context=14 * 24, horizon=horizon),
+                                 TrainConfig()) is wanted

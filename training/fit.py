@@ -49,15 +49,24 @@ def fingerprint(panel: Panel) -> str:
     return digest.hexdigest()
 
 
-def holidays_ahead_to_learn(panel: Panel, model_cfg: ModelConfig, train_cfg: TrainConfig) -> bool:
-    """Whether a public holiday on a working day falls among the steps that training windows
-    forecast: only then can tokens carrying the horizon's calendar learn what a holiday ahead
-    does. Without one they only cost: on Milan's 55 -> 7 day protocol (no such holiday before
-    its validation span) 21 tokens rather than 14, and MAE 2.942 against 2.911 without them
-    at seed 0, 2.931 against 2.869 at seed 1.
+def horizon_tokens_wanted(panel: Panel, model_cfg: ModelConfig, train_cfg: TrainConfig) -> bool:
+    """Whether the horizon's calendar gets tokens of its own (only with a holiday calendar:
+    without one it follows from the window's).
+
+    Where a public holiday on a working day falls among the steps training windows forecast,
+    the tokens learn what a holiday ahead does. Where none does, a horizon of one patch (a
+    day-ahead model) still gets its one token: a holiday ahead reads there as a Sunday
+    (``model.features``), which the network learns from every week. On Milan (no such
+    holiday before its validation span) day-ahead MAE 0.746 -> 0.727 of weekly naive at seed
+    0, 0.744 -> 0.724 at seed 1; a token with the weekday's calendar, not Sunday's, 0.745.
+    Longer horizons' tokens cost more than they tell: on Milan's 55 -> 7 day protocol (7
+    tokens beside 14) 0.800 -> 0.812 and 0.789 -> 0.799, on synthetic cells forecasting a week
+    holding 14 July 0.869 -> 0.877 (docs/benchmarks.md).
     """
     if not panel.holidays:
         return False
+    if model_cfg.horizon <= model_cfg.patch_len:
+        return True
     validation_start = panel.n_steps - validation_steps(int(panel.spans.max()), model_cfg.horizon,
                                                         train_cfg.validation_fraction)
     targets = panel.index[model_cfg.context:validation_start]
@@ -99,10 +108,11 @@ def fit(
         block = panel.cells(group.block(panel.n_cells)) if group.distributed else panel
     out_dir = Path(out_dir)
     model_cfg = dataclasses.replace(
-        model_cfg, horizon_tokens=holidays_ahead_to_learn(panel, model_cfg, train_cfg))
+        model_cfg, horizon_tokens=horizon_tokens_wanted(panel, model_cfg, train_cfg))
     if panel.holidays and not model_cfg.horizon_tokens and group.main:
-        log.info("no public holiday of %s falls on a working day before the validation span: "
-                 "the horizon's calendar is left out", panel.holidays)
+        log.info("no public holiday of %s falls on a working day before the validation span, "
+                 "and the horizon is longer than a patch: the horizon's calendar is left out",
+                 panel.holidays)
     spent = 0.0 if started is None else time.monotonic() - started
     result = train(block, model_cfg, train_cfg, progress=progress, group=group,
                    checkpoint=out_dir / CHECKPOINT_FILE,
@@ -123,6 +133,7 @@ def fit(
         data_fingerprint=data_fingerprint,
         created=created.isoformat(),
         holidays=panel.holidays,
+        holiday_as_sunday=model_cfg.horizon_tokens,  # as train() built its windows
         training={
             "epochs": result.epochs,
             "seconds": round(result.seconds, 1),

@@ -164,7 +164,8 @@ def train(
     device = group.device
     seed_everything(cfg.seed, device)
     rng = np.random.default_rng(cfg.seed)
-    windows = Windows.from_panel(panel, model_cfg.context, model_cfg.horizon)
+    windows = Windows.from_panel(panel, model_cfg.context, model_cfg.horizon,
+                                 holiday_as_sunday=model_cfg.horizon_tokens)
     val_start, train_pairs, val_pairs = split_windows(windows, cfg, rng, group)
     batch_size = cfg.batch_size or auto_batch_size(len(train_pairs), cfg.steps_per_epoch)
     batch_choice = describe_batch(batch_size, len(train_pairs), cfg.steps_per_epoch,

@@ -24,8 +24,10 @@ class Windows:
     horizon: int
 
     @classmethod
-    def from_panel(cls, panel: Panel, context: int, horizon: int) -> Windows:
-        calendar = calendar_features(panel.index, panel.calendar_tz, panel.holidays)
+    def from_panel(cls, panel: Panel, context: int, horizon: int,
+                   holiday_as_sunday: bool = False) -> Windows:
+        calendar = calendar_features(panel.index, panel.calendar_tz, panel.holidays,
+                                     holiday_as_sunday)
         return cls(panel.values, calendar, context, horizon)
 
     def pairs(self, first_origin: int, last_origin: int, stride: int = 1) -> np.ndarray:
