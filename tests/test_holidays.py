@@ -95,6 +95,8 @@ def test_the_calendar_forecasts_an_unseen_holiday_like_a_weekend(
     told_meta, blind_meta = load_metadata(told), load_metadata(blind)
     assert told_meta.holidays == "FR" and told_meta.config.horizon_tokens
     assert told_meta.holiday_as_sunday  # read as Sundays where the horizon has tokens
+    assert "public holidays FR, those on working days read as Sundays" in (
+        told / "report.md").read_text()
     assert blind_meta.holidays == "" and not blind_meta.config.horizon_tokens
     with_calendar, without = unseen_day_mae(told, frames[0]), unseen_day_mae(blind, frames[0])
     # Offices empty on a holiday: told, the model forecasts the drop it has no other way to see.

@@ -43,7 +43,8 @@ def write_report(
         "## Data",
         f"- Source: `{source}`; {panel.n_cells} cells, {panel.n_steps} steps of {panel.freq} "
         f"from {panel.index[0]} to {panel.index[-1]} (calendar zone {panel.calendar_tz}, "
-        f"public holidays {panel.holidays or 'none'}).",
+        f"public holidays {panel.holidays or 'none'}"
+        f"{', those on working days read as Sundays' if meta.holiday_as_sunday else ''}).",
         f"- Handling counts: {panel.log or 'none'}.",
         f"- Fingerprint `{meta.data_fingerprint[:16]}`.",
         "",

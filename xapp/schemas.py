@@ -204,6 +204,9 @@ class ModelOut(BaseModel):
     calendar_tz: str
     holidays: str = Field(description="public-holiday calendar of the calendar features; "
                           "empty for none")
+    holiday_as_sunday: bool = Field(description="whether a holiday on a working day is read as "
+                                    "a Sunday (models trained since 2026-12-03 with horizon "
+                                    "tokens)")
     load_seconds: float
     runtime: dict
     recalibration: RecalibrationOut
