@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 import onnxruntime as ort
@@ -69,7 +69,7 @@ class RuntimeOptions:
     io_binding: Literal["auto", "on", "off"] = "auto"  # auto = on with CUDA
     # auto = the float16 graph on CUDA (where it has one), the float32 graph elsewhere;
     # int8 = the quantised graph, on the CPU provider
-    precision: Literal["auto", "float32", "float16", "int8"] = "auto"
+    precision: Literal["auto"] | Precision = "auto"
     warmup: bool = True
     # Where ONNX Runtime writes its per-node profile (which provider ran each node), if set.
     profile_dir: str | None = None
@@ -84,9 +84,10 @@ class RuntimeOptions:
             )
         if self.io_binding not in ("auto", "on", "off"):
             raise ValueError(f"io_binding must be auto, on or off, not {self.io_binding!r}")
-        if self.precision not in ("auto", "float32", "float16", "int8"):
-            raise ValueError(
-                f"precision must be auto, float32, float16 or int8, not {self.precision!r}")
+        choices = ("auto", *get_args(Precision))
+        if self.precision not in choices:
+            raise ValueError(f"precision must be {', '.join(choices[:-1])} or {choices[-1]}, "
+                             f"not {self.precision!r}")
         if self.precision == "int8" and self.provider == "cuda":
             raise ValueError("precision int8 is the CPU's graph: it needs provider cpu or auto")
         if self.intra_op_threads < 0 or self.inter_op_threads < 0:
