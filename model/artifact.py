@@ -50,6 +50,10 @@ class ModelMetadata:
     # Whether a holiday's day-of-week features are Sunday's (model.features): where the
     # horizon has tokens; False in artifacts trained before, whose networks learnt the weekday's.
     holiday_as_sunday: bool = False
+    # Whether a holiday on a working day in the horizon takes the forecast of the horizon's
+    # nearest Sunday (model.features.sunday_sources): where the horizon has no tokens, so the
+    # network cannot see it coming; False in artifacts trained before.
+    holiday_from_sunday: bool = False
     validation: dict[str, float] = field(default_factory=dict)
     training: dict[str, float | int | str] = field(default_factory=dict)
     libraries: dict[str, str] = field(default_factory=dict)

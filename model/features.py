@@ -13,6 +13,9 @@ calendar tokens of its own (``ModelConfig.horizon_tokens``) and records it
 tokens the horizon's days follow from the window's last one, and a window ending on a holiday
 read as Sunday would make the next day a Monday (docs/benchmarks.md, "Holidays read as
 Sundays").
+A model without those tokens keeps the weekday's reading, and its forecast of such a holiday in
+the horizon is taken from its forecast of the horizon's nearest Sunday, at the same time of day
+(``sunday_sources``; ``ModelMetadata.holiday_from_sunday``).
 """
 
 from __future__ import annotations
@@ -169,3 +172,42 @@ def _one_window(end_ns: int, length: int, step_ns: int, calendar_tz: str,
     features = calendar_features(stamps, calendar_tz, holidays, holiday_as_sunday)
     features.flags.writeable = False
     return features
+
+
+def sunday_sources(last: pd.DatetimeIndex, horizon: int, step: pd.Timedelta, calendar_tz: str,
+                   holidays: str) -> np.ndarray:
+    """[len(last), horizon] the horizon step whose forecast each step of the horizon after
+    ``last`` takes: a public holiday on a working day takes the nearest step a whole number of
+    days away that falls on a Sunday within the horizon (a day off like the one the network
+    learns every week); every other step, and a holiday with no Sunday in the horizon, its own.
+    Days are counted in steps, so where a step does not divide a day nothing is moved."""
+    ends, inverse = np.unique(last.tz_convert("UTC").as_unit("ns").asi8, return_inverse=True)
+    sources = np.stack([_sunday_sources(int(end), horizon, step.value, calendar_tz, holidays)
+                        for end in ends])
+    return sources[inverse.reshape(-1)]
+
+
+@functools.lru_cache(maxsize=256)
+def _sunday_sources(end_ns: int, horizon: int, step_ns: int, calendar_tz: str,
+                    holidays: str) -> np.ndarray:
+    own = np.arange(horizon)
+    if not holidays or NS_PER_DAY % step_ns:
+        return own
+    stamps = window_timestamps(pd.DatetimeIndex([end_ns + horizon * step_ns], tz="UTC"),
+                               horizon, pd.Timedelta(step_ns))
+    local_days = (stamps.tz_convert(calendar_zone(calendar_tz)).tz_localize(None)
+                  .as_unit("ns").asi8 // NS_PER_DAY)
+    day_of_week = (local_days + EPOCH_WEEKDAY) % 7
+    moved = (holiday_flags(local_days.astype("datetime64[D]"), holidays) > 0) & (day_of_week < 5)
+    sources = own.copy()
+    day = NS_PER_DAY // step_ns
+    # Nearest first; two Sundays are seven days apart, so no two offsets tie.
+    for days in sorted((d for d in range(-6, 7) if d), key=abs):
+        candidate = own + days * day
+        inside = (candidate >= 0) & (candidate < horizon)
+        sunday = np.zeros(horizon, bool)
+        sunday[inside] = day_of_week[candidate[inside]] == SUNDAY
+        take = moved & sunday & (sources == own)
+        sources[take] = candidate[take]
+    sources.flags.writeable = False
+    return sources

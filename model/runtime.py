@@ -27,7 +27,12 @@ from kpi_forecast.model.artifact import (
     load_metadata,
     verified_graph,
 )
-from kpi_forecast.model.features import N_CALENDAR, check_holidays, forecast_calendar
+from kpi_forecast.model.features import (
+    N_CALENDAR,
+    check_holidays,
+    forecast_calendar,
+    sunday_sources,
+)
 from kpi_forecast.model.kpi import kpi_problem, not_kpis
 from kpi_forecast.model.naive import PROFILE_WEEKS
 from kpi_forecast.model.recalibration import Recalibration
@@ -285,6 +290,10 @@ class OnnxForecaster:
                                          self.metadata.calendar_tz, self.metadata.holidays,
                                          self.metadata.holiday_as_sunday)
             out[chunk] = self.run(window[chunk], calendar)
+            if self.metadata.holiday_from_sunday:
+                sources = sunday_sources(last[chunk], horizon, self.step,
+                                         self.metadata.calendar_tz, self.metadata.holidays)
+                out[chunk] = np.take_along_axis(out[chunk], sources[..., None], axis=1)
         if recalibration is None or recalibration.windows == 0:
             return out
         bounds = np.cumsum([0] + [len(block) for block in blocks])

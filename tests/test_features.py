@@ -12,6 +12,7 @@ from kpi_forecast.model.features import (
     calendar_zone,
     check_holidays,
     forecast_calendar,
+    sunday_sources,
     window_calendar,
 )
 from tests.tolerance import rounding_tolerance
@@ -98,6 +99,41 @@ def test_a_holiday_takes_sundays_place_in_the_week() -> None:
     plain = calendar_features(pd.date_range("2024-05-20", periods=24, freq="1h",
                                             tz="Europe/Paris"), "Europe/Paris")
     np.testing.assert_array_equal(plain[:, :N_CYCLIC], monday[:, :N_CYCLIC])
+
+
+def test_a_working_day_holiday_takes_the_forecast_of_the_nearest_sunday_ahead() -> None:
+    hour = pd.Timedelta("1h")
+    # A week from Tuesday 24 December 2024 00:00 in Paris: Christmas (Wednesday, steps 24-47)
+    # takes Sunday 29 December's steps (120-143), four days on, hour for hour.
+    last = pd.DatetimeIndex([pd.Timestamp("2024-12-23 23:00", tz="Europe/Paris")])
+    sources = sunday_sources(last, 168, hour, "Europe/Paris", "FR")[0]
+    expected = np.arange(168)
+    expected[24:48] = np.arange(120, 144)
+    np.testing.assert_array_equal(sources, expected)
+    # From Monday 30 December, 29 December is behind the horizon: New Year's Day (steps 48-71)
+    # takes Sunday 5 January's (144-167), the only Sunday ahead.
+    week = sunday_sources(pd.DatetimeIndex([pd.Timestamp("2024-12-29 23:00", tz="Europe/Paris")]),
+                          168, hour, "Europe/Paris", "FR")[0]
+    np.testing.assert_array_equal(week[48:72], np.arange(144, 168))
+    np.testing.assert_array_equal(np.delete(week, np.s_[48:72]),
+                                  np.delete(np.arange(168), np.s_[48:72]))
+    # Over two weeks from 24 December, New Year's Day (steps 192-215) takes the nearer of
+    # 29 December (three days back) and 5 January (four on).
+    fortnight = sunday_sources(last, 336, hour, "Europe/Paris", "FR")[0]
+    np.testing.assert_array_equal(fortnight[192:216], np.arange(120, 144))
+    np.testing.assert_array_equal(fortnight[24:48], np.arange(120, 144))
+    # Nothing moves with no Sunday in the horizon, a holiday at the weekend (11 November 2023
+    # is a Saturday), no holiday calendar, or a step that does not divide a day.
+    def unmoved(end: str, horizon: int, step: pd.Timedelta = hour, holidays: str = "FR") -> None:
+        stamps = pd.DatetimeIndex([pd.Timestamp(end, tz="Europe/Paris")])
+        np.testing.assert_array_equal(
+            sunday_sources(stamps, horizon, step, "Europe/Paris", holidays)[0],
+            np.arange(horizon))
+
+    unmoved("2024-12-23 23:00", 48)
+    unmoved("2023-11-05 23:00", 168)
+    unmoved("2024-12-23 23:00", 168, holidays="")
+    unmoved("2024-12-23 23:00", 168 * 60 // 7, pd.Timedelta("7min"))
 
 
 def test_a_subdivision_adds_its_own_holidays() -> None:

@@ -221,6 +221,30 @@ def test_a_holiday_is_read_as_the_model_was_trained_to_read_it(
     assert np.abs(forecasts[True] - forecasts[False]).max() > within(forecasts[True])
 
 
+def test_a_holiday_ahead_takes_the_forecast_of_a_sunday_where_the_model_says_so(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    """A model without the horizon's calendar forecasts a working-day holiday as its nearest
+    Sunday in the horizon (``holiday_from_sunday``); one trained before the field as the
+    network does. Six-hour steps make the test model's 12 a horizon of three days."""
+    last = pd.DatetimeIndex([pd.Timestamp("2024-05-17 18:00", tz="Europe/Paris")])
+    history = np.random.default_rng(0).gamma(2.0, 10.0, (1, CONTEXT)).astype(np.float32)
+    forecasts = {}
+    edits = {True: lambda meta: meta.update(freq="6h", holidays="FR", holiday_from_sunday=True),
+             # metadata from before the field
+             False: lambda meta: (meta.update(freq="6h", holidays="FR"),
+                                  meta.pop("holiday_from_sunday"))}
+    for from_sunday, edit in edits.items():
+        forecaster = OnnxForecaster(with_metadata(model_dir, tmp_path / f"{from_sunday}", edit))
+        assert forecaster.metadata.holiday_from_sunday is from_sunday
+        forecasts[from_sunday] = forecaster.forecast(history, last)
+    moved, kept = forecasts[True], forecasts[False]
+    # Saturday 18, Sunday 19 and Whit Monday 20 May, four steps each: Monday takes Sunday's.
+    np.testing.assert_array_equal(moved[:, 8:12], kept[:, 4:8])
+    np.testing.assert_array_equal(moved[:, :8], kept[:, :8])
+    assert np.abs(kept[:, 8:12] - kept[:, 4:8]).max() > within(kept)
+
+
 def test_metadata_from_before_the_skip_rank_reads_as_a_full_rank_skip(
     model_dir: Path, tmp_path: Path
 ) -> None:

@@ -160,3 +160,22 @@ def test_horizon_tokens_where_a_holiday_ahead_can_be_learnt_or_read_as_a_sunday(
     data = panel(start, days=49, holidays=holidays)
     assert horizon_tokens_wanted(data, ModelConfig(context=14 * 24, horizon=horizon),
                                  TrainConfig()) is wanted
+
+
+@pytest.mark.parametrize(("horizon", "tokens", "reading"), [
+    (7 * 24, False, "those on working days in the horizon forecast as the horizon's nearest "
+                    "Sunday"),
+    (24, True, "those on working days read as Sundays"),
+])
+def test_the_model_records_how_it_reads_a_holiday_ahead(
+    tmp_path: Path, horizon: int, tokens: bool, reading: str
+) -> None:
+    """With no holiday to learn from before its validation span, a week-ahead model takes a
+    holiday's forecast from a Sunday's; a day-ahead one reads it as a Sunday in its token."""
+    meta, _ = fit(panel("2024-03-20", days=49, holidays="FR"), tmp_path,
+                  ModelConfig(context=14 * 24, horizon=horizon),
+                  TrainConfig(max_epochs=1, steps_per_epoch=2), source="toy", progress=False,
+                  gpu_graph=False)
+    assert meta.config.horizon_tokens is tokens
+    assert (meta.holiday_as_sunday, meta.holiday_from_sunday) == (tokens, not tokens)
+    assert f"public holidays FR, {reading})." in (tmp_path / "report.md").read_text()

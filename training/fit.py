@@ -112,7 +112,8 @@ def fit(
         model_cfg, horizon_tokens=horizon_tokens_wanted(panel, model_cfg, train_cfg))
     if panel.holidays and not model_cfg.horizon_tokens and group.main:
         log.info("no public holiday of %s falls on a working day before the validation span, "
-                 "and the horizon is longer than a patch: the horizon's calendar is left out",
+                 "and the horizon is longer than a patch: the horizon's calendar is left out, "
+                 "and such a holiday in the horizon takes the forecast of its nearest Sunday",
                  panel.holidays)
     spent = 0.0 if started is None else time.monotonic() - started
     result = train(block, model_cfg, train_cfg, progress=progress, group=group,
@@ -135,6 +136,7 @@ def fit(
         created=created.isoformat(),
         holidays=panel.holidays,
         holiday_as_sunday=model_cfg.horizon_tokens,  # as train() built its windows
+        holiday_from_sunday=bool(panel.holidays) and not model_cfg.horizon_tokens,
         training={
             "epochs": result.epochs,
             "seconds": round(result.seconds, 1),

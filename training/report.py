@@ -44,7 +44,7 @@ def write_report(
         f"- Source: `{source}`; {panel.n_cells} cells, {panel.n_steps} steps of {panel.freq} "
         f"from {panel.index[0]} to {panel.index[-1]} (calendar zone {panel.calendar_tz}, "
         f"public holidays {panel.holidays or 'none'}"
-        f"{', those on working days read as Sundays' if meta.holiday_as_sunday else ''}).",
+        f"{holiday_reading(meta)}).",
         f"- Handling counts: {panel.log or 'none'}.",
         f"- Fingerprint `{meta.data_fingerprint[:16]}`.",
         "",
@@ -153,3 +153,13 @@ def _plot_curve(path: Path, curve: list[tuple[float, float]]) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
+
+
+def holiday_reading(meta: ModelMetadata) -> str:
+    """How the model treats a public holiday on a working day, for the data line."""
+    if meta.holiday_as_sunday:
+        return ", those on working days read as Sundays"
+    if meta.holiday_from_sunday:
+        return (", those on working days in the horizon forecast as the horizon's nearest "
+                "Sunday")
+    return ""

@@ -207,6 +207,10 @@ class ModelOut(BaseModel):
     holiday_as_sunday: bool = Field(description="whether a holiday on a working day is read as "
                                     "a Sunday (models trained since 2026-12-03 with horizon "
                                     "tokens)")
+    holiday_from_sunday: bool = Field(description="whether the forecast of a holiday on a "
+                                      "working day in the horizon is the model's forecast of "
+                                      "the horizon's nearest Sunday (models without horizon "
+                                      "tokens trained since 2026-12-04)")
     load_seconds: float
     runtime: dict
     recalibration: RecalibrationOut
