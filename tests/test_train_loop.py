@@ -162,20 +162,17 @@ def test_horizon_tokens_where_a_holiday_ahead_can_be_learnt_or_read_as_a_sunday(
                                  TrainConfig()) is wanted
 
 
-@pytest.mark.parametrize(("horizon", "tokens", "reading"), [
-    (7 * 24, False, "those on working days in the horizon forecast as the horizon's nearest "
-                    "Sunday"),
-    (24, True, "those on working days read as Sundays"),
-])
-def test_the_model_records_how_it_reads_a_holiday_ahead(
-    tmp_path: Path, horizon: int, tokens: bool, reading: str
+def test_a_week_ahead_model_with_no_holiday_to_learn_from_takes_a_sundays_forecast(
+    tmp_path: Path
 ) -> None:
-    """With no holiday to learn from before its validation span, a week-ahead model takes a
-    holiday's forecast from a Sunday's; a day-ahead one reads it as a Sunday in its token."""
+    """With no holiday on a working day before its validation span, a week-ahead model has no
+    horizon tokens and records that a holiday ahead takes the forecast of a Sunday (a day-ahead
+    model's token reads it as a Sunday instead: tests/test_holidays.py)."""
     meta, _ = fit(panel("2024-03-20", days=49, holidays="FR"), tmp_path,
-                  ModelConfig(context=14 * 24, horizon=horizon),
+                  ModelConfig(context=14 * 24, horizon=7 * 24),
                   TrainConfig(max_epochs=1, steps_per_epoch=2), source="toy", progress=False,
                   gpu_graph=False)
-    assert meta.config.horizon_tokens is tokens
-    assert (meta.holiday_as_sunday, meta.holiday_from_sunday) == (tokens, not tokens)
-    assert f"public holidays FR, {reading})." in (tmp_path / "report.md").read_text()
+    assert not meta.config.horizon_tokens
+    assert meta.holiday_from_sunday and not meta.holiday_as_sunday
+    assert ("public holidays FR, those on working days in the horizon forecast as the horizon's "
+            "nearest Sunday)." in (tmp_path / "report.md").read_text())
