@@ -15,7 +15,8 @@ read as Sunday would make the next day a Monday (docs/benchmarks.md, "Holidays r
 Sundays").
 A model without those tokens keeps the weekday's reading, and its forecast of such a holiday in
 the horizon is taken from its forecast of the horizon's nearest Sunday, at the same time of day
-(``sunday_sources``; ``ModelMetadata.holiday_from_sunday``).
+(``sunday_sources``; ``ModelMetadata.holiday_from_sunday``). The recalibration's simple
+forecasts read such a holiday as a Sunday too (``naive_sources``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import re
+from dataclasses import dataclass
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import holidays as holiday_data
@@ -211,3 +213,65 @@ def _sunday_sources(end_ns: int, horizon: int, step_ns: int, calendar_tz: str,
         sources[take] = candidate[take]
     sources.flags.writeable = False
     return sources
+
+
+@dataclass(frozen=True)
+class NaiveSources:
+    """Where the simple forecasts of ``model.naive`` read each horizon step from, per row of a
+    batch: offsets back from the end of its history (-1: its last step)."""
+
+    day: np.ndarray  # [B, H] the last day's values
+    week: np.ndarray  # [B, H] the last week's values
+    phase: np.ndarray  # [B, H] the weekly profile's, in the history's last week
+
+    def rows(self, rows: slice) -> NaiveSources:
+        return NaiveSources(self.day[rows], self.week[rows], self.phase[rows])
+
+
+def naive_sources(last: pd.DatetimeIndex, horizon: int, step: pd.Timedelta, calendar_tz: str,
+                  holidays: str, reach: int) -> NaiveSources | None:
+    """Where the naives take each horizon step after ``last`` from, in a history of ``reach``
+    steps at most, with a public holiday on a working day read as ``holiday_as_sunday`` reads
+    it: it takes its plain source's time of day on the most recent day off at or before that
+    source (a Sunday, or another such holiday), and the weekly profile's Sunday. Every other
+    step reads as usual. None where nothing can move: no holiday calendar, or a step that
+    does not divide a day."""
+    if not holidays or NS_PER_DAY % step.value:
+        return None
+    ends, inverse = np.unique(last.tz_convert("UTC").as_unit("ns").asi8, return_inverse=True)
+    found = [_naive_sources(int(end), horizon, step.value, calendar_tz, holidays, reach)
+             for end in ends]
+    return NaiveSources(*(np.stack([f[i] for f in found])[inverse.reshape(-1)]
+                          for i in range(3)))
+
+
+@functools.lru_cache(maxsize=256)
+def _naive_sources(end_ns: int, horizon: int, step_ns: int, calendar_tz: str, holidays: str,
+                   reach: int) -> tuple[np.ndarray, ...]:
+    day = NS_PER_DAY // step_ns
+    week = 7 * day
+    stamps = window_timestamps(pd.DatetimeIndex([end_ns + horizon * step_ns], tz="UTC"),
+                               reach + horizon, pd.Timedelta(step_ns))
+    local_days = (stamps.tz_convert(calendar_zone(calendar_tz)).tz_localize(None)
+                  .as_unit("ns").asi8 // NS_PER_DAY)
+    weekday = (local_days + EPOCH_WEEKDAY) % 7
+    holiday = holiday_flags(local_days.astype("datetime64[D]"), holidays) > 0
+    day_off = holiday | (weekday >= 5)
+    moved = (holiday & (weekday < 5))[reach:]
+    steps = np.arange(horizon)
+    found = []
+    for period in (day, week):
+        plain = steps % period - period
+        source = plain.copy()
+        # Back a day at a time from a working day: a week holds a Sunday.
+        for _ in range(6):
+            working = (source >= -reach) & ~day_off[np.clip(reach + source, 0, None)]
+            source = np.where(moved & working, source - day, source)
+        found.append(np.where(source >= -reach, source, plain))
+    # The profile's phase has its weekday in the history's last week.
+    phase = steps % week - week
+    days_back = (weekday[reach + phase] - SUNDAY) % 7
+    found.append(np.where(moved, (phase - days_back * day) % week - week, phase))
+    for array in found:
+        array.flags.writeable = False
+    return tuple(found)

@@ -13,8 +13,15 @@ import warnings
 
 import numpy as np
 
+from kpi_forecast.model.features import NaiveSources
+
 NAIVES = ("last_day", "last_week", "weekly_profile")
 PROFILE_WEEKS = 8  # the weeks a weekly profile averages, at most
+
+
+def naive_reach(steps_per_day: int) -> int:
+    """The steps of history the naives read, at most."""
+    return PROFILE_WEEKS * 7 * steps_per_day
 
 
 def seasonal_error(history: np.ndarray, season: int) -> np.ndarray:
@@ -32,18 +39,25 @@ def seasonal_error(history: np.ndarray, season: int) -> np.ndarray:
     return np.divide(total, count, out=np.full(total.shape, np.nan), where=usable)
 
 
-def last_season(history: np.ndarray, horizon: int, season: int) -> np.ndarray:
+def last_season(history: np.ndarray, horizon: int, season: int,
+                sources: np.ndarray | None = None) -> np.ndarray:
     """Seasonal naive: each step repeats the value one ``season`` (in steps) before it, the
     last season again for a longer horizon (NaN where that is missing, or the history is
-    shorter than a season)."""
-    n_steps = history.shape[1]
+    shorter than a season); or, with ``sources`` [B, horizon], the value that many steps
+    back from the history's end (-1: its last step; ``model.features.naive_sources``)."""
+    batch, n_steps = history.shape
     if season < 1 or n_steps < season:
-        return np.full((history.shape[0], horizon), np.nan, np.float32)
-    return history[:, n_steps - season + np.arange(horizon) % season].astype(np.float32)
+        return np.full((batch, horizon), np.nan, np.float32)
+    if sources is None:
+        return history[:, n_steps - season + np.arange(horizon) % season].astype(np.float32)
+    index = n_steps + sources
+    values = np.take_along_axis(history, np.clip(index, 0, None), axis=1)
+    return np.where(index >= 0, values, np.nan).astype(np.float32)
 
 
 def weekly_profile(history: np.ndarray, horizon: int, steps_per_day: int,
-                   weeks: int = PROFILE_WEEKS) -> np.ndarray:
+                   weeks: int = PROFILE_WEEKS, sources: NaiveSources | None = None
+                   ) -> np.ndarray:
     """A seasonal decomposition in the manner of MSTL, multiplicative and without a fit: the
     weekly profile of the last whole weeks of the history (``weeks`` at most), each week's
     values over that week's level, averaged over the weeks; the forecast is that profile
@@ -55,7 +69,8 @@ def weekly_profile(history: np.ndarray, horizon: int, steps_per_day: int,
     the forecast follows a drift of level that a week-old copy misses (on the smooth
     load-like series of the generalisation suite, close to statsforecast's MSTL:
     docs/benchmarks.md). A level is the ratio of the observed values' sum to the profile's
-    over the same steps, so a gap does not bias it by the part of the day it took.
+    over the same steps, so a gap does not bias it by the part of the day it took. With
+    ``sources``, the forecast reads the profile at their phases.
     """
     batch, n_steps = history.shape
     week = 7 * steps_per_day
@@ -84,22 +99,30 @@ def weekly_profile(history: np.ndarray, horizon: int, steps_per_day: int,
         last_day = slice(week - steps_per_day, week)
         base = level(np.nan_to_num(profile[:, last_day]), observed[:, -1, last_day],
                      filled[:, -1, last_day])
-    forecast = base[:, None] * profile[:, np.arange(horizon) % week]
+    if sources is None:
+        forecast = base[:, None] * profile[:, np.arange(horizon) % week]
+    else:
+        forecast = base[:, None] * np.take_along_axis(profile, week + sources.phase, axis=1)
     return forecast.astype(np.float32)
 
 
-def naive_forecast(name: str, history: np.ndarray, horizon: int, steps_per_day: int
-                   ) -> np.ndarray:
-    """The naive of NAIVES called ``name``."""
+def naive_forecast(name: str, history: np.ndarray, horizon: int, steps_per_day: int,
+                   sources: NaiveSources | None = None) -> np.ndarray:
+    """The naive of NAIVES called ``name``, read on the calendar where ``sources`` are given
+    (``model.features.naive_sources``)."""
     if name == "last_day":
-        return last_season(history, horizon, steps_per_day)
+        return last_season(history, horizon, steps_per_day,
+                           None if sources is None else sources.day)
     if name == "last_week":
-        return last_season(history, horizon, 7 * steps_per_day)
+        return last_season(history, horizon, 7 * steps_per_day,
+                           None if sources is None else sources.week)
     if name == "weekly_profile":
-        return weekly_profile(history, horizon, steps_per_day)
+        return weekly_profile(history, horizon, steps_per_day, sources=sources)
     raise ValueError(f"no naive forecast {name!r}: one of {', '.join(NAIVES)}")
 
 
-def naive_forecasts(history: np.ndarray, horizon: int, steps_per_day: int) -> np.ndarray:
+def naive_forecasts(history: np.ndarray, horizon: int, steps_per_day: int,
+                    sources: NaiveSources | None = None) -> np.ndarray:
     """[len(NAIVES), B, horizon]: each of NAIVES, in that order."""
-    return np.stack([naive_forecast(name, history, horizon, steps_per_day) for name in NAIVES])
+    return np.stack([naive_forecast(name, history, horizon, steps_per_day, sources)
+                     for name in NAIVES])

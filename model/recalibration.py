@@ -17,7 +17,12 @@ the band is zero wide):
    last week's values are the forecast to beat, and on a short smooth history that cannot
    teach a network much, a seasonal decomposition is. A user could have made any of them.
    Where the model is better, on ordinary days of well-known data, the grid keeps it alone
-   or nearly so.
+   or nearly so. Where the model has a holiday calendar, the simple forecasts read a holiday
+   on a working day as the network's calendar does, as a Sunday: they take that step from
+   the most recent day off and from the profile's Sunday (``model.features.naive_sources``).
+   Calendar-blind, they forecast Milan's Christmas and New Year's Day as working days from
+   working days, and the blend took the network's holiday forecast back towards them
+   (docs/benchmarks.md, "The blend's simple forecasts read holidays as Sundays").
 2. Each quantile level except the median is moved to hold on the windows:
    ``q_i + k_i * width``, where ``width`` is the forecast's own outermost band (P10-P90 by
    default) and ``k_i`` is a quantile of the recent residuals ``(actual - q_i) / width``
@@ -62,15 +67,17 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from kpi_forecast.model.features import NaiveSources, naive_sources
 from kpi_forecast.model.naive import (
     NAIVES,
-    PROFILE_WEEKS,
     naive_forecast,
     naive_forecasts,
+    naive_reach,
     seasonal_error,
 )
 
 if TYPE_CHECKING:  # the runtime applies a Recalibration: it imports this module
+    from kpi_forecast.model.artifact import ModelMetadata
     from kpi_forecast.model.runtime import OnnxForecaster
 
 DAY, WEEK = pd.Timedelta("1D"), pd.Timedelta("7D")
@@ -130,17 +137,18 @@ class Recalibration:
     def naive_shares(self) -> dict[str, float]:
         return dict(zip(NAIVES, self.shares[1:], strict=True))
 
-    def apply(self, forecast: np.ndarray, history: np.ndarray) -> np.ndarray:
+    def apply(self, forecast: np.ndarray, history: np.ndarray,
+              sources: NaiveSources | None = None) -> np.ndarray:
         """``forecast`` [B, H, Q] after the last step of ``history`` [B, n], adjusted; KPIs stay
-        non-negative."""
+        non-negative. ``sources``: the naives' on the calendar (``naive_sources``), if any."""
         if self.windows == 0:
             return forecast
         if self.weight < 1.0:
-            recent = history[:, -PROFILE_WEEKS * 7 * self.steps_per_day :]
+            recent = history[:, -naive_reach(self.steps_per_day) :]
             model, horizon = forecast[..., self.median], forecast.shape[1]
             # Only the naives with a share: a single forecast pays for no other.
             naives = np.stack([
-                naive_forecast(name, recent, horizon, self.steps_per_day) if share > 0
+                naive_forecast(name, recent, horizon, self.steps_per_day, sources) if share > 0
                 else np.zeros_like(model) for name, share in self.naive_shares().items()])
             shift = blend_shift(self.shares, model, naives)
             forecast = forecast + shift[..., None].astype(forecast.dtype)
@@ -170,6 +178,14 @@ class Recalibration:
         return (f"recalibrated on the last {self.windows} window(s), {self.residuals} points: "
                 f"median {self.weight:.2f} model{blend} (from {self.blend_windows} windows); "
                 f"{shifts} x band{tails}{flat}")
+
+
+def calendar_sources(metadata: ModelMetadata, step: pd.Timedelta, last: pd.DatetimeIndex
+                     ) -> NaiveSources | None:
+    """Where the naives read each horizon step after ``last`` on the model's holiday calendar
+    (``model.features.naive_sources``); None: as usual."""
+    return naive_sources(last, metadata.horizon, step, metadata.calendar_tz, metadata.holidays,
+                         naive_reach(int(DAY // step)))
 
 
 def blend_shift(shares: tuple[float, ...], model: np.ndarray, naives: np.ndarray) -> np.ndarray:
@@ -222,9 +238,8 @@ def recalibration(forecaster: OnnxForecaster, history: np.ndarray, last: pd.Date
     ends = [n_steps - i * horizon for i in range(1, blending + 1)]  # the most recent first
     contexts = np.concatenate([history[:, end - context : end] for end in ends])
     actual = np.concatenate([history[:, end : end + horizon] for end in ends])
-    stamps = last[:0].append([last - i * horizon * forecaster.step
-                              for i in range(1, blending + 1)])
-    forecast = forecaster.forecast(contexts, stamps)
+    window_lasts = [last - i * horizon * forecaster.step for i in range(1, blending + 1)]
+    forecast = forecaster.forecast(contexts, last[:0].append(window_lasts))
     width = forecast[..., -1] - forecast[..., 0]
     enough = (~np.isnan(contexts)).mean(axis=1) >= MIN_OBSERVED_CONTEXT
     observed = enough[:, None] & ~np.isnan(actual)
@@ -235,9 +250,11 @@ def recalibration(forecaster: OnnxForecaster, history: np.ndarray, last: pd.Date
     steps_per_day = int(DAY // forecaster.step)
     model = forecast[..., median]
     # Each window's naives from the history before it, as a forecast after it would have.
-    reach = PROFILE_WEEKS * 7 * steps_per_day
-    naives = np.concatenate([naive_forecasts(history[:, max(0, end - reach) : end], horizon,
-                                             steps_per_day) for end in ends], axis=1)
+    reach = naive_reach(steps_per_day)
+    naives = np.concatenate([
+        naive_forecasts(history[:, max(0, end - reach) : end], horizon, steps_per_day,
+                        calendar_sources(meta, forecaster.step, window_last))
+        for end, window_last in zip(ends, window_lasts, strict=True)], axis=1)
     shares = best_shares(model, naives, actual, observed)
     forecast = forecast + blend_shift(shares, model, naives)[..., None]
     # The offsets' windows are the first rows: the older ones only chose the shares.

@@ -35,7 +35,7 @@ from kpi_forecast.model.features import (
 )
 from kpi_forecast.model.kpi import kpi_problem, not_kpis
 from kpi_forecast.model.naive import PROFILE_WEEKS
-from kpi_forecast.model.recalibration import Recalibration
+from kpi_forecast.model.recalibration import Recalibration, calendar_sources
 
 log = logging.getLogger(__name__)
 
@@ -297,9 +297,12 @@ class OnnxForecaster:
         if recalibration is None or recalibration.windows == 0:
             return out
         bounds = np.cumsum([0] + [len(block) for block in blocks])
-        return np.concatenate([recalibration.apply(out[a:b], block)
-                               for a, b, block in zip(bounds[:-1], bounds[1:], blocks,
-                                                      strict=True)])
+        sources = (calendar_sources(self.metadata, self.step, last)
+                   if recalibration.weight < 1.0 else None)
+        return np.concatenate([
+            recalibration.apply(out[a:b], block, None if sources is None else sources.rows(
+                slice(a, b)))
+            for a, b, block in zip(bounds[:-1], bounds[1:], blocks, strict=True)])
 
 
 def fit_to_width(history: np.ndarray, width: int) -> np.ndarray:

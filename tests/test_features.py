@@ -12,6 +12,7 @@ from kpi_forecast.model.features import (
     calendar_zone,
     check_holidays,
     forecast_calendar,
+    naive_sources,
     sunday_sources,
     window_calendar,
 )
@@ -134,6 +135,44 @@ def test_a_working_day_holiday_takes_the_forecast_of_the_nearest_sunday_ahead() 
     unmoved("2023-11-05 23:00", 168)
     unmoved("2024-12-23 23:00", 168, holidays="")
     unmoved("2024-12-23 23:00", 168 * 60 // 7, pd.Timedelta("7min"))
+
+
+def test_the_naives_read_a_working_day_holiday_as_a_sunday() -> None:
+    hour, reach = pd.Timedelta("1h"), 8 * 168
+
+    def sources(end: str, horizon: int = 24, step: pd.Timedelta = hour, holidays: str = "FR"):
+        return naive_sources(pd.DatetimeIndex([pd.Timestamp(end, tz="Europe/Paris")]),
+                             horizon, step, "Europe/Paris", holidays, reach)
+
+    day = np.arange(24)
+    # Christmas 2024, a Wednesday: the last day's values are Sunday 22 December's (three days
+    # before the history's last, a Tuesday), the last week's Sunday 15 December's (three
+    # before Wednesday 18), the weekly profile's its Sunday, in the history's last week.
+    christmas = sources("2024-12-24 23:00")
+    np.testing.assert_array_equal(christmas.day[0], day - 72)
+    np.testing.assert_array_equal(christmas.week[0], day - 240)
+    np.testing.assert_array_equal(christmas.phase[0], day - 72)
+    # New Year's Day: its week-old source, Christmas, is a day off already and stays.
+    new_year = sources("2024-12-31 23:00")
+    np.testing.assert_array_equal(new_year.day[0], day - 72)
+    np.testing.assert_array_equal(new_year.week[0], day - 168)
+    # Over a week from Tuesday 24 December only Christmas Day's steps (24-47) move: the last
+    # day repeated is Monday's, its Sunday the day before; a week before is Wednesday 18.
+    week = sources("2024-12-23 23:00", horizon=168)
+    plain_day, plain_week = np.arange(168) % 24 - 24, np.arange(168) - 168
+    np.testing.assert_array_equal(week.day[0, 24:48], day - 48)
+    np.testing.assert_array_equal(week.week[0, 24:48], day - 216)
+    for found, plain in ((week.day, plain_day), (week.week, plain_week)):
+        np.testing.assert_array_equal(np.delete(found[0], np.s_[24:48]),
+                                      np.delete(plain, np.s_[24:48]))
+    # Boxing Day is a working day in France, 11 November 2023 a Saturday: nothing moves;
+    # no calendar, or a step that does not divide a day: nothing to move.
+    for end in ("2024-12-25 23:00", "2023-11-10 23:00"):
+        plain = sources(end)
+        for found, period in ((plain.day, 24), (plain.week, 168), (plain.phase, 168)):
+            np.testing.assert_array_equal(found[0], day - period)
+    assert sources("2024-12-24 23:00", holidays="") is None
+    assert sources("2024-12-24 23:00", step=pd.Timedelta("7min")) is None
 
 
 def test_a_subdivision_adds_its_own_holidays() -> None:

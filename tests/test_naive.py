@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from kpi_forecast.model.features import NaiveSources
 from kpi_forecast.model.naive import (
     NAIVES,
     last_season,
@@ -68,6 +69,25 @@ def test_every_naive_in_order() -> None:
     np.testing.assert_array_equal(naives[0], history[:, -DAY:])
     np.testing.assert_array_equal(naives[1], history[:, -WEEK : -WEEK + DAY])
     np.testing.assert_array_equal(naives[2], weekly_profile(history, DAY, DAY))
+
+
+def test_on_the_calendar_each_naive_reads_the_steps_it_is_given() -> None:
+    """As ``model.features.naive_sources`` moves a holiday's steps to a Sunday's."""
+    history = weekly_series(weeks=3)
+    hours = np.tile(np.arange(DAY), (3, 1))
+    # The first horizon day read from three days back, from nine, and, in the profile,
+    # from the last week's last day; cell 2's week source lies before its history starts.
+    week = hours - 9 * DAY
+    week[2] -= 3 * WEEK
+    sources = NaiveSources(day=hours - 3 * DAY, week=week, phase=hours - DAY)
+    naives = naive_forecasts(history, DAY, DAY, sources)
+    np.testing.assert_array_equal(naives[0], history[:, -3 * DAY : -2 * DAY])
+    np.testing.assert_array_equal(naives[1, :2], history[:2, -9 * DAY : -8 * DAY])
+    assert np.isnan(naives[1, 2]).all()
+    # Weeks that repeat: the profile at the last day's phases is that day, not the next.
+    np.testing.assert_allclose(naives[2], history[:, -DAY:], rtol=0,
+                               atol=rounding_tolerance(WEEK, history.max()))
+    assert np.abs(history[:, -DAY:] - history[:, :DAY]).max() > 1.0
 
 
 def test_an_unknown_naive_is_named_in_the_error() -> None:

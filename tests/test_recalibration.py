@@ -1,13 +1,16 @@
 """Quantiles recalibrated on the recent windows of a history (model.recalibration)."""
 
 
+import json
 from pathlib import Path
 
+import holidays
 import numpy as np
 import pandas as pd
 import pytest
 
 from kpi_forecast.model import recalibration as recalibration_module
+from kpi_forecast.model.artifact import METADATA_FILE
 from kpi_forecast.model.naive import last_season, naive_forecasts
 from kpi_forecast.model.recalibration import (
     BLEND_SPANS,
@@ -165,6 +168,35 @@ def test_on_weeks_that_repeat_the_median_is_last_week(tmp_path: Path) -> None:
     naive = last_season(window, HORIZON, 168)
     own = model.forecast(window, last)[..., 1]
     assert np.abs(median - naive).mean() < 0.1 * np.abs(own - naive).mean()
+
+
+def test_a_holiday_is_blended_with_a_sundays_values_where_the_model_has_a_calendar(
+    tmp_path: Path,
+) -> None:
+    """Working days one shape, weekends and French holidays another; Christmas 2024 is a
+    Wednesday. Where the model knows the holidays, the naives read Christmas as a Sunday,
+    and the blend fitted on the recent windows forecasts it; without, it reads a Wednesday."""
+    stamps = pd.date_range("2024-11-04", "2024-12-25 23:00", freq="1h", tz="Europe/Paris")
+    off = (stamps.dayofweek >= 5) | np.isin(stamps.date, list(holidays.France(years=2024)))
+    hours = 2 * np.pi * stamps.hour.to_numpy() / 24
+    shape = np.where(off, 0.5 + 0.2 * np.cos(hours), 2.0 + np.sin(hours))
+    history = (np.array([[20.0], [70.0], [150.0], [300.0]]) * shape).astype(np.float32)
+    last = pd.DatetimeIndex([stamps[-1]] * 4)
+    christmas = slice(-24, -12)  # its first 12 hours, one horizon
+    errors = {}
+    for calendar in ("FR", ""):
+        model_dir = exported_copy(tmp_path / f"model{calendar}", CONTEXT, HORIZON)
+        meta = json.loads((model_dir / METADATA_FILE).read_text())
+        meta.update(holidays=calendar, calendar_tz="Europe/Paris")
+        (model_dir / METADATA_FILE).write_text(json.dumps(meta))
+        model = OnnxForecaster(model_dir)
+        fitted = recalibration(model, history, last, week_of_windows(HORIZON, model.step))
+        before = history[:, :-24]
+        median = model.forecast(before, last - pd.Timedelta("24h"), fitted)[..., 1]
+        errors[calendar] = np.abs(median - history[:, christmas]).max()
+    # Blends of float32 values, each from the same hour of a day with the same shape.
+    assert errors["FR"] <= rounding_tolerance(4, history.max())
+    assert errors[""] > 0.1 * history[:, christmas].max()
 
 
 def test_the_median_is_blended_not_offset_and_the_quantiles_never_cross(
