@@ -177,7 +177,7 @@ def test_a_holiday_is_blended_with_a_sundays_values_where_the_model_has_a_calend
     Wednesday. Where the model knows the holidays, the naives read Christmas as a Sunday,
     and the blend fitted on the recent windows forecasts it; without, it reads a Wednesday."""
     stamps = pd.date_range("2024-11-04", "2024-12-25 23:00", freq="1h", tz="Europe/Paris")
-    off = (stamps.dayofweek >= 5) | np.isin(stamps.date, list(holidays.France(years=2024)))
+    off = (stamps.day_of_week >= 5) | np.isin(stamps.date, list(holidays.France(years=2024)))
     hours = 2 * np.pi * stamps.hour.to_numpy() / 24
     shape = np.where(off, 0.5 + 0.2 * np.cos(hours), 2.0 + np.sin(hours))
     history = (np.array([[20.0], [70.0], [150.0], [300.0]]) * shape).astype(np.float32)
