@@ -10,10 +10,12 @@ seasonal naive's in-sample error: MASE's scale, and the recalibration's for zero
 from __future__ import annotations
 
 import warnings
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kpi_forecast.model.features import NaiveSources
+if TYPE_CHECKING:  # numpy only at run time; the calendar reading lives with the calendar
+    from kpi_forecast.model.features import NaiveSources
 
 NAIVES = ("last_day", "last_week", "weekly_profile")
 PROFILE_WEEKS = 8  # the weeks a weekly profile averages, at most
