@@ -189,18 +189,27 @@ def sunday_sources(last: pd.DatetimeIndex, horizon: int, step: pd.Timedelta, cal
     return sources[inverse.reshape(-1)]
 
 
+def _days_of(end_ns: int, length: int, step_ns: int, calendar_tz: str, holidays: str
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """The local day of the week (Monday = 0) of the ``length`` steps ending at ``end_ns``, and
+    whether their local date is a public holiday."""
+    stamps = window_timestamps(pd.DatetimeIndex([end_ns], tz="UTC"), length,
+                               pd.Timedelta(step_ns))
+    local_days = (stamps.tz_convert(calendar_zone(calendar_tz)).tz_localize(None)
+                  .as_unit("ns").asi8 // NS_PER_DAY)
+    return ((local_days + EPOCH_WEEKDAY) % 7,
+            holiday_flags(local_days.astype("datetime64[D]"), holidays) > 0)
+
+
 @functools.lru_cache(maxsize=256)
 def _sunday_sources(end_ns: int, horizon: int, step_ns: int, calendar_tz: str,
                     holidays: str) -> np.ndarray:
     own = np.arange(horizon)
     if not holidays or NS_PER_DAY % step_ns:
         return own
-    stamps = window_timestamps(pd.DatetimeIndex([end_ns + horizon * step_ns], tz="UTC"),
-                               horizon, pd.Timedelta(step_ns))
-    local_days = (stamps.tz_convert(calendar_zone(calendar_tz)).tz_localize(None)
-                  .as_unit("ns").asi8 // NS_PER_DAY)
-    day_of_week = (local_days + EPOCH_WEEKDAY) % 7
-    moved = (holiday_flags(local_days.astype("datetime64[D]"), holidays) > 0) & (day_of_week < 5)
+    day_of_week, holiday = _days_of(end_ns + horizon * step_ns, horizon, step_ns, calendar_tz,
+                                    holidays)
+    moved = holiday & (day_of_week < 5)
     sources = own.copy()
     day = NS_PER_DAY // step_ns
     # Nearest first; two Sundays are seven days apart, so no two offsets tie.
@@ -250,12 +259,8 @@ def _naive_sources(end_ns: int, horizon: int, step_ns: int, calendar_tz: str, ho
                    reach: int) -> tuple[np.ndarray, ...]:
     day = NS_PER_DAY // step_ns
     week = 7 * day
-    stamps = window_timestamps(pd.DatetimeIndex([end_ns + horizon * step_ns], tz="UTC"),
-                               reach + horizon, pd.Timedelta(step_ns))
-    local_days = (stamps.tz_convert(calendar_zone(calendar_tz)).tz_localize(None)
-                  .as_unit("ns").asi8 // NS_PER_DAY)
-    weekday = (local_days + EPOCH_WEEKDAY) % 7
-    holiday = holiday_flags(local_days.astype("datetime64[D]"), holidays) > 0
+    weekday, holiday = _days_of(end_ns + horizon * step_ns, reach + horizon, step_ns,
+                                calendar_tz, holidays)
     day_off = holiday | (weekday >= 5)
     moved = (holiday & (weekday < 5))[reach:]
     steps = np.arange(horizon)
