@@ -242,9 +242,10 @@ def naive_sources(last: pd.DatetimeIndex, horizon: int, step: pd.Timedelta, cale
     """Where the naives take each horizon step after ``last`` from, in a history of ``reach``
     steps at most, with a public holiday on a working day read as ``holiday_as_sunday`` reads
     it: it takes its plain source's time of day on the most recent day off at or before that
-    source (a Sunday, or another such holiday), and the weekly profile's Sunday. Every other
-    step reads as usual. None where nothing can move: no holiday calendar, or a step that
-    does not divide a day."""
+    source (a Sunday, or another such holiday), and the weekly profile's Sunday; a working day
+    whose last week's value fell on such a holiday reads the week before it. Every other step
+    reads as usual. None where nothing can move: no holiday calendar, or a step that does not
+    divide a day."""
     if not holidays or NS_PER_DAY % step.value:
         return None
     ends, inverse = np.unique(last.tz_convert("UTC").as_unit("ns").asi8, return_inverse=True)
@@ -262,7 +263,8 @@ def _naive_sources(end_ns: int, horizon: int, step_ns: int, calendar_tz: str, ho
     weekday, holiday = _days_of(end_ns + horizon * step_ns, reach + horizon, step_ns,
                                 calendar_tz, holidays)
     day_off = holiday | (weekday >= 5)
-    moved = (holiday & (weekday < 5))[reach:]
+    working_holiday = holiday & (weekday < 5)
+    moved = working_holiday[reach:]
     steps = np.arange(horizon)
     found = []
     for period in (day, week):
@@ -273,6 +275,13 @@ def _naive_sources(end_ns: int, horizon: int, step_ns: int, calendar_tz: str, ho
             working = (source >= -reach) & ~day_off[np.clip(reach + source, 0, None)]
             source = np.where(moved & working, source - day, source)
         found.append(np.where(source >= -reach, source, plain))
+    # A working day whose week-old source was a holiday takes the same weekday a week earlier
+    # (again while that was one too): the holiday's values say nothing of a working day's.
+    working_step = ~day_off[reach:]
+    for _ in range(reach // week):
+        on_holiday = working_holiday[np.clip(reach + found[1], 0, None)]
+        found[1] = np.where(working_step & on_holiday & (found[1] - week >= -reach),
+                            found[1] - week, found[1])
     # The profile's phase has its weekday in the history's last week.
     phase = steps % week - week
     days_back = (weekday[reach + phase] - SUNDAY) % 7

@@ -19,7 +19,8 @@ the band is zero wide):
    Where the model is better, on ordinary days of well-known data, the grid keeps it alone
    or nearly so. Where the model has a holiday calendar, the simple forecasts read a holiday
    on a working day as the network's calendar does, as a Sunday: they take that step from
-   the most recent day off and from the profile's Sunday (``model.features.naive_sources``).
+   the most recent day off and from the profile's Sunday (``model.features.naive_sources``),
+   and a working day whose week-old value fell on such a holiday reads the week before.
    Calendar-blind, they forecast Milan's Christmas and New Year's Day as working days from
    working days, and the blend took the network's holiday forecast back towards them
    (docs/benchmarks.md, "The blend's simple forecasts read holidays as Sundays").

@@ -165,6 +165,15 @@ def test_the_naives_read_a_working_day_holiday_as_a_sunday() -> None:
     for found, plain in ((week.day, plain_day), (week.week, plain_week)):
         np.testing.assert_array_equal(np.delete(found[0], np.s_[24:48]),
                                       np.delete(plain, np.s_[24:48]))
+    # Wednesday 8 January 2025: a week before was New Year's Day and two weeks before
+    # Christmas, so the last week's values are Wednesday 18 December's; its last day's stay.
+    after = sources("2025-01-07 23:00")
+    np.testing.assert_array_equal(after.week[0], day - 3 * 168)
+    np.testing.assert_array_equal(after.day[0], day - 24)
+    # ... as far back as the history the naives read: two weeks reach Christmas, no further.
+    short = naive_sources(pd.DatetimeIndex([pd.Timestamp("2025-01-07 23:00", tz="Europe/Paris")]),
+                          24, hour, "Europe/Paris", "FR", 2 * 168)
+    np.testing.assert_array_equal(short.week[0], day - 2 * 168)
     # Boxing Day is a working day in France, 11 November 2023 a Saturday: nothing moves;
     # no calendar, or a step that does not divide a day: nothing to move.
     for end in ("2024-12-25 23:00", "2023-11-10 23:00"):
