@@ -16,7 +16,8 @@ Sundays").
 A model without those tokens keeps the weekday's reading, and its forecast of such a holiday in
 the horizon is taken from its forecast of the horizon's nearest Sunday, at the same time of day
 (``sunday_sources``; ``ModelMetadata.holiday_from_sunday``). The recalibration's simple
-forecasts read such a holiday as a Sunday too (``naive_sources``).
+forecasts read such a holiday as a Sunday too, and read the history on the wall clock where a
+DST switch falls within it (``naive_sources``).
 """
 
 from __future__ import annotations
@@ -225,43 +226,111 @@ def _sunday_sources(end_ns: int, horizon: int, step_ns: int, calendar_tz: str,
 
 
 @dataclass(frozen=True)
+class WallClock:
+    """The naives' history and horizon on the calendar's wall clock, for batches where its UTC
+    offset changes within the history the naives read or the horizon (a DST switch): cell load
+    follows people's hours, so a week-old value is read at the same local time, not 168 hours
+    back. Per group of rows that share a last timestamp."""
+
+    history: np.ndarray  # [G, reach] the UTC step each wall-clock step reads, back from the
+    # history's end (-1: its last step; 0 where the clock skipped the hour)
+    horizon: np.ndarray  # [G, H] the wall-clock horizon step each UTC horizon step is
+    group: np.ndarray  # [B] each row's group
+
+    def rows(self, rows: slice) -> WallClock:
+        return WallClock(self.history, self.horizon, self.group[rows])
+
+
+@dataclass(frozen=True)
 class NaiveSources:
     """Where the simple forecasts of ``model.naive`` read each horizon step from, per row of a
-    batch: offsets back from the end of its history (-1: its last step)."""
+    batch: offsets back from the end of its history (-1: its last step), on the wall clock
+    where ``wall`` is given (then over its horizon, which a clock going forward lengthens)."""
 
     day: np.ndarray  # [B, H] the last day's values
     week: np.ndarray  # [B, H] the last week's values
     phase: np.ndarray  # [B, H] the weekly profile's, in the history's last week
+    wall: WallClock | None = None
 
     def rows(self, rows: slice) -> NaiveSources:
-        return NaiveSources(self.day[rows], self.week[rows], self.phase[rows])
+        return NaiveSources(self.day[rows], self.week[rows], self.phase[rows],
+                            None if self.wall is None else self.wall.rows(rows))
 
 
 def naive_sources(last: pd.DatetimeIndex, horizon: int, step: pd.Timedelta, calendar_tz: str,
                   holidays: str, reach: int) -> NaiveSources | None:
     """Where the naives take each horizon step after ``last`` from, in a history of ``reach``
-    steps at most, with a public holiday on a working day read as ``holiday_as_sunday`` reads
-    it: it takes its plain source's time of day on the most recent day off at or before that
-    source (a Sunday, or another such holiday), and the weekly profile's Sunday; a working day
-    whose last week's value fell on such a holiday reads the week before it. Every other step
-    reads as usual. None where nothing can move: no holiday calendar, or a step that does not
-    divide a day."""
-    if not holidays or NS_PER_DAY % step.value:
+    steps at most, on the wall clock of ``calendar_tz``. A public holiday on a working day is
+    read as ``holiday_as_sunday`` reads it: it takes its plain source's time of day on the most
+    recent day off at or before that source (a Sunday, or another such holiday), and the weekly
+    profile's Sunday; a working day whose last week's value fell on such a holiday reads the
+    week before it. Where the UTC offset changes within the history or the horizon, every
+    naive reads the history on the wall clock (``WallClock``). Every other step reads as
+    usual. None where nothing can move: no holiday calendar and no change of offset, or a step
+    that does not divide a day."""
+    if NS_PER_DAY % step.value:
         return None
     ends, inverse = np.unique(last.tz_convert("UTC").as_unit("ns").asi8, return_inverse=True)
-    found = [_naive_sources(int(end), horizon, step.value, calendar_tz, holidays, reach)
-             for end in ends]
-    return NaiveSources(*(np.stack([f[i] for f in found])[inverse.reshape(-1)]
-                          for i in range(3)))
+    clocks = [_wall_clock(int(end), horizon, step.value, calendar_tz, reach) for end in ends]
+    moved = [clock for clock in clocks if clock.history is not None]
+    if not holidays and not moved:
+        return None
+    width = max([horizon, *(int(clock.horizon.max()) + 1 for clock in moved)])
+    found = [_naive_sources(clock.end, width, step.value, holidays, reach) for clock in clocks]
+    group = inverse.reshape(-1)
+    wall = None
+    if moved:
+        wall = WallClock(
+            np.stack([np.arange(-reach, 0) if c.history is None else c.history for c in clocks]),
+            np.stack([np.arange(horizon) if c.horizon is None else c.horizon for c in clocks]),
+            group)
+    return NaiveSources(*(np.stack([f[i] for f in found])[group] for i in range(3)), wall=wall)
+
+
+@dataclass(frozen=True)
+class _Clock:
+    end: int  # the history's last step on the wall clock, in nanoseconds
+    history: np.ndarray | None  # WallClock.history's row; None: the UTC steps
+    horizon: np.ndarray | None  # WallClock.horizon's row
 
 
 @functools.lru_cache(maxsize=256)
-def _naive_sources(end_ns: int, horizon: int, step_ns: int, calendar_tz: str, holidays: str,
+def _wall_clock(end_ns: int, horizon: int, step_ns: int, calendar_tz: str, reach: int
+                ) -> _Clock:
+    """The wall clock of the ``reach`` steps up to ``end_ns`` and the ``horizon`` after it;
+    the UTC steps where the offset does not change, or changes by what a step does not divide."""
+    stamps = window_timestamps(pd.DatetimeIndex([end_ns + horizon * step_ns], tz="UTC"),
+                               reach + horizon, pd.Timedelta(step_ns))
+    offset = (stamps.tz_convert(calendar_zone(calendar_tz)).tz_localize(None).as_unit("ns")
+              .asi8 - stamps.as_unit("ns").asi8)
+    change = offset - offset[reach - 1]
+    local_end = end_ns + int(offset[reach - 1])
+    if not change.any() or (change % step_ns).any():
+        return _Clock(local_end, None, None)
+    # Each UTC step's place on the wall clock: 0 the history's last step, 1 the next.
+    place = np.arange(reach + horizon) - (reach - 1) + change // step_ns
+    # A clock that went back in the history's last hour left steps after its last on the
+    # wall clock: those are not read.
+    past = np.flatnonzero((place[:reach] > -reach) & (place[:reach] <= 0))[::-1]
+    # Where a clock going back repeats an hour, the later reading of it (the first found).
+    places, first = np.unique(place[past], return_index=True)
+    history = np.zeros(reach, np.int64)
+    history[places + reach - 1] = past[first] - reach
+    # The repeated hour at the start of a horizon reads the horizon's first wall-clock step.
+    ahead = np.maximum(place[reach:] - 1, 0)
+    for array in (history, ahead):
+        array.flags.writeable = False
+    return _Clock(local_end, history, ahead)
+
+
+@functools.lru_cache(maxsize=256)
+def _naive_sources(end_ns: int, horizon: int, step_ns: int, holidays: str,
                    reach: int) -> tuple[np.ndarray, ...]:
+    """On the wall clock: ``end_ns`` is the history's last step in local nanoseconds."""
     day = NS_PER_DAY // step_ns
     week = 7 * day
-    weekday, holiday = _days_of(end_ns + horizon * step_ns, reach + horizon, step_ns,
-                                calendar_tz, holidays)
+    weekday, holiday = _days_of(end_ns + horizon * step_ns, reach + horizon, step_ns, "UTC",
+                                holidays)
     day_off = holiday | (weekday >= 5)
     working_holiday = holiday & (weekday < 5)
     moved = working_holiday[reach:]

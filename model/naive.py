@@ -10,6 +10,7 @@ seasonal naive's in-sample error: MASE's scale, and the recalibration's for zero
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -66,7 +67,8 @@ def weekly_profile(history: np.ndarray, horizon: int, steps_per_day: int,
     carried on at the last day's level.
 
     Days are blocks of ``steps_per_day`` counted back from the history's end, so the forecast's
-    first block is a whole day and no calendar is needed. Averaged over weeks, the profile
+    first block is a whole day and no calendar is needed (across a DST switch the history is
+    read on the wall clock first: ``naive_forecasts``). Averaged over weeks, the profile
     keeps little of any one day's noise, which seasonal naive copies; scaled to the last day,
     the forecast follows a drift of level that a week-old copy misses (on the smooth
     load-like series of the generalisation suite, close to statsforecast's MSTL:
@@ -108,10 +110,27 @@ def weekly_profile(history: np.ndarray, horizon: int, steps_per_day: int,
     return forecast.astype(np.float32)
 
 
-def naive_forecast(name: str, history: np.ndarray, horizon: int, steps_per_day: int,
-                   sources: NaiveSources | None = None) -> np.ndarray:
-    """The naive of NAIVES called ``name``, read on the calendar where ``sources`` are given
-    (``model.features.naive_sources``)."""
+def on_wall_clock(history: np.ndarray, reads: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """The last ``reach`` steps of ``history`` [B, n] on the wall clock: row b's step k is the
+    UTC step ``reads[group[b], k]`` back from its end (``model.features.WallClock``); NaN where
+    the clock skipped an hour, or before the history starts."""
+    reach = reads.shape[1]
+    history = history[:, -reach:]
+    batch, n_steps = history.shape
+    dtype = np.result_type(history.dtype, np.float32)
+    # A NaN column past the end: what an unread step reads, in one gather per group.
+    padded = np.concatenate([history.astype(dtype, copy=False),
+                             np.full((batch, 1), np.nan, dtype)], axis=1)
+    local = np.empty(history.shape, dtype)
+    for g in np.unique(group):
+        index = n_steps + reads[g, reach - n_steps :]
+        index = np.where((index >= 0) & (index < n_steps), index, n_steps)
+        local[group == g] = padded[np.ix_(np.flatnonzero(group == g), index)]
+    return local
+
+
+def _naive(name: str, history: np.ndarray, horizon: int, steps_per_day: int,
+           sources: NaiveSources | None) -> np.ndarray:
     if name == "last_day":
         return last_season(history, horizon, steps_per_day,
                            None if sources is None else sources.day)
@@ -124,7 +143,17 @@ def naive_forecast(name: str, history: np.ndarray, horizon: int, steps_per_day: 
 
 
 def naive_forecasts(history: np.ndarray, horizon: int, steps_per_day: int,
-                    sources: NaiveSources | None = None) -> np.ndarray:
-    """[len(NAIVES), B, horizon]: each of NAIVES, in that order."""
-    return np.stack([naive_forecast(name, history, horizon, steps_per_day, sources)
-                     for name in NAIVES])
+                    sources: NaiveSources | None = None, names: Sequence[str] = NAIVES
+                    ) -> np.ndarray:
+    """[len(names), B, horizon]: each naive of ``names`` (of NAIVES), read on the calendar where
+    ``sources`` are given (``model.features.naive_sources``), on the wall clock where they say
+    so: the history read on it once for all of them."""
+    wall = None if sources is None else sources.wall
+    if wall is None:
+        return np.stack([_naive(name, history, horizon, steps_per_day, sources)
+                         for name in names])
+    local = on_wall_clock(history, wall.history, wall.group)
+    ahead = wall.horizon[wall.group]
+    return np.stack([np.take_along_axis(
+        _naive(name, local, sources.day.shape[1], steps_per_day, sources), ahead, axis=1)
+        for name in names])

@@ -21,8 +21,10 @@ the band is zero wide):
    on a working day as the network's calendar does, as a Sunday: they take that step from
    the most recent day off and from the profile's Sunday (``model.features.naive_sources``),
    and a working day whose week-old value fell on such a holiday reads the week before.
-   Calendar-blind, they forecast Milan's Christmas and New Year's Day as working days from
-   working days, and the blend took the network's holiday forecast back towards them
+   Across a DST switch of the model's calendar they read the history on its wall clock, as
+   the network's calendar features do. Calendar-blind, they forecast Milan's Christmas and
+   New Year's Day as working days from working days, and the blend took the network's
+   holiday forecast back towards them
    (docs/benchmarks.md, "The blend's simple forecasts read holidays as Sundays").
 2. Each quantile level except the median is moved to hold on the windows:
    ``q_i + k_i * width``, where ``width`` is the forecast's own outermost band (P10-P90 by
@@ -71,7 +73,6 @@ import pandas as pd
 from kpi_forecast.model.features import NaiveSources, naive_sources
 from kpi_forecast.model.naive import (
     NAIVES,
-    naive_forecast,
     naive_forecasts,
     naive_reach,
     seasonal_error,
@@ -148,9 +149,10 @@ class Recalibration:
             recent = history[:, -naive_reach(self.steps_per_day) :]
             model, horizon = forecast[..., self.median], forecast.shape[1]
             # Only the naives with a share: a single forecast pays for no other.
-            naives = np.stack([
-                naive_forecast(name, recent, horizon, self.steps_per_day, sources) if share > 0
-                else np.zeros_like(model) for name, share in self.naive_shares().items()])
+            taken = [name for name, share in self.naive_shares().items() if share > 0]
+            found = dict(zip(taken, naive_forecasts(recent, horizon, self.steps_per_day,
+                                                    sources, taken), strict=True))
+            naives = np.stack([found.get(name, np.zeros_like(model)) for name in NAIVES])
             shift = blend_shift(self.shares, model, naives)
             forecast = forecast + shift[..., None].astype(forecast.dtype)
         width = forecast[..., -1:] - forecast[..., :1]

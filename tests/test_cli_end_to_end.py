@@ -15,7 +15,7 @@ from kpi_forecast.cli.main import main
 from kpi_forecast.data.ingest import load_panel
 from kpi_forecast.data.synthetic import generate
 from kpi_forecast.model.artifact import load_metadata
-from kpi_forecast.model.naive import PROFILE_WEEKS, naive_forecast
+from kpi_forecast.model.naive import PROFILE_WEEKS, naive_forecasts
 from kpi_forecast.model.runtime import OnnxForecaster
 from kpi_forecast.training.fit import load_network
 from kpi_forecast.training.predict import last_windows
@@ -273,7 +273,7 @@ def test_predict_recalibrates_on_the_windows_before_each_cells_last_sample(
     median = plain["p50"].to_numpy().reshape(len(order), -1)
     expected = median.copy()
     for name, share in shares.items():
-        naive = naive_forecast(name, history[order], median.shape[1], 24)
+        naive = naive_forecasts(history[order], median.shape[1], 24, names=(name,))[0]
         expected += share * np.nan_to_num(naive - median)
     # A blend of float32 numbers (a product and a sum per naive), each number written to the
     # CSV at float32's precision: a few roundings of the largest of them.

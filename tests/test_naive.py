@@ -1,13 +1,13 @@
 """The simple forecasts the recalibration blends with the model (model.naive)."""
 
 import numpy as np
+import pandas as pd
 import pytest
 
-from kpi_forecast.model.features import NaiveSources
+from kpi_forecast.model.features import NaiveSources, naive_sources
 from kpi_forecast.model.naive import (
     NAIVES,
     last_season,
-    naive_forecast,
     naive_forecasts,
     weekly_profile,
 )
@@ -92,4 +92,71 @@ def test_on_the_calendar_each_naive_reads_the_steps_it_is_given() -> None:
 
 def test_an_unknown_naive_is_named_in_the_error() -> None:
     with pytest.raises(ValueError, match="'yesterday'.*last_day, last_week, weekly_profile"):
-        naive_forecast("yesterday", weekly_series(weeks=1), DAY, DAY)
+        naive_forecasts(weekly_series(weeks=1), DAY, DAY, names=("yesterday",))
+
+
+def wall_clock_series(stamps: pd.DatetimeIndex) -> np.ndarray:
+    """A load that follows the Paris wall clock, the same every week: a weekday level times
+    a daily shape whose every hour differs."""
+    local = stamps.tz_convert("Europe/Paris").tz_localize(None)
+    day = (local - local.normalize()) / pd.Timedelta("1D")
+    shape = 2.0 + np.sin(2 * np.pi * day) + 0.5 * np.cos(6 * np.pi * day)
+    return ((10.0 + 3.0 * local.day_of_week) * shape).to_numpy().astype(np.float32)
+
+
+@pytest.mark.parametrize("step", ["1h", "15min"])
+@pytest.mark.parametrize("end, horizon_days", [
+    ("2025-04-01 23:00", 1),  # a week after the clocks went forward: last week's is before
+    ("2025-10-28 23:00", 1),  # ... went back
+    ("2025-03-29 23:00", 2),  # the horizon holds the hour the clock skips
+    ("2025-10-25 23:00", 2),  # ... the hour it repeats
+])
+def test_across_a_dst_switch_the_naives_read_the_same_local_time(
+        step: str, end: str, horizon_days: int) -> None:
+    step_td = pd.Timedelta(step)
+    per_day = int(pd.Timedelta("1D") / step_td)
+    horizon, weeks = horizon_days * per_day, 3
+    last = pd.DatetimeIndex([pd.Timestamp(end, tz="Europe/Paris")])
+    stamps = pd.DatetimeIndex(last[0].tz_convert("UTC")
+                              + step_td * np.arange(1 - weeks * 7 * per_day, horizon + 1))
+    values = wall_clock_series(stamps)[None]
+    history, actual = values[:, :-horizon], values[0, -horizon:]
+    sources = naive_sources(last, horizon, step_td, "Europe/Paris", "", 8 * 7 * per_day)
+    assert sources is not None and sources.wall is not None
+    naives = naive_forecasts(history, horizon, per_day, sources)
+    tolerance = rounding_tolerance(7 * per_day, values.max())
+    # Last week's values and the weekly profile are the horizon itself: the load repeats
+    # every week on the wall clock.
+    np.testing.assert_array_equal(naives[1, 0], actual)
+    np.testing.assert_allclose(naives[2, 0], actual, rtol=0, atol=tolerance)
+    # The last day's values: the same local time a day before, the last day again after it.
+    local = stamps[-horizon:].tz_convert("Europe/Paris").tz_localize(None)
+    local_end = last[0].tz_localize(None)
+    days_back = 1 + ((local - local_end) // step_td - 1) // per_day
+    expected = wall_clock_series((local - pd.to_timedelta(days_back, "D"))
+                                 .tz_localize("Europe/Paris", ambiguous="NaT"))
+    np.testing.assert_array_equal(naives[0, 0], expected)
+    # Read in UTC steps, 168 hours back is an hour off the local time for a week.
+    plain = naive_forecasts(history, horizon, per_day)
+    assert np.abs(plain[1, 0] - actual).max() > 1.0
+
+
+def test_rows_far_from_a_switch_read_as_before_beside_rows_across_one() -> None:
+    hour, per_day = pd.Timedelta("1h"), 24
+    ends = pd.DatetimeIndex([pd.Timestamp("2025-04-01 23:00", tz="Europe/Paris"),
+                             pd.Timestamp("2025-06-10 23:00", tz="Europe/Paris")] * 2)
+    rng = np.random.default_rng(0)
+    history = rng.uniform(10, 100, (4, 3 * WEEK)).astype(np.float32)
+    sources = naive_sources(ends, per_day, hour, "Europe/Paris", "", 8 * WEEK)
+    assert sources is not None and sources.wall is not None
+    naives = naive_forecasts(history, per_day, per_day, sources)
+    plain = naive_forecasts(history, per_day, per_day)
+    np.testing.assert_array_equal(naives[:, 1::2], plain[:, 1::2])  # 8 weeks after the switch
+    assert np.abs(naives[1, ::2] - plain[1, ::2]).max() > 0  # a week after it
+    # A batch split in blocks (the runtime's) reads each block's rows alike.
+    halves = [naive_forecasts(history[r], per_day, per_day, sources.rows(r))
+              for r in (slice(0, 1), slice(1, 4))]
+    np.testing.assert_array_equal(np.concatenate(halves, axis=1), naives)
+    # No calendar with DST, or no switch within the naives' reach: nothing moves.
+    assert naive_sources(ends[1:2], per_day, hour, "Europe/Paris", "", 8 * WEEK) is None
+    assert naive_sources(ends, per_day, hour, "+01:00", "", 8 * WEEK) is None
