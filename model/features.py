@@ -276,7 +276,8 @@ def naive_sources(last: pd.DatetimeIndex, horizon: int, step: pd.Timedelta, cale
     if not holidays and not moved:
         return None
     width = max([horizon, *(int(clock.horizon.max()) + 1 for clock in moved)])
-    found = [_naive_sources(clock.end, width, step.value, holidays, reach) for clock in clocks]
+    found = [_naive_sources(clock.end, width, step.value, clock.zone, holidays, reach)
+             for clock in clocks]
     group = inverse.reshape(-1)
     wall = None
     if moved:
@@ -289,7 +290,11 @@ def naive_sources(last: pd.DatetimeIndex, horizon: int, step: pd.Timedelta, cale
 
 @dataclass(frozen=True)
 class _Clock:
-    end: int  # the history's last step on the wall clock, in nanoseconds
+    """Where ``_naive_sources`` counts steps: on the wall clock (``end`` in local nanoseconds,
+    ``zone`` UTC), or in UTC steps read in the calendar's zone."""
+
+    end: int  # the history's last step
+    zone: str
     history: np.ndarray | None  # WallClock.history's row; None: the UTC steps
     horizon: np.ndarray | None  # WallClock.horizon's row
 
@@ -304,9 +309,8 @@ def _wall_clock(end_ns: int, horizon: int, step_ns: int, calendar_tz: str, reach
     offset = (stamps.tz_convert(calendar_zone(calendar_tz)).tz_localize(None).as_unit("ns")
               .asi8 - stamps.as_unit("ns").asi8)
     change = offset - offset[reach - 1]
-    local_end = end_ns + int(offset[reach - 1])
     if not change.any() or (change % step_ns).any():
-        return _Clock(local_end, None, None)
+        return _Clock(end_ns, calendar_tz, None, None)
     # Each UTC step's place on the wall clock: 0 the history's last step, 1 the next.
     place = np.arange(reach + horizon) - (reach - 1) + change // step_ns
     # A clock that went back in the history's last hour left steps after its last on the
@@ -320,17 +324,16 @@ def _wall_clock(end_ns: int, horizon: int, step_ns: int, calendar_tz: str, reach
     ahead = np.maximum(place[reach:] - 1, 0)
     for array in (history, ahead):
         array.flags.writeable = False
-    return _Clock(local_end, history, ahead)
+    return _Clock(end_ns + int(offset[reach - 1]), "UTC", history, ahead)
 
 
 @functools.lru_cache(maxsize=256)
-def _naive_sources(end_ns: int, horizon: int, step_ns: int, holidays: str,
+def _naive_sources(end_ns: int, horizon: int, step_ns: int, calendar_tz: str, holidays: str,
                    reach: int) -> tuple[np.ndarray, ...]:
-    """On the wall clock: ``end_ns`` is the history's last step in local nanoseconds."""
     day = NS_PER_DAY // step_ns
     week = 7 * day
-    weekday, holiday = _days_of(end_ns + horizon * step_ns, reach + horizon, step_ns, "UTC",
-                                holidays)
+    weekday, holiday = _days_of(end_ns + horizon * step_ns, reach + horizon, step_ns,
+                                calendar_tz, holidays)
     day_off = holiday | (weekday >= 5)
     working_holiday = holiday & (weekday < 5)
     moved = working_holiday[reach:]
