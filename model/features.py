@@ -304,10 +304,20 @@ def _wall_clock(end_ns: int, horizon: int, step_ns: int, calendar_tz: str, reach
                 ) -> _Clock:
     """The wall clock of the ``reach`` steps up to ``end_ns`` and the ``horizon`` after it;
     the UTC steps where the offset does not change, or changes by what a step does not divide."""
-    stamps = window_timestamps(pd.DatetimeIndex([end_ns + horizon * step_ns], tz="UTC"),
-                               reach + horizon, pd.Timedelta(step_ns))
-    offset = (stamps.tz_convert(calendar_zone(calendar_tz)).tz_localize(None).as_unit("ns")
-              .asi8 - stamps.as_unit("ns").asi8)
+    def offsets(stamps: pd.DatetimeIndex) -> np.ndarray:
+        return (stamps.tz_convert(calendar_zone(calendar_tz)).tz_localize(None).as_unit("ns")
+                .asi8 - stamps.as_unit("ns").asi8)
+
+    # A clock changes for months, not hours: one reading a day tells whether it changed at
+    # all, and spares a 2-minute model's serving path 40,000 conversions per new timestamp.
+    first, last = end_ns - (reach - 1) * step_ns, end_ns + horizon * step_ns
+    daily = np.append(np.arange(first, last, NS_PER_DAY), last)
+    if (offsets(pd.DatetimeIndex(daily, tz="UTC")) == offsets(pd.DatetimeIndex(
+            [end_ns], tz="UTC"))).all():
+        return _Clock(end_ns, calendar_tz, None, None)
+    stamps = window_timestamps(pd.DatetimeIndex([last], tz="UTC"), reach + horizon,
+                               pd.Timedelta(step_ns))
+    offset = offsets(stamps)
     change = offset - offset[reach - 1]
     if not change.any() or (change % step_ns).any():
         return _Clock(end_ns, calendar_tz, None, None)
