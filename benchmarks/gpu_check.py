@@ -38,6 +38,7 @@ import math
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -352,18 +353,36 @@ def prepare(bundle: Path) -> None:
           f"PYTHONPATH={site} python3 -m benchmarks.gpu_check --model {model}")
 
 
+def run_part(name: str, measure: Callable[[], list[dict]]) -> list[dict]:
+    """One part's rows; a part that breaks becomes one failed row (its traceback on stderr),
+    so that a first run on a new node still reports every other part."""
+    started = time.monotonic()
+    try:
+        rows = measure()
+    except Exception as exc:  # noqa: BLE001 - any failure is the node's finding, reported
+        traceback.print_exc()
+        rows = [row(name, f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:80]}",
+                    ok=False)]
+    print(f"gpu-check: {name}: {len(rows)} row(s) in {time.monotonic() - started:.1f} s",
+          file=sys.stderr, flush=True)
+    return rows
+
+
 def report(args: argparse.Namespace, device: str) -> tuple[str, bool]:
     started = time.monotonic()
-    rows = network_parity(device)
     if device != "cuda":
         tokens, contexts = DRY_RUN_TOKENS, DRY_RUN_CONTEXTS
     else:
         tokens = QUICK_TOKENS if args.quick else TOKENS
         contexts = LONG_CONTEXTS[:1] if args.quick else LONG_CONTEXTS
-    rows += attention_scaling(tokens, device)
-    rows += long_context(device, contexts)
-    rows += training_run(device, steps_per_epoch=4 if args.quick else 50)
-    rows += onnx_graphs(Path(args.model), device)
+    parts = {
+        "default network": functools.partial(network_parity, device),
+        "self-attention": functools.partial(attention_scaling, tokens, device),
+        "long-context network": functools.partial(long_context, device, contexts),
+        "training": functools.partial(training_run, device, 4 if args.quick else 50),
+        "ONNX graphs": functools.partial(onnx_graphs, Path(args.model), device),
+    }
+    rows = [r for name, measure in parts.items() for r in run_part(name, measure)]
     table = pd.DataFrame(rows).reindex(columns=COLUMNS)
     passed = bool(table["ok"].dropna().all())
     table["ok"] = table["ok"].map({True: "yes", False: "**NO**"})

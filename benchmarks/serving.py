@@ -18,7 +18,12 @@ reported beside what it is compared with:
 4. 1000 cells in one batch call, Arrow and JSON, against the model's bare graph call on the same
    1000 rows in this process.
 
-    python -m benchmarks.serving [--seconds 10] [--threads 0]
+    python -m benchmarks.serving [--seconds 10] [--threads 0] [--model DIR]
+        [--server-cpus 0,1 --client-cpus 2-5]
+
+On a machine with more cores than the xApp is given, ``--server-cpus`` and ``--client-cpus``
+pin the xApp (with the no-op server and this process's bare graph calls) and `hey` to disjoint
+cores, so that the load generator's own queueing stays out of the xApp's figures.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import csv
 import datetime as dt
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -42,7 +48,7 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.common import RAW, free_port, machine, write_section
-from benchmarks.runtime import CONTEXT, default_model
+from kpi_forecast.model.artifact import load_metadata
 from kpi_forecast.model.features import forecast_calendar
 from kpi_forecast.model.runtime import OnnxForecaster, RuntimeOptions
 from kpi_forecast.xapp import binary
@@ -106,12 +112,26 @@ def server_side(before: dict[float, float], after: dict[float, float]) -> tuple[
     return within, p99 * 1000.0
 
 
+CLIENT_CPUS: set[int] | None = None  # hey's cores, where --client-cpus pins it
+
+
+def cpu_list(text: str) -> set[int]:
+    """Linux's CPU list syntax, as taskset and cpusets write it: ``0,1`` or ``2-5,8``."""
+    cpus: set[int] = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return cpus
+
+
 def hey(url: str, body: Path, seconds: float, connections: int, rate: int) -> dict:
     """One `hey` run; latency percentiles of the 200 answers only, status counts."""
     done = subprocess.run(
         ["hey", "-z", f"{seconds}s", "-c", str(connections), "-q", str(rate), "-m", "POST",
          "-T", "application/json", "-D", str(body), "-o", "csv", f"{url}/v1/forecast"],
         capture_output=True, text=True, check=True,
+        preexec_fn=None if CLIENT_CPUS is None else (
+            lambda: os.sched_setaffinity(0, CLIENT_CPUS)),
     )
     rows = list(csv.DictReader(io.StringIO(done.stdout)))
     ok = np.array([float(r["response-time"]) for r in rows if r["status-code"] == "200"]) * 1e3
@@ -167,21 +187,21 @@ def serving(command: list[str]) -> Iterator[tuple[str, int]]:
         server.wait(30)
 
 
-def arrow_body(cells: int) -> bytes:
+def arrow_body(cells: int, context: int) -> bytes:
     rng = np.random.default_rng(0)
     return binary.write_request(
         [f"cell-{i:05d}" for i in range(cells)],
         [pd.Timestamp("2024-03-01", tz="UTC")] * cells,
-        list(rng.gamma(2.0, 10.0, (cells, CONTEXT)).astype(np.float32)))
+        list(rng.gamma(2.0, 10.0, (cells, context)).astype(np.float32)))
 
 
 def batch_calls(url: str, cells: int, repeats: int, bare: BareGraph) -> list[dict]:
     """Each body's calls, every one right after a bare graph call on the same rows in this
     process: the two are measured side by side, through the same moments of the machine."""
-    arrow = arrow_body(cells)
+    arrow = arrow_body(cells, bare.context)
     rng = np.random.default_rng(0)
     items = [{"cell_id": f"cell-{i:05d}", "start": "2024-03-01T00:00:00+00:00", "freq": "1h",
-              "values": [round(float(v), 2) for v in rng.gamma(2.0, 10.0, CONTEXT)]}
+              "values": [round(float(v), 2) for v in rng.gamma(2.0, 10.0, bare.context)]}
              for i in range(cells)]
     json_body = json.dumps({"items": items}).encode()
     rows = []
@@ -218,10 +238,11 @@ class BareGraph:
     def __init__(self, model_dir: Path, cells: int, threads: int) -> None:
         self.forecaster = OnnxForecaster(model_dir, RuntimeOptions(intra_op_threads=threads))
         meta, step = self.forecaster.metadata, self.forecaster.step
-        self.values = np.random.default_rng(0).gamma(2.0, 10.0, (cells, CONTEXT)).astype(
+        self.context = meta.context
+        self.values = np.random.default_rng(0).gamma(2.0, 10.0, (cells, meta.context)).astype(
             np.float32)
-        last = pd.DatetimeIndex([pd.Timestamp("2024-03-01", tz="UTC") + (CONTEXT - 1) * step]
-                                * cells)
+        last = pd.DatetimeIndex(
+            [pd.Timestamp("2024-03-01", tz="UTC") + (meta.context - 1) * step] * cells)
         self.calendar = forecast_calendar(last, meta.context, meta.horizon, step,
                                           meta.calendar_tz, meta.holidays)
 
@@ -247,19 +268,38 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--threads", type=int, default=0,
                         help="ONNX Runtime intra-op threads of the xApp (0: all cores)")
+    parser.add_argument("--model", type=Path,
+                        help="serve this exported default-size model rather than exporting one "
+                        "(a node whose torch or onnx differ from the project's)")
+    parser.add_argument("--server-cpus", type=cpu_list, metavar="LIST",
+                        help="the xApp's cores (and this process's), e.g. 0,1")
+    parser.add_argument("--client-cpus", type=cpu_list, metavar="LIST",
+                        help="hey's cores, e.g. 2-5; with --server-cpus")
     args = parser.parse_args()
     if shutil.which("hey") is None:
         print("skipped: `hey` is not installed (apt-get install hey)")
         return 0
+    if (args.server_cpus is None) != (args.client_cpus is None):
+        parser.error("--server-cpus and --client-cpus go together")
+    if args.server_cpus is not None:
+        if args.server_cpus & args.client_cpus:
+            parser.error("--server-cpus and --client-cpus share cores")
+        global CLIENT_CPUS
+        CLIENT_CPUS = args.client_cpus
+        os.sched_setaffinity(0, args.server_cpus)  # the xApp and the no-op server inherit it
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir = Path(tmp) / "model"
-        model_dir.mkdir()
-        default_model(model_dir)
+        model_dir = args.model or Path(tmp) / "model"
+        if args.model is None:
+            from benchmarks.runtime import default_model  # torch and onnx: only to export
+
+            model_dir.mkdir()
+            default_model(model_dir)
+        context = load_metadata(model_dir).context
         body = Path(tmp) / "body.json"
         rng = np.random.default_rng(0)
         body.write_text(json.dumps({
             "cell_id": "c1", "start": "2013-12-01T00:00:00+01:00", "freq": "1h",
-            "values": [round(float(v), 2) for v in rng.gamma(2.0, 10.0, CONTEXT)],
+            "values": [round(float(v), 2) for v in rng.gamma(2.0, 10.0, context)],
             "horizon": 24,
         }))
         results = run_scenarios(Path(tmp), model_dir, body, args)
@@ -316,9 +356,14 @@ def run_scenarios(tmp: Path, model_dir: Path, body: Path, args: argparse.Namespa
         hey(noop_url, body, 2, *STEADY)
         noop = hey(noop_url, body, seconds, *STEADY)
     burst = burst_call(model_dir)
-    return {"ramp": ramp, "capacity": capacity, "steady": steady, "below": below,
-            "overload": overload, "rss": (rss_before, rss_after), "noop": noop,
-            "int8": int8, "burst": burst, "batches": batches}
+    return {"context": load_metadata(model_dir).context, "ramp": ramp, "capacity": capacity,
+            "steady": steady, "below": below, "overload": overload,
+            "rss": (rss_before, rss_after), "noop": noop, "int8": int8, "burst": burst,
+            "batches": batches}
+
+
+def cpu_text(cpus: set[int]) -> str:
+    return ",".join(str(c) for c in sorted(cpus))
 
 
 def write_results(results: dict, args: argparse.Namespace) -> None:
@@ -344,7 +389,11 @@ def write_results(results: dict, args: argparse.Namespace) -> None:
     batches.to_csv(RAW / "serving_batch.csv", index=False)
     command = "python -m benchmarks.serving" + (
         f" --seconds {args.seconds:g}" if args.seconds != 10 else "") + (
-        f" --threads {args.threads}" if args.threads != 0 else "")
+        f" --threads {args.threads}" if args.threads != 0 else "") + (
+        f" --server-cpus {cpu_text(args.server_cpus)} --client-cpus "
+        f"{cpu_text(args.client_cpus)}" if args.server_cpus else "")
+    where_hey = (f"on cores of its own ({len(args.client_cpus)}; the xApp has "
+                 f"{len(args.server_cpus)})" if args.server_cpus else "on the same cores")
     rss_before, rss_after = results["rss"]
     at = {run["x_capacity"]: run for run in results["overload"]}
     worst_shed_below = max(run["shed_fraction"] for run in results["below"])
@@ -359,11 +408,11 @@ def write_results(results: dict, args: argparse.Namespace) -> None:
         "",
         f"Measured {dt.date.today()} on {machine()}, with `{command}` (part of `make bench`): "
         f"`kpi-forecast serve` (uvicorn with uvloop and httptools, one process) with the "
-        f"default-size model (context {CONTEXT} h, horizon 24 h, 3 members), a "
+        f"default-size model (context {results['context']} h, horizon 24 h, 3 members), a "
         f"{BUDGET_MS:g} ms latency budget, ONNX Runtime intra-op threads "
         f"{args.threads or 'automatic (one per call, large batches split across the cores)'}, "
-        "dynamic batching (max batch 64, max queue delay 2 ms); the load generator `hey` runs "
-        "on the same cores. Client latencies are `hey`'s, of the 200 answers; `goodput_rps` is "
+        f"dynamic batching (max batch 64, max queue delay 2 ms); the load generator `hey` runs "
+        f"{where_hey}. Client latencies are `hey`'s, of the 200 answers; `goodput_rps` is "
         "what the xApp answered from the model within the budget "
         "(`kpi_forecast_goodput_requests_total`), per second; `server_*` come from its own "
         "latency histogram (`server_p99_le_ms` is a bucket bound). `hey` starts its "

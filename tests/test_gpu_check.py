@@ -101,3 +101,18 @@ def test_math_attention_out_of_memory_leaves_the_fused_kernels_timed(
     fused = rows["512 tokens, SDPA, bf16"]
     assert fused["ms"] > 0 and "x math" not in fused and "ok" not in fused
     assert rows["256 tokens, SDPA, bf16"]["x math"] > 0 and rows["256 tokens, SDPA, bf16"]["ok"]
+
+
+def test_a_part_that_breaks_is_one_failed_row_and_the_next_part_still_runs(
+        capsys: pytest.CaptureFixture) -> None:
+    """A first run on a new node (another torch, another pandas) must still report the rest."""
+    def broken() -> list[dict]:
+        raise RuntimeError("no kernel image is available for execution on the device\nmore")
+
+    rows = gpu_check.run_part("self-attention", broken)
+    rows += gpu_check.run_part("next", lambda: [gpu_check.row("next", "case", ok=True)])
+    assert rows[0] == {"part": "self-attention", "case": "failed: RuntimeError: no kernel "
+                       "image is available for execution on the device", "ok": False}
+    assert rows[1]["ok"] is True
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "gpu-check: next: 1 row(s)" in err
