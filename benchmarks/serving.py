@@ -90,6 +90,25 @@ def counters(url: str) -> dict[str, float]:
     return found
 
 
+ADMISSION_GAUGES = {  # the limit's state after a run, what it steered on in its last window
+    "kpi_forecast_admission_limit": "limit",
+    "kpi_forecast_queueing_delay_seconds": "delay_ms",
+    "kpi_forecast_service_time_seconds": "service_ms",
+    "kpi_forecast_queueing_delay_allowance_seconds": "allowance_ms",
+    "kpi_forecast_event_loop_lag_seconds": "loop_lag_ms",
+}
+
+
+def admission_state(url: str) -> dict[str, float]:
+    found = {}
+    for line in metric_lines(url):
+        name, _, value = line.partition(" ")
+        if name in ADMISSION_GAUGES:
+            found[ADMISSION_GAUGES[name]] = float(value) * (1000.0 if name.endswith(
+                "seconds") else 1.0)
+    return found
+
+
 def latency_buckets(url: str) -> dict[float, float]:
     """Cumulative counts of the xApp's own /v1/forecast latency histogram, by upper bound."""
     prefix = 'kpi_forecast_request_duration_seconds_bucket{le="'
@@ -159,7 +178,7 @@ def measured(url: str, body: Path, seconds: float, connections: int, rate: int) 
     run["server_within_budget"], run["server_p99_le_ms"] = server_side(
         buckets, latency_buckets(url))
     run["shed_fraction"] = run["shed_503"] / run["requests"] if run["requests"] else np.nan
-    return run
+    return run | admission_state(url)
 
 
 def capacity_of(ramp: list[dict]) -> dict | None:
@@ -376,6 +395,7 @@ def write_results(results: dict, args: argparse.Namespace) -> None:
     below = pd.DataFrame(results["below"])[load_columns + ["shed_fraction"]]
     overload = pd.DataFrame(results["overload"])[
         ["x_capacity", *load_columns, "goodput_ratio", "shed_fraction"]]
+    steering = pd.DataFrame(results["overload"])[["x_capacity", *ADMISSION_GAUGES.values()]]
     batches = pd.DataFrame(results["batches"])
     batches["x_bare_graph"] = batches["server_p50_ms"] / batches["bare_graph_p50_ms"]
     RAW.mkdir(parents=True, exist_ok=True)
@@ -439,6 +459,12 @@ def write_results(results: dict, args: argparse.Namespace) -> None:
         "### Admission on: at and beyond capacity (more connections at the capacity's rate each)",
         "",
         overload.to_markdown(index=False, floatfmt=".3g"),
+        "",
+        "The in-flight limit at the end of each run, and what it steered on in its last window "
+        "(the 99th percentiles of the queueing delay and of the service time, the allowance, "
+        "the event loop's lag):",
+        "",
+        steering.to_markdown(index=False, floatfmt=".3g"),
         "",
         "At 2x and 4x capacity: goodput "
         f"{min(r['goodput_ratio'] for r in overloaded):.2f}-"

@@ -466,6 +466,11 @@ def test_a_loop_later_than_the_budget_refuses_before_reading(model_dir: Path,
                                         headers={"content-type": "application/json"})
             assert refused.status_code == 503 and refused.json()["reason"] == "deadline"
             assert (await client.get("/ric/v1/health/ready")).status_code == 200
+            # The lag is on the dashboard: still tens of seconds after a few ticks' smoothing.
+            metrics = (await client.get("/ric/v1/metrics")).text
+            lag = next(float(line.split()[1]) for line in metrics.splitlines()
+                       if line.startswith("kpi_forecast_event_loop_lag_seconds "))
+            assert lag > 1.0
             service.loop_lag.seconds = 0.0
             assert (await client.post("/v1/forecast", json=body())).status_code == 200
 

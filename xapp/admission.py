@@ -64,4 +64,5 @@ class Admission:
         metrics.admission_limit.set(limit.limit)
         metrics.queueing_delay.set(limit.delay)
         metrics.queueing_allowance.set(limit.allowance)
+        metrics.loop_lag.set(self.loop_lag.seconds)
         metrics.service_time.set(limit.service)

@@ -185,6 +185,11 @@ class Metrics:
             "the budget: the budget, less the fallback's slice, less the service time.",
             registry=r,
         )
+        self.loop_lag = Gauge(
+            f"{PREFIX}_event_loop_lag_seconds",
+            "How late the event loop runs, smoothed over its last ticks: requests waited about "
+            "as long in their sockets, and their arrival counts from there.", registry=r,
+        )
         self.a1_requests = Counter(
             f"{PREFIX}_a1_policy_requests", "A1 policy requests taken, by operation and the "
             "status answered (unknown: not readable as a request).", ["operation", "status"],
