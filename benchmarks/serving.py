@@ -6,7 +6,8 @@ reported beside what it is compared with:
 
 1. **capacity**, with admission control off: the highest offered rate at which the accepted
    requests' p99 (at the client) stays within the budget, from `CONNECTIONS` connections
-   ramping their rate;
+   ramping their rate (on a machine where no step does, the results say so, and 2. is left
+   out);
 2. with admission on (a new process): the shed fraction below capacity, then goodput (model
    answers within the budget, per second) at 1, 1.5, 2 and 4 times capacity, as a ratio to it,
    by adding connections at the capacity's per-connection rate (hey's connections send in step,
@@ -346,25 +347,23 @@ def run_scenarios(tmp: Path, model_dir: Path, body: Path, args: argparse.Namespa
         # takes twice as long on these VMs), so a slow low step does not end it.
         ramp = [measured(url, body, seconds / 2, CONNECTIONS, rate) for rate in RAMP]
         capacity = capacity_of(ramp)
-        if capacity is None:
-            raise RuntimeError(f"not even {CONNECTIONS * RAMP[0]} requests/s were answered "
-                               f"within {BUDGET_MS:g} ms with admission off: {ramp[0]}")
         answer = httpx.post(f"{url}/v1/forecast", content=body.read_bytes(),
                             headers={"content-type": "application/json"}).content
-    rate = capacity["offered_rps"] // CONNECTIONS
     with serving(xapp_command(tmp, model_dir, "adaptive", args.threads)) as (url, pid):
         hey(url, body, 2, *STEADY)
         steady = measured(url, body, seconds, *STEADY)
-        below = [measured(url, body, seconds, CONNECTIONS, max(1, round(rate * f)))
-                 for f in BELOW]
-        rss_before = rss_mb(pid)
-        overload = []
-        for multiple in OVERLOAD:
-            run = measured(url, body, seconds, round(CONNECTIONS * multiple), rate)
-            run["x_capacity"] = multiple
-            run["goodput_ratio"] = run["goodput_rps"] / capacity["goodput_rps"]
-            overload.append(run)
-        rss_after = rss_mb(pid)
+        below, overload, rss = [], [], None
+        if capacity is not None:  # else nothing to take multiples of: reported as such
+            rate = capacity["offered_rps"] // CONNECTIONS
+            below = [measured(url, body, seconds, CONNECTIONS, max(1, round(rate * f)))
+                     for f in BELOW]
+            rss_before = rss_mb(pid)
+            for multiple in OVERLOAD:
+                run = measured(url, body, seconds, round(CONNECTIONS * multiple), rate)
+                run["x_capacity"] = multiple
+                run["goodput_ratio"] = run["goodput_rps"] / capacity["goodput_rps"]
+                overload.append(run)
+            rss = (rss_before, rss_mb(pid))
         batches = batch_calls(url, 1000, 20, BareGraph(model_dir, 1000, args.threads))
     with serving(xapp_command(tmp, model_dir, "adaptive", args.threads, "int8")) as (url, _):
         hey(url, body, 2, *STEADY)
@@ -377,7 +376,7 @@ def run_scenarios(tmp: Path, model_dir: Path, body: Path, args: argparse.Namespa
     burst = burst_call(model_dir)
     return {"context": load_metadata(model_dir).context, "ramp": ramp, "capacity": capacity,
             "steady": steady, "below": below, "overload": overload,
-            "rss": (rss_before, rss_after), "noop": noop, "int8": int8, "burst": burst,
+            "rss": rss, "noop": noop, "int8": int8, "burst": burst,
             "batches": batches}
 
 
@@ -385,64 +384,27 @@ def cpu_text(cpus: set[int]) -> str:
     return ",".join(str(c) for c in sorted(cpus))
 
 
-def write_results(results: dict, args: argparse.Namespace) -> None:
-    capacity, steady, noop = results["capacity"], results["steady"], results["noop"]
-    int8, burst = results["int8"], results["burst"]
-    load_columns = ["connections", "offered_rps", "ok_rps", "goodput_rps", "p50_ms", "p99_ms",
-                    "shed_503", "fallbacks", "other_errors", "server_within_budget",
-                    "server_p99_le_ms"]
-    ramp = pd.DataFrame(results["ramp"])[load_columns]
-    below = pd.DataFrame(results["below"])[load_columns + ["shed_fraction"]]
-    overload = pd.DataFrame(results["overload"])[
-        ["x_capacity", *load_columns, "goodput_ratio", "shed_fraction"]]
-    steering = pd.DataFrame(results["overload"])[["x_capacity", *ADMISSION_GAUGES.values()]]
-    batches = pd.DataFrame(results["batches"])
-    batches["x_bare_graph"] = batches["server_p50_ms"] / batches["bare_graph_p50_ms"]
-    RAW.mkdir(parents=True, exist_ok=True)
-    pd.concat([ramp.assign(phase="capacity ramp, admission off"),
-               below.assign(phase="below capacity, admission on"),
-               overload.assign(phase="overload, admission on"),
-               pd.DataFrame([steady]).assign(phase="200 requests/s"),
-               pd.DataFrame([int8]).assign(phase="200 requests/s, int8 graph"),
-               pd.DataFrame([noop]).assign(phase="200 requests/s, no-op handler")]).to_csv(
-        RAW / "serving_load.csv", index=False)
-    batches.to_csv(RAW / "serving_batch.csv", index=False)
-    command = "python -m benchmarks.serving" + (
-        f" --seconds {args.seconds:g}" if args.seconds != 10 else "") + (
-        f" --threads {args.threads}" if args.threads != 0 else "") + (
-        f" --server-cpus {cpu_text(args.server_cpus)} --client-cpus "
-        f"{cpu_text(args.client_cpus)}" if args.server_cpus else "")
-    where_hey = (f"on cores of its own ({len(args.client_cpus)}; the xApp has "
-                 f"{len(args.server_cpus)})" if args.server_cpus else "on the same cores")
+def verdict(met: bool) -> str:
+    return "met" if met else "**missed**"
+
+
+def admission_sections(results: dict, below: pd.DataFrame, overload: pd.DataFrame
+                       ) -> list[str]:
+    """The capacity, then admission below and beyond it; or why there was none to measure."""
+    capacity = results["capacity"]
+    if capacity is None:
+        first = results["ramp"][0]
+        return [f"**No capacity**: no step of the ramp was answered within the "
+                f"{BUDGET_MS:g} ms budget with nothing refused (the lowest, "
+                f"{first['offered_rps']} requests/s: accepted p99 {first['p99_ms']:.1f} ms), "
+                "so nothing was offered in multiples of it: the shedding and overload targets "
+                "were not measured in this run.", ""]
     rss_before, rss_after = results["rss"]
     at = {run["x_capacity"]: run for run in results["overload"]}
     worst_shed_below = max(run["shed_fraction"] for run in results["below"])
     overloaded = [at[m] for m in (2.0, 4.0)]
-    cost, int8_cost = steady["p99_ms"] / noop["p99_ms"], int8["p99_ms"] / noop["p99_ms"]
-    floor = (noop["p99_ms"] + burst["p50_ms"]) / noop["p99_ms"]
-    verdict = {True: "met", False: "**missed**"}.__getitem__
-    arrow = batches.iloc[0]
-
-    lines = [
-        "## The xApp over HTTP, under load (issues 4 and 22)",
-        "",
-        f"Measured {dt.date.today()} on {machine()}, with `{command}` (part of `make bench`): "
-        f"`kpi-forecast serve` (uvicorn with uvloop and httptools, one process) with the "
-        f"default-size model (context {results['context']} h, horizon 24 h, 3 members), a "
-        f"{BUDGET_MS:g} ms latency budget, ONNX Runtime intra-op threads "
-        f"{args.threads or 'automatic (one per call, large batches split across the cores)'}, "
-        f"dynamic batching (max batch 64, max queue delay 2 ms); the load generator `hey` runs "
-        f"{where_hey}. Client latencies are `hey`'s, of the 200 answers; `goodput_rps` is "
-        "what the xApp answered from the model within the budget "
-        "(`kpi_forecast_goodput_requests_total`), per second; `server_*` come from its own "
-        "latency histogram (`server_p99_le_ms` is a bucket bound). `hey` starts its "
-        "connections together and each sends at its own rate, so requests come in bursts of "
-        "one per connection.",
-        "",
-        f"### Capacity: admission off, {CONNECTIONS} connections ramping their rate",
-        "",
-        ramp.to_markdown(index=False, floatfmt=".3g"),
-        "",
+    steering = pd.DataFrame(results["overload"])[["x_capacity", *ADMISSION_GAUGES.values()]]
+    return [
         f"**Capacity: {capacity['offered_rps']} requests/s** ({CONNECTIONS} x "
         f"{capacity['offered_rps'] // CONNECTIONS}), the highest rate whose accepted p99 "
         f"({capacity['p99_ms']:.1f} ms) was within the budget with nothing refused and "
@@ -482,6 +444,63 @@ def write_results(results: dict, args: argparse.Namespace) -> None:
         f"{verdict(sum(r['other_errors'] for r in overloaded) == 0)}). Server memory (RSS) "
         f"{rss_before:.0f} MB before these runs, {rss_after:.0f} MB after.",
         "",
+    ]
+
+
+def write_results(results: dict, args: argparse.Namespace) -> None:
+    steady, noop = results["steady"], results["noop"]
+    int8, burst = results["int8"], results["burst"]
+    load_columns = ["connections", "offered_rps", "ok_rps", "goodput_rps", "p50_ms", "p99_ms",
+                    "shed_503", "fallbacks", "other_errors", "server_within_budget",
+                    "server_p99_le_ms"]
+    ramp = pd.DataFrame(results["ramp"])[load_columns]
+    below = pd.DataFrame(results["below"], columns=[*load_columns, "shed_fraction"])
+    overload = pd.DataFrame(results["overload"], columns=[
+        "x_capacity", *load_columns, "goodput_ratio", "shed_fraction"])
+    batches = pd.DataFrame(results["batches"])
+    batches["x_bare_graph"] = batches["server_p50_ms"] / batches["bare_graph_p50_ms"]
+    RAW.mkdir(parents=True, exist_ok=True)
+    phases = [ramp.assign(phase="capacity ramp, admission off"),
+              below.assign(phase="below capacity, admission on"),
+              overload.assign(phase="overload, admission on"),
+              pd.DataFrame([steady]).assign(phase="200 requests/s"),
+              pd.DataFrame([int8]).assign(phase="200 requests/s, int8 graph"),
+              pd.DataFrame([noop]).assign(phase="200 requests/s, no-op handler")]
+    pd.concat([frame for frame in phases if not frame.empty]).to_csv(
+        RAW / "serving_load.csv", index=False)
+    batches.to_csv(RAW / "serving_batch.csv", index=False)
+    command = "python -m benchmarks.serving" + (
+        f" --seconds {args.seconds:g}" if args.seconds != 10 else "") + (
+        f" --threads {args.threads}" if args.threads != 0 else "") + (
+        f" --server-cpus {cpu_text(args.server_cpus)} --client-cpus "
+        f"{cpu_text(args.client_cpus)}" if args.server_cpus else "")
+    where_hey = (f"on cores of its own ({len(args.client_cpus)}; the xApp has "
+                 f"{len(args.server_cpus)})" if args.server_cpus else "on the same cores")
+    cost, int8_cost = steady["p99_ms"] / noop["p99_ms"], int8["p99_ms"] / noop["p99_ms"]
+    floor = (noop["p99_ms"] + burst["p50_ms"]) / noop["p99_ms"]
+    arrow = batches.iloc[0]
+
+    lines = [
+        "## The xApp over HTTP, under load (issues 4 and 22)",
+        "",
+        f"Measured {dt.date.today()} on {machine()}, with `{command}` (part of `make bench`): "
+        f"`kpi-forecast serve` (uvicorn with uvloop and httptools, one process) with the "
+        f"default-size model (context {results['context']} h, horizon 24 h, 3 members), a "
+        f"{BUDGET_MS:g} ms latency budget, ONNX Runtime intra-op threads "
+        f"{args.threads or 'automatic (one per call, large batches split across the cores)'}, "
+        f"dynamic batching (max batch 64, max queue delay 2 ms); the load generator `hey` runs "
+        f"{where_hey}. Client latencies are `hey`'s, of the 200 answers; `goodput_rps` is "
+        "what the xApp answered from the model within the budget "
+        "(`kpi_forecast_goodput_requests_total`), per second; `server_*` come from its own "
+        "latency histogram (`server_p99_le_ms` is a bucket bound). `hey` starts its "
+        "connections together and each sends at its own rate, so requests come in bursts of "
+        "one per connection.",
+        "",
+        f"### Capacity: admission off, {CONNECTIONS} connections ramping their rate",
+        "",
+        ramp.to_markdown(index=False, floatfmt=".3g"),
+        "",
+        *admission_sections(results, below, overload),
         f"### Single-cell forecasts at 200 requests/s ({STEADY[0]} x {STEADY[1]}) against a "
         "no-op handler on the same stack",
         "",

@@ -1,9 +1,11 @@
 """The serving benchmark's core pinning: the xApp and `hey` on disjoint cores where asked."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from benchmarks.serving import cpu_list, cpu_text
@@ -30,3 +32,55 @@ def test_overlapping_or_lone_core_lists_are_refused_before_anything_runs(
         pytest.skip("hey is not installed (apt-get install hey)")
     assert done.returncode == 2
     assert why in done.stderr
+
+
+def load_run(**measured: float) -> dict:
+    """One `measured` run's figures, as the benchmark records them."""
+    return {"connections": 4, "offered_rps": 100, "ok_rps": 100.0, "goodput_rps": 99.0,
+            "p50_ms": 5.0, "p99_ms": 8.0, "shed_503": 0, "fallbacks": 0, "other_errors": 0,
+            "server_within_budget": 1.0, "server_p99_le_ms": 9.0, "requests": 500,
+            "shed_fraction": 0.0, "limit": 5.0, "delay_ms": 2.0, "service_ms": 4.0,
+            "allowance_ms": 5.0, "loop_lag_ms": 0.2, **measured}
+
+
+def results(capacity: dict | None) -> dict:
+    overload = [] if capacity is None else [
+        load_run(x_capacity=m, goodput_ratio=g, limit=lim)
+        for m, g, lim in ((1.0, 1.0, 5.0), (1.5, 1.4, 6.0), (2.0, 0.86, 7.0), (4.0, 0.73, 3.0))]
+    return {"context": 336, "ramp": [load_run(p99_ms=10.4)], "capacity": capacity,
+            "steady": load_run(), "below": [] if capacity is None else [load_run()],
+            "overload": overload, "rss": None if capacity is None else (222.0, 223.0),
+            "noop": load_run(p99_ms=3.9), "int8": load_run(),
+            "burst": {"rows": 4, "p50_ms": 1.78, "p99_ms": 1.91},
+            "batches": [{"body": "Arrow IPC", "cells": 1000, "request_mb": 1.31, "p50_ms": 262,
+                         "p99_ms": 274, "server_p50_ms": 259, "bare_graph_p50_ms": 257,
+                         "calls": 20}]}
+
+
+@pytest.mark.parametrize("capacity", [load_run(offered_rps=600, goodput_rps=598.0), None])
+def test_the_results_section_reports_the_limits_state_or_why_there_was_no_capacity(
+        capacity: dict | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+
+    from benchmarks import serving
+
+    written: dict[str, str] = {}
+    monkeypatch.setattr(serving, "RAW", tmp_path)
+    monkeypatch.setattr(serving, "write_section", written.__setitem__)
+    args = argparse.Namespace(seconds=10, threads=2, server_cpus={0, 1}, client_cpus={2, 3})
+    serving.write_results(results(capacity), args)
+    text = written["serving"]
+    assert "--threads 2 --server-cpus 0,1 --client-cpus 2,3" in text
+    assert "runs on cores of its own (2; the xApp has 2)" in text
+    assert "The xApp's p99 is **2.05x** the no-op's" in text  # 8.0 / 3.9
+    phases = set(pd.read_csv(tmp_path / "serving_load.csv")["phase"])
+    if capacity is None:
+        assert "**No capacity**" in text and "accepted p99 10.4 ms" in text
+        assert "overload, admission on" not in phases
+        return
+    assert "**Capacity: 600 requests/s**" in text
+    assert "At 2x and 4x capacity: goodput 0.73-0.86 of capacity" in text
+    steering = text.split("the event loop's lag):")[1].split("At 2x")[0]
+    assert "limit" in steering and "loop_lag_ms" in steering
+    assert re.search(r"\|\s+2\s+\|\s+7\s+\|", steering)  # at 2x the limit was 7
+    assert "overload, admission on" in phases
