@@ -472,6 +472,7 @@ def write_results(results: dict, args: argparse.Namespace) -> None:
     command = "python -m benchmarks.serving" + (
         f" --seconds {args.seconds:g}" if args.seconds != 10 else "") + (
         f" --threads {args.threads}" if args.threads != 0 else "") + (
+        f" --model {args.model}" if args.model else "") + (
         f" --server-cpus {cpu_text(args.server_cpus)} --client-cpus "
         f"{cpu_text(args.client_cpus)}" if args.server_cpus else "")
     where_hey = (f"on cores of its own ({len(args.client_cpus)}; the xApp has "

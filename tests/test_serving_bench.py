@@ -67,10 +67,11 @@ def test_the_results_section_reports_the_limits_state_or_why_there_was_no_capaci
     written: dict[str, str] = {}
     monkeypatch.setattr(serving, "RAW", tmp_path)
     monkeypatch.setattr(serving, "write_section", written.__setitem__)
-    args = argparse.Namespace(seconds=10, threads=2, server_cpus={0, 1}, client_cpus={2, 3})
+    args = argparse.Namespace(seconds=10, threads=2, model=Path("bundle/model"),
+                              server_cpus={0, 1}, client_cpus={2, 3})
     serving.write_results(results(capacity), args)
     text = written["serving"]
-    assert "--threads 2 --server-cpus 0,1 --client-cpus 2,3" in text
+    assert "--threads 2 --model bundle/model --server-cpus 0,1 --client-cpus 2,3" in text
     assert "runs on cores of its own (2; the xApp has 2)" in text
     assert "The xApp's p99 is **2.05x** the no-op's" in text  # 8.0 / 3.9
     phases = set(pd.read_csv(tmp_path / "serving_load.csv")["phase"])
