@@ -80,10 +80,10 @@ def metric_lines(url: str) -> list[str]:
     return httpx.get(f"{url}/ric/v1/metrics").text.splitlines()
 
 
-def counters(url: str) -> dict[str, float]:
+def counters(lines: list[str]) -> dict[str, float]:
     """Fallback, shed and goodput counters by label, from the xApp's own metrics."""
     found = {}
-    for line in metric_lines(url):
+    for line in lines:
         if line.startswith(("kpi_forecast_fallbacks_total", "kpi_forecast_shed_requests_total",
                             'kpi_forecast_goodput_requests_total{route="/v1/forecast"}')):
             name, value = line.rsplit(" ", 1)
@@ -100,9 +100,9 @@ ADMISSION_GAUGES = {  # the limit's state after a run, what it steered on in its
 }
 
 
-def admission_state(url: str) -> dict[str, float]:
+def admission_state(lines: list[str]) -> dict[str, float]:
     found = {}
-    for line in metric_lines(url):
+    for line in lines:
         name, _, value = line.partition(" ")
         if name in ADMISSION_GAUGES:
             found[ADMISSION_GAUGES[name]] = float(value) * (1000.0 if name.endswith(
@@ -110,11 +110,11 @@ def admission_state(url: str) -> dict[str, float]:
     return found
 
 
-def latency_buckets(url: str) -> dict[float, float]:
+def latency_buckets(lines: list[str]) -> dict[float, float]:
     """Cumulative counts of the xApp's own /v1/forecast latency histogram, by upper bound."""
     prefix = 'kpi_forecast_request_duration_seconds_bucket{le="'
     found = {}
-    for line in metric_lines(url):
+    for line in lines:
         if line.startswith(prefix) and 'route="/v1/forecast"' in line:
             bound = line[len(prefix):].split('"', 1)[0]
             found[float(bound)] = float(line.rsplit(" ", 1)[1])
@@ -171,15 +171,17 @@ def hey(url: str, body: Path, seconds: float, connections: int, rate: int) -> di
 
 def measured(url: str, body: Path, seconds: float, connections: int, rate: int) -> dict:
     """A `hey` run with what the xApp counted meanwhile: goodput, fallbacks, its own p99."""
-    before, buckets = counters(url), latency_buckets(url)
+    before = metric_lines(url)
     run = hey(url, body, seconds, connections, rate)
-    delta = {k: v - before.get(k, 0.0) for k, v in counters(url).items()}
+    after = metric_lines(url)
+    counted = counters(before)
+    delta = {k: v - counted.get(k, 0.0) for k, v in counters(after).items()}
     run["goodput_rps"] = round(sum(v for k, v in delta.items() if "goodput" in k) / seconds, 1)
     run["fallbacks"] = int(sum(v for k, v in delta.items() if "fallbacks" in k))
     run["server_within_budget"], run["server_p99_le_ms"] = server_side(
-        buckets, latency_buckets(url))
+        latency_buckets(before), latency_buckets(after))
     run["shed_fraction"] = run["shed_503"] / run["requests"] if run["requests"] else np.nan
-    return run | admission_state(url)
+    return run | admission_state(after)
 
 
 def capacity_of(ramp: list[dict]) -> dict | None:
@@ -322,7 +324,7 @@ def main() -> int:
             "values": [round(float(v), 2) for v in rng.gamma(2.0, 10.0, context)],
             "horizon": 24,
         }))
-        results = run_scenarios(Path(tmp), model_dir, body, args)
+        results = run_scenarios(Path(tmp), model_dir, body, args) | {"context": context}
     write_results(results, args)
     return 0
 
@@ -374,7 +376,7 @@ def run_scenarios(tmp: Path, model_dir: Path, body: Path, args: argparse.Namespa
         hey(noop_url, body, 2, *STEADY)
         noop = hey(noop_url, body, seconds, *STEADY)
     burst = burst_call(model_dir)
-    return {"context": load_metadata(model_dir).context, "ramp": ramp, "capacity": capacity,
+    return {"ramp": ramp, "capacity": capacity,
             "steady": steady, "below": below, "overload": overload,
             "rss": rss, "noop": noop, "int8": int8, "burst": burst,
             "batches": batches}
