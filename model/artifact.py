@@ -54,6 +54,10 @@ class ModelMetadata:
     # nearest Sunday (model.features.sunday_sources): where the horizon has no tokens, so the
     # network cannot see it coming; False in artifacts trained before.
     holiday_from_sunday: bool = False
+    # Whether the network reads its window and horizon on the calendar's wall clock where a
+    # DST switch falls in them (model.features.wall_clock_windows), as it was trained; False
+    # in artifacts trained before, whose networks read UTC steps.
+    wall_clock: bool = False
     validation: dict[str, float] = field(default_factory=dict)
     training: dict[str, float | int | str] = field(default_factory=dict)
     libraries: dict[str, str] = field(default_factory=dict)

@@ -17,7 +17,9 @@ A model without those tokens keeps the weekday's reading, and its forecast of su
 the horizon is taken from its forecast of the horizon's nearest Sunday, at the same time of day
 (``sunday_sources``; ``ModelMetadata.holiday_from_sunday``). The recalibration's simple
 forecasts read such a holiday as a Sunday too, and read the history on the wall clock where a
-DST switch falls within it (``naive_sources``).
+DST switch falls within it (``naive_sources``). So does the network, in the windows it is
+trained on (``wall_clock_places``) and in those it forecasts from (``wall_clock_windows``),
+where the model's metadata says so (``ModelMetadata.wall_clock``).
 """
 
 from __future__ import annotations
@@ -239,6 +241,116 @@ class WallClock:
 
     def rows(self, rows: slice) -> WallClock:
         return WallClock(self.history, self.horizon, self.group[rows])
+
+    def read(self, history: np.ndarray) -> np.ndarray:
+        """The last ``reach`` steps of each row of ``history`` [B, n] on the wall clock."""
+        return on_wall_clock(history, self.history, self.group)
+
+
+def on_wall_clock(history: np.ndarray, reads: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """The last ``reach`` steps of ``history`` [B, n] on the wall clock: row b's step k is the
+    UTC step ``reads[group[b], k]`` back from its end (``WallClock.history``); NaN where the
+    clock skipped an hour, or before the history starts."""
+    reach = reads.shape[1]
+    history = history[:, -reach:]
+    batch, n_steps = history.shape
+    dtype = np.result_type(history.dtype, np.float32)
+    # A NaN column past the end: what an unread step reads, in one gather per group.
+    padded = np.concatenate([history.astype(dtype, copy=False),
+                             np.full((batch, 1), np.nan, dtype)], axis=1)
+    local = np.empty(history.shape, dtype)
+    for g in np.unique(group):
+        index = n_steps + reads[g, reach - n_steps :]
+        index = np.where((index >= 0) & (index < n_steps), index, n_steps)
+        local[group == g] = padded[np.ix_(np.flatnonzero(group == g), index)]
+    return local
+
+
+@dataclass(frozen=True)
+class WallWindows:
+    """The network's windows on the calendar's wall clock, for the rows of a batch whose
+    context or horizon holds a change of its UTC offset (a DST switch). The network learnt
+    from windows read so (``wall_clock_places``): a day of its window is a day of the wall
+    clock, which load follows, and its calendar features are that clock's. Per group of rows
+    that share a last timestamp; the other rows read their UTC steps, which are then the same."""
+
+    reads: np.ndarray  # [G, reach] the UTC step each wall-clock step reads (WallClock.history)
+    horizon: np.ndarray  # [G, H] the network's horizon step each UTC horizon step takes
+    calendar: np.ndarray  # [G, context + H, N_CALENDAR] the wall-clock window's
+    group: np.ndarray  # [B] each row's group; -1 where the offset does not change
+
+    @property
+    def reach(self) -> int:
+        """Steps of history the windows read: the context, and a day for a clock gone back."""
+        return self.reads.shape[1]
+
+    def read(self, history: np.ndarray) -> np.ndarray:
+        """The network's input [B, context] from ``history`` [B, reach]."""
+        context = self.calendar.shape[1] - self.horizon.shape[1]
+        window = history[:, -context:].copy()
+        moved = self.group >= 0
+        window[moved] = on_wall_clock(history[moved], self.reads, self.group[moved])[:, -context:]
+        return window
+
+    def place_calendar(self, calendar: np.ndarray, rows: slice) -> np.ndarray:
+        """``calendar`` [rows, context + H, N_CALENDAR] with the wall-clock rows' own."""
+        group = self.group[rows]
+        moved = group >= 0
+        calendar[moved] = self.calendar[group[moved]]
+        return calendar
+
+    def to_utc(self, forecast: np.ndarray, rows: slice) -> np.ndarray:
+        """``forecast`` [rows, H, Q] of the network's horizon, at the UTC horizon steps."""
+        group = self.group[rows]
+        moved = group >= 0
+        forecast[moved] = np.take_along_axis(forecast[moved],
+                                             self.horizon[group[moved]][..., None], axis=1)
+        return forecast
+
+
+def wall_clock_windows(last: pd.DatetimeIndex, context: int, horizon: int, step: pd.Timedelta,
+                       calendar_tz: str, holidays: str = "", holiday_as_sunday: bool = False
+                       ) -> WallWindows | None:
+    """Where the network reads the windows of ``context`` steps ending at ``last`` and its
+    horizon after them on the wall clock of ``calendar_tz``; None where no row's offset
+    changes (or changes by what a step does not divide): the UTC steps are the wall clock's."""
+    if NS_PER_DAY % step.value:
+        return None
+    ends, inverse = np.unique(last.tz_convert("UTC").as_unit("ns").asi8, return_inverse=True)
+    # A clock gone back within the window reads a step before its UTC start; a switch moves
+    # it by less than a day.
+    reach = context + NS_PER_DAY // step.value
+    clocks = [_wall_clock(int(end), horizon, step.value, calendar_tz, reach) for end in ends]
+    moved = [i for i, clock in enumerate(clocks) if clock.history is not None]
+    if not moved:
+        return None
+    number = np.full(len(ends), -1)
+    number[moved] = np.arange(len(moved))
+    return WallWindows(
+        np.stack([clocks[i].history for i in moved]),
+        # A clock going forward in the horizon leaves its last UTC step past the network's
+        # horizon, an hour after its last step: that step's forecast is the nearest.
+        np.stack([np.minimum(clocks[i].horizon, horizon - 1) for i in moved]),
+        np.stack([_one_window(clocks[i].end + horizon * step.value, context + horizon,
+                              step.value, "UTC", holidays, holiday_as_sunday)
+                  for i in moved]),
+        number[inverse.reshape(-1)])
+
+
+def wall_clock_places(index: pd.DatetimeIndex, calendar_tz: str) -> np.ndarray | None:
+    """Each step of the regular UTC ``index`` on the calendar's wall clock: its place in steps
+    after the first step's local time (a clock going back repeats places, one going forward
+    skips one); non-decreasing. None where the offset never changes, or changes by what a
+    step does not divide: then the UTC steps are the wall clock's, or as near as steps get."""
+    if len(index) < 2:
+        return None
+    step = index[1].value - index[0].value
+    utc = index.as_unit("ns").asi8
+    offset = index.tz_convert(calendar_zone(calendar_tz)).tz_localize(None).as_unit("ns").asi8 - utc
+    change = offset - offset[0]
+    if not change.any() or (change % step).any():
+        return None
+    return np.arange(len(index)) + change // step
 
 
 @dataclass(frozen=True)

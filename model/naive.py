@@ -110,25 +110,6 @@ def weekly_profile(history: np.ndarray, horizon: int, steps_per_day: int,
     return forecast.astype(np.float32)
 
 
-def on_wall_clock(history: np.ndarray, reads: np.ndarray, group: np.ndarray) -> np.ndarray:
-    """The last ``reach`` steps of ``history`` [B, n] on the wall clock: row b's step k is the
-    UTC step ``reads[group[b], k]`` back from its end (``model.features.WallClock``); NaN where
-    the clock skipped an hour, or before the history starts."""
-    reach = reads.shape[1]
-    history = history[:, -reach:]
-    batch, n_steps = history.shape
-    dtype = np.result_type(history.dtype, np.float32)
-    # A NaN column past the end: what an unread step reads, in one gather per group.
-    padded = np.concatenate([history.astype(dtype, copy=False),
-                             np.full((batch, 1), np.nan, dtype)], axis=1)
-    local = np.empty(history.shape, dtype)
-    for g in np.unique(group):
-        index = n_steps + reads[g, reach - n_steps :]
-        index = np.where((index >= 0) & (index < n_steps), index, n_steps)
-        local[group == g] = padded[np.ix_(np.flatnonzero(group == g), index)]
-    return local
-
-
 def _naive(name: str, history: np.ndarray, horizon: int, steps_per_day: int,
            sources: NaiveSources | None) -> np.ndarray:
     if name == "last_day":
@@ -152,7 +133,7 @@ def naive_forecasts(history: np.ndarray, horizon: int, steps_per_day: int,
     if wall is None:
         return np.stack([_naive(name, history, horizon, steps_per_day, sources)
                          for name in names])
-    local = on_wall_clock(history, wall.history, wall.group)
+    local = wall.read(history)
     ahead = wall.horizon[wall.group]
     return np.stack([np.take_along_axis(
         _naive(name, local, sources.day.shape[1], steps_per_day, sources), ahead, axis=1)

@@ -32,6 +32,7 @@ from kpi_forecast.model.features import (
     check_holidays,
     forecast_calendar,
     sunday_sources,
+    wall_clock_windows,
 )
 from kpi_forecast.model.kpi import kpi_problem, not_kpis
 from kpi_forecast.model.naive import PROFILE_WEEKS
@@ -262,9 +263,12 @@ class OnnxForecaster:
 
     @property
     def reach(self) -> int:
-        """The most steps of history a forecast reads: the model's context, or the weeks the
+        """The most steps of history a forecast reads: the model's context (and a day before
+        it, where a clock gone back makes a wall-clock window longer), or the weeks the
         recalibration's weekly profile averages, if longer."""
-        return max(self.metadata.context, PROFILE_WEEKS * int(pd.Timedelta("7D") // self.step))
+        day = int(pd.Timedelta("1D") // self.step) if self.metadata.wall_clock else 0
+        return max(self.metadata.context + day,
+                   PROFILE_WEEKS * int(pd.Timedelta("7D") // self.step))
 
     def forecast(self, history: np.ndarray | Sequence[np.ndarray], last: pd.DatetimeIndex,
                  recalibration: Recalibration | None = None) -> np.ndarray:
@@ -280,19 +284,29 @@ class OnnxForecaster:
         blocks = [np.asarray(block, dtype=np.float32) for block in (
             [history] if isinstance(history, np.ndarray) else history)]
         validate(blocks, last)
-        window = np.concatenate([fit_to_width(block, context) for block in blocks])
+        meta = self.metadata
+        wall = (wall_clock_windows(last, context, horizon, self.step, meta.calendar_tz,
+                                   meta.holidays, meta.holiday_as_sunday)
+                if meta.wall_clock else None)
+        width = context if wall is None else wall.reach
+        window = np.concatenate([fit_to_width(block, width) for block in blocks])
+        if wall is not None:
+            window = wall.read(window)
         out = np.empty((len(window), self.metadata.horizon, len(self.metadata.quantiles)),
                        np.float32)
         # Calendar features per chunk too: for 10^5 cells at once they would take half a GB.
         for start in range(0, len(window), MAX_BATCH):
             chunk = slice(start, start + MAX_BATCH)
             calendar = forecast_calendar(last[chunk], context, horizon, self.step,
-                                         self.metadata.calendar_tz, self.metadata.holidays,
-                                         self.metadata.holiday_as_sunday)
-            out[chunk] = self.run(window[chunk], calendar)
-            if self.metadata.holiday_from_sunday:
-                sources = sunday_sources(last[chunk], horizon, self.step,
-                                         self.metadata.calendar_tz, self.metadata.holidays)
+                                         meta.calendar_tz, meta.holidays, meta.holiday_as_sunday)
+            if wall is None:
+                out[chunk] = self.run(window[chunk], calendar)
+            else:
+                out[chunk] = wall.to_utc(
+                    self.run(window[chunk], wall.place_calendar(calendar, chunk)), chunk)
+            if meta.holiday_from_sunday:
+                sources = sunday_sources(last[chunk], horizon, self.step, meta.calendar_tz,
+                                         meta.holidays)
                 out[chunk] = np.take_along_axis(out[chunk], sources[..., None], axis=1)
         if recalibration is None or recalibration.windows == 0:
             return out

@@ -541,7 +541,7 @@ def test_a_model_of_another_kpi_is_refused_while_history_of_this_one_is_held(
             assert "model KPI prb_util differs from the kpi history held for 1 cells" in error
             model = (await client.get("/v1/model")).json()
             assert model["model_version"] == "test" and model["holiday_as_sunday"] is False
-            assert model["holiday_from_sunday"] is False
+            assert model["holiday_from_sunday"] is False and model["wall_clock"] is False
 
         # With no history held the other KPI's model loads, and its history starts empty.
         async with running(descriptor(tmp_path / "fresh", model_dir, modelRoot=root)) as client:

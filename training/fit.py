@@ -137,6 +137,7 @@ def fit(
         holidays=panel.holidays,
         holiday_as_sunday=model_cfg.horizon_tokens,  # as train() built its windows
         holiday_from_sunday=bool(panel.holidays) and not model_cfg.horizon_tokens,
+        wall_clock=True,  # as train() built its windows
         training={
             "epochs": result.epochs,
             "seconds": round(result.seconds, 1),

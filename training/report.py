@@ -13,6 +13,7 @@ import pandas as pd  # noqa: E402
 
 from kpi_forecast.data.panel import Panel  # noqa: E402
 from kpi_forecast.model.artifact import REPORT_FILE, ModelMetadata  # noqa: E402
+from kpi_forecast.model.features import wall_clock_places  # noqa: E402
 from kpi_forecast.training.backtest import MODEL_NAME, BacktestResult  # noqa: E402
 
 PLOTS = "plots"
@@ -44,7 +45,7 @@ def write_report(
         f"- Source: `{source}`; {panel.n_cells} cells, {panel.n_steps} steps of {panel.freq} "
         f"from {panel.index[0]} to {panel.index[-1]} (calendar zone {panel.calendar_tz}, "
         f"public holidays {panel.holidays or 'none'}"
-        f"{holiday_reading(meta)}).",
+        f"{holiday_reading(meta)}{clock_reading(panel, meta)}).",
         f"- Handling counts: {panel.log or 'none'}.",
         f"- Fingerprint `{meta.data_fingerprint[:16]}`.",
         "",
@@ -153,6 +154,14 @@ def _plot_curve(path: Path, curve: list[tuple[float, float]]) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
+
+
+def clock_reading(panel: Panel, meta: ModelMetadata) -> str:
+    """Whether the windows were read on a wall clock that changes within the data."""
+    if meta.wall_clock and wall_clock_places(panel.index, panel.calendar_tz) is not None:
+        return ("; its UTC offset changes within the data (DST): the windows are read on its "
+                "wall clock")
+    return ""
 
 
 def holiday_reading(meta: ModelMetadata) -> str:

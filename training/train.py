@@ -165,7 +165,10 @@ def train(
     seed_everything(cfg.seed, device)
     rng = np.random.default_rng(cfg.seed)
     windows = Windows.from_panel(panel, model_cfg.context, model_cfg.horizon,
-                                 holiday_as_sunday=model_cfg.horizon_tokens)
+                                 holiday_as_sunday=model_cfg.horizon_tokens, wall_clock=True)
+    if windows.panel_steps is not None and group.main:
+        log.info("windows read on the %s wall clock: its UTC offset changes within the data "
+                 "(DST)", panel.calendar_tz)
     val_start, train_pairs, val_pairs = split_windows(windows, cfg, rng, group)
     batch_size = cfg.batch_size or auto_batch_size(len(train_pairs), cfg.steps_per_epoch)
     batch_choice = describe_batch(batch_size, len(train_pairs), cfg.steps_per_epoch,
@@ -315,7 +318,7 @@ def train(
         )
     return TrainResult(
         network.cpu(), best_loss, epoch, seconds, stopped_by, len(train_pairs), len(val_pairs),
-        val_start, curve, steps_taken * batch_size / max(step_seconds, 1e-9),
+        windows.panel_step(val_start), curve, steps_taken * batch_size / max(step_seconds, 1e-9),
         batch_size, batch_choice,
     )
 

@@ -60,6 +60,7 @@ def _model_out(service: Service) -> ModelOut:
         freq=meta.freq, context=meta.context, horizon=meta.horizon, quantiles=meta.quantiles,
         calendar_tz=meta.calendar_tz, holidays=meta.holidays,
         holiday_as_sunday=meta.holiday_as_sunday, holiday_from_sunday=meta.holiday_from_sunday,
+        wall_clock=meta.wall_clock,
         load_seconds=round(service.holder.load_seconds, 3), runtime=model.describe(),
         recalibration=service.recalibrator.describe(model),
     )

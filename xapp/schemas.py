@@ -211,6 +211,9 @@ class ModelOut(BaseModel):
                                       "working day in the horizon is the model's forecast of "
                                       "the horizon's nearest Sunday (models without horizon "
                                       "tokens trained since 2026-12-04)")
+    wall_clock: bool = Field(description="whether the network reads its window and horizon on "
+                             "the calendar's wall clock across a DST switch (models trained "
+                             "since 2026-12-04)")
     load_seconds: float
     runtime: dict
     recalibration: RecalibrationOut
