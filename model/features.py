@@ -132,6 +132,16 @@ def calendar_features(timestamps: pd.DatetimeIndex, calendar_tz: str,
     return features.astype(np.float32)
 
 
+def distinct_ends(last: pd.DatetimeIndex) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct timestamps of ``last`` (tz-aware) in UTC nanoseconds, and each row's index
+    among them. A single row skips the sort: at batch 1 ``np.unique`` and the conversions
+    cost about 50 us a call, a tenth of the whole forecast's."""
+    stamps = last.asi8 if last.unit == "ns" else last.as_unit("ns").asi8
+    if len(stamps) == 1:
+        return stamps, np.zeros(1, np.intp)
+    return np.unique(stamps, return_inverse=True)
+
+
 def window_timestamps(
     last: pd.DatetimeIndex, length: int, step: pd.Timedelta
 ) -> pd.DatetimeIndex:
@@ -147,7 +157,7 @@ def window_calendar(
 ) -> np.ndarray:
     """[len(last), length, N_CALENDAR] features of the windows ending at ``last``."""
     # Cells forecast together mostly share their last timestamp: compute each window once.
-    ends, inverse = np.unique(last.tz_convert("UTC").as_unit("ns").asi8, return_inverse=True)
+    ends, inverse = distinct_ends(last)
     if len(ends) == 1:
         features = _one_window(int(ends[0]), length, step.value, calendar_tz, holidays,
                                holiday_as_sunday)[None]
@@ -186,7 +196,7 @@ def sunday_sources(last: pd.DatetimeIndex, horizon: int, step: pd.Timedelta, cal
     days away that falls on a Sunday within the horizon (a day off like the one the network
     learns every week); every other step, and a holiday with no Sunday in the horizon, its own.
     Days are counted in steps, so where a step does not divide a day nothing is moved."""
-    ends, inverse = np.unique(last.tz_convert("UTC").as_unit("ns").asi8, return_inverse=True)
+    ends, inverse = distinct_ends(last)
     sources = np.stack([_sunday_sources(int(end), horizon, step.value, calendar_tz, holidays)
                         for end in ends])
     return sources[inverse.reshape(-1)]
@@ -259,7 +269,7 @@ def on_wall_clock(history: np.ndarray, reads: np.ndarray, group: np.ndarray) -> 
     padded = np.concatenate([history.astype(dtype, copy=False),
                              np.full((batch, 1), np.nan, dtype)], axis=1)
     local = np.empty(history.shape, dtype)
-    for g in np.unique(group):
+    for g in np.unique(group) if len(group) > 1 else group:
         index = n_steps + reads[g, reach - n_steps :]
         index = np.where((index >= 0) & (index < n_steps), index, n_steps)
         local[group == g] = padded[np.ix_(np.flatnonzero(group == g), index)]
@@ -316,7 +326,7 @@ def wall_clock_windows(last: pd.DatetimeIndex, context: int, horizon: int, step:
     changes (or changes by what a step does not divide): the UTC steps are the wall clock's."""
     if NS_PER_DAY % step.value:
         return None
-    ends, inverse = np.unique(last.tz_convert("UTC").as_unit("ns").asi8, return_inverse=True)
+    ends, inverse = distinct_ends(last)
     # A clock gone back within the window reads a step before its UTC start; a switch moves
     # it by less than a day.
     reach = context + NS_PER_DAY // step.value
@@ -382,7 +392,7 @@ def naive_sources(last: pd.DatetimeIndex, horizon: int, step: pd.Timedelta, cale
     that does not divide a day."""
     if NS_PER_DAY % step.value:
         return None
-    ends, inverse = np.unique(last.tz_convert("UTC").as_unit("ns").asi8, return_inverse=True)
+    ends, inverse = distinct_ends(last)
     clocks = [_wall_clock(int(end), horizon, step.value, calendar_tz, reach) for end in ends]
     moved = [clock for clock in clocks if clock.history is not None]
     if not holidays and not moved:

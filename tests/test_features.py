@@ -11,6 +11,7 @@ from kpi_forecast.model.features import (
     calendar_features,
     calendar_zone,
     check_holidays,
+    distinct_ends,
     forecast_calendar,
     naive_sources,
     sunday_sources,
@@ -207,3 +208,15 @@ def test_the_forecast_calendar_runs_on_over_the_horizon() -> None:
                                       calendar_features(stamps, "Europe/Paris", "FR"))
     # 1 May (Labour Day) fills the whole horizon of the window ending at local midnight.
     assert features[0, 48:, HOLIDAY].all() and not features[0, :48, HOLIDAY].any()
+
+
+def test_distinct_ends_are_utc_nanoseconds_whatever_the_unit_and_zone() -> None:
+    stamps = pd.DatetimeIndex(["2025-05-20 23:00", "2025-05-20 22:00", "2025-05-20 23:00"],
+                              tz="Europe/Paris")
+    utc = stamps.tz_convert("UTC").as_unit("ns").asi8
+    for last in (stamps, stamps.as_unit("s")):
+        ends, inverse = distinct_ends(last)
+        np.testing.assert_array_equal(ends[inverse], utc)
+        assert len(ends) == 2
+        one, row = distinct_ends(last[:1])
+        np.testing.assert_array_equal(one[row], utc[:1])
