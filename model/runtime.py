@@ -280,11 +280,11 @@ class OnnxForecaster:
         missing steps when shorter; ``recalibration`` then moves each block's quantiles on
         that block's own history (``model.recalibration``).
         """
-        context, horizon = self.metadata.context, self.metadata.horizon
+        meta = self.metadata
+        context, horizon = meta.context, meta.horizon
         blocks = [np.asarray(block, dtype=np.float32) for block in (
             [history] if isinstance(history, np.ndarray) else history)]
         validate(blocks, last)
-        meta = self.metadata
         wall = (wall_clock_windows(last, context, horizon, self.step, meta.calendar_tz,
                                    meta.holidays, meta.holiday_as_sunday)
                 if meta.wall_clock else None)
@@ -292,8 +292,7 @@ class OnnxForecaster:
         window = np.concatenate([fit_to_width(block, width) for block in blocks])
         if wall is not None:
             window = wall.read(window)
-        out = np.empty((len(window), self.metadata.horizon, len(self.metadata.quantiles)),
-                       np.float32)
+        out = np.empty((len(window), horizon, len(meta.quantiles)), np.float32)
         # Calendar features per chunk too: for 10^5 cells at once they would take half a GB.
         for start in range(0, len(window), MAX_BATCH):
             chunk = slice(start, start + MAX_BATCH)
