@@ -9,7 +9,6 @@ seasonal naive's in-sample error: MASE's scale, and the recalibration's for zero
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -84,25 +83,30 @@ def weekly_profile(history: np.ndarray, horizon: int, steps_per_day: int,
     values = history[:, n_steps - count * week :].astype(np.float64).reshape(batch, count, week)
     observed = ~np.isnan(values)
     filled = np.where(observed, values, 0.0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # an all-missing week or phase
+    totals = filled.sum(axis=-1)  # [B, weeks]: each week's observed sum
 
-        def level(profile: np.ndarray, steps: np.ndarray, of: np.ndarray) -> np.ndarray:
-            """Sum of the observed values over the profile's sum on the same steps."""
-            scale = (profile * steps).sum(axis=-1)
-            return np.where(scale > 0, (of * steps).sum(axis=-1) / scale, np.nan)
+    def ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
+        """numerator / denominator where the denominator is positive, NaN elsewhere."""
+        return np.divide(numerator, denominator, out=np.full(numerator.shape, np.nan),
+                         where=denominator > 0)
 
-        # Each week's level, first against a flat profile, then twice against the profile
-        # itself: on a week with a gap that settles it to float rounding (tests/test_naive.py).
-        profile = np.ones((batch, 1, week))
-        for _ in range(3):
-            weekly = level(profile, observed, filled)[..., None]  # [B, weeks, 1]
-            ratios = np.where(observed & (weekly > 0), filled / weekly, np.nan)
-            profile = np.nanmean(ratios, axis=1, keepdims=True)  # [B, 1, week]
-        profile = profile[:, 0]
-        last_day = slice(week - steps_per_day, week)
-        base = level(np.nan_to_num(profile[:, last_day]), observed[:, -1, last_day],
-                     filled[:, -1, last_day])
+    # Each week's level, first against a flat profile, then twice against the profile itself:
+    # on a week with a gap that settles it to float rounding (tests/test_naive.py). Sums and
+    # counts rather than nanmean: a one-cell forecast spends its time in numpy's per-call
+    # overhead (docs/benchmarks.md, "The weekly profile without nanmean").
+    weekly = ratio(totals, observed.sum(axis=-1).astype(np.float64))  # [B, weeks]
+    for settled in (False, False, True):
+        level = weekly > 0
+        inverse = np.divide(1.0, weekly, out=np.zeros_like(weekly), where=level)
+        summed = (filled * inverse[..., None]).sum(axis=1)
+        profile = ratio(summed, (observed & level[..., None]).sum(axis=1).astype(np.float64))
+        if not settled:
+            # A phase observed in no week is NaN, and so then is every week's level: no profile.
+            weekly = ratio(totals, (profile[:, None, :] * observed).sum(axis=-1))
+    last_day = slice(week - steps_per_day, week)
+    steps = observed[:, -1, last_day]
+    base = ratio(filled[:, -1, last_day].sum(axis=-1),
+                 (np.nan_to_num(profile[:, last_day]) * steps).sum(axis=-1))
     if sources is None:
         forecast = base[:, None] * profile[:, np.arange(horizon) % week]
     else:
