@@ -96,10 +96,10 @@ def weekly_profile(history: np.ndarray, horizon: int, steps_per_day: int,
     # overhead (docs/benchmarks.md, "The weekly profile without nanmean").
     weekly = ratio(totals, observed.sum(axis=-1).astype(np.float64))  # [B, weeks]
     for settled in (False, False, True):
-        level = weekly > 0
-        inverse = np.divide(1.0, weekly, out=np.zeros_like(weekly), where=level)
+        has_level = weekly > 0
+        inverse = np.divide(1.0, weekly, out=np.zeros_like(weekly), where=has_level)
         summed = (filled * inverse[..., None]).sum(axis=1)
-        profile = ratio(summed, (observed & level[..., None]).sum(axis=1).astype(np.float64))
+        profile = ratio(summed, (observed & has_level[..., None]).sum(axis=1).astype(np.float64))
         if not settled:
             # A phase observed in no week is NaN, and so then is every week's level: no profile.
             weekly = ratio(totals, (profile[:, None, :] * observed).sum(axis=-1))
