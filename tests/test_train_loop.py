@@ -67,22 +67,25 @@ class StepClock:
         return self.now
 
 
-@pytest.mark.parametrize("reserve_s", [0.0, 0.3])
+@pytest.mark.parametrize(("reserve_s", "reserve_passes"), [(0.0, 0), (0.3, 0), (0.3, 4)])
 def test_no_epoch_is_started_that_would_end_past_the_budget(
-    monkeypatch: pytest.MonkeyPatch, reserve_s: float
+    monkeypatch: pytest.MonkeyPatch, reserve_s: float, reserve_passes: int
 ) -> None:
+    """Past the loop come the calibration and the caller's work, one validation pass each,
+    timed as the loop validates: room is kept for them."""
     clock = StepClock(1 / 64)  # exact in binary: no rounding to blur the bound
     monkeypatch.setattr(train_loop, "time", SimpleNamespace(monotonic=clock.monotonic))
     budget_s = 1.0
     cfg = TrainConfig(max_minutes=budget_s / 60, max_epochs=100, steps_per_epoch=5,
                       batch_size=16, patience=100)
     result = train(panel(), ModelConfig(context=7 * 24, horizon=24), cfg, progress=False,
-                   reserve_s=reserve_s)
+                   reserve_s=reserve_s, reserve_passes=reserve_passes)
     # The loop ends in time (the result's clock reading is one tick after the loop's)...
     loop_s, per_epoch = result.seconds - clock.tick, result.seconds / result.epochs
-    assert result.stopped_by == "time-budget"
-    assert loop_s <= budget_s - reserve_s
-    assert loop_s + per_epoch > budget_s - reserve_s  # ...and did not stop an epoch early
+    after_s = (1 + reserve_passes) * result.validation_pass_s
+    assert result.stopped_by == "time-budget" and result.validation_pass_s > 0
+    assert loop_s + after_s <= budget_s - reserve_s
+    assert loop_s + per_epoch + after_s > budget_s - reserve_s  # ...not an epoch early
 
 
 def test_an_epoch_longer_than_the_budget_stops_at_the_step_that_passes_it(

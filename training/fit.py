@@ -17,7 +17,7 @@ import torch
 from kpi_forecast.data.panel import Panel
 from kpi_forecast.model.artifact import WEIGHTS_FILE, ArtifactError, ModelMetadata, load_metadata
 from kpi_forecast.model.config import ModelConfig
-from kpi_forecast.model.export import export_onnx
+from kpi_forecast.model.export import TracedGraphs, export_onnx
 from kpi_forecast.model.features import calendar_zone, holiday_flags
 from kpi_forecast.model.network import Forecaster
 from kpi_forecast.model.runtime import OnnxForecaster
@@ -31,11 +31,12 @@ from kpi_forecast.training.train import TrainConfig, train
 
 log = logging.getLogger(__name__)
 
-# Seconds the work after the training loop takes on 2 cores (the sample's and Milan's models):
-# an ONNX export 4.0-4.5 s a graph; the validation backtest, report and calibration under 2 s.
-# The loop leaves them inside the time budget.
-EXPORT_S = 4.5
-REPORT_S = 2.0
+# The work after training that does not grow with the data (writing the trained weights into
+# the traced graphs, optimising and quantising them, the report's plots) is reckoned as a share
+# of tracing the graphs, which fit times before training: it took 0.22-0.36 of the trace on
+# 2 cores (the sample and Milan, with and without the float16 graph, a process's first trace
+# and a later one; docs/benchmarks.md). Half keeps room where the two compare otherwise.
+FINISH_PER_TRACE = 0.5
 LIBRARIES = ["torch", "numpy", "pandas", "onnx", "onnxruntime", "onnxscript"]
 
 
@@ -115,12 +116,18 @@ def fit(
                  "and the horizon is longer than a patch: the horizon's calendar is left out, "
                  "and such a holiday in the horizon takes the forecast of its nearest Sunday",
                  panel.holidays)
-    spent = 0.0 if started is None else time.monotonic() - started
+    started = time.monotonic() if started is None else started
+    graphs, finish_s = None, 0.0
+    if group.main:
+        graphs = TracedGraphs.of(Forecaster(model_cfg), gpu_graph, stop)
+        finish_s = graphs.seconds * FINISH_PER_TRACE
+        log.info("ONNX graphs traced for the export in %.1f s; the trained weights go into them "
+                 "after training", graphs.seconds)
+    # The validation backtest after training forecasts the validation windows again: one pass.
     result = train(block, model_cfg, train_cfg, progress=progress, group=group,
                    checkpoint=out_dir / CHECKPOINT_FILE,
-                   reserve_s=spent + REPORT_S + EXPORT_S * (2 if gpu_graph else 1),
-                   stop=stop)
-    if not group.main:
+                   reserve_s=time.monotonic() - started + finish_s, reserve_passes=1, stop=stop)
+    if graphs is None:
         return None
     out_dir.mkdir(parents=True, exist_ok=True)
     torch.save(result.network.state_dict(), out_dir / WEIGHTS_FILE)
@@ -155,12 +162,7 @@ def fit(
         },
         libraries=library_versions(),
     )
-    if gpu_graph and result.stopped_by == "signal":
-        # A signal asks for an exit within seconds: the second export would double the wait.
-        log.info("stopped by a signal: model.fp16.onnx is left out; 'kpi-forecast export "
-                 "--model %s' adds it", out_dir)
-        gpu_graph = False
-    export_onnx(result.network, out_dir, meta, gpu_graph)
+    graphs.write(result.network, out_dir, meta)
     meta.save(out_dir)
     validation = backtest(OnnxForecaster(out_dir), panel, folds=0,
                           first_origin=result.validation_start)

@@ -65,6 +65,7 @@ class TrainResult:
     samples_per_second: float = 0.0  # training windows per second of optimiser steps, all ranks
     batch_size: int = 0  # windows per optimiser step, all ranks
     batch_choice: str = ""  # the batch size and why (describe_batch)
+    validation_pass_s: float = 0.0  # the last pass over the validation windows, as measured
 
 
 def auto_batch_size(train_windows: int, steps_per_epoch: int) -> int:
@@ -144,13 +145,16 @@ def split_windows(
 def train(
     panel: Panel, model_cfg: ModelConfig, cfg: TrainConfig, progress: bool = True,
     group: Group | None = None, checkpoint: Path | None = None, reserve_s: float = 0.0,
-    stop: threading.Event | None = None,
+    reserve_passes: int = 0, stop: threading.Event | None = None,
 ) -> TrainResult:
     """Fit a forecaster on ``panel``; the last ``validation_fraction`` of time validates.
 
-    ``cfg.max_minutes`` bounds the whole run, less ``reserve_s`` seconds that the caller keeps
-    for its own work (reading the data before, export and report after): an epoch that would
-    end past that point is not started, and at least one always is.
+    ``cfg.max_minutes`` bounds the whole run, less what the caller keeps for its own work:
+    ``reserve_s`` seconds (reading the data before, export and report after) and the time of
+    ``reserve_passes`` passes over the validation windows (work after that scales with them,
+    such as a validation backtest). The calibration after the loop, one more pass, is kept
+    too; a pass is timed at each epoch's validation. An epoch that would end past that point
+    is not started, and at least one always is.
 
     With a distributed ``group``, ``panel`` is this rank's block of cells (every rank on the
     same time grid) and the result is the same on every rank. With ``checkpoint`` the state is
@@ -200,7 +204,7 @@ def train(
     steps_per_epoch = min(cfg.steps_per_epoch, math.ceil(len(train_pairs) / batch_size))
     best_loss, best_state, best_epoch = math.inf, None, 0
     curve: list[tuple[float, float]] = []
-    first_epoch, spent, step_seconds = 1, 0.0, 0.0
+    first_epoch, spent, step_seconds, pass_s, after_s = 1, 0.0, 0.0, 0.0, 0.0
     saver = None
     if checkpoint is not None:
         saver = Checkpoint(checkpoint, Checkpoint.key_of(
@@ -250,7 +254,7 @@ def train(
             # reduction every step makes anyway: one rank told is every rank told, at the
             # same step.
             asked = float(stop is not None and stop.is_set())
-            late = float(time.monotonic() > deadline)
+            late = float(time.monotonic() + pass_s + after_s > deadline)
             pooled_total, pooled_count, stops, lates = group.sum(
                 [weight * total.item(), weight * count.item(), asked, late])
             # Each rank's share of the global mean; DDP averages over ranks, hence the world.
@@ -269,7 +273,10 @@ def train(
             if stops > 0 or lates > 0:
                 stopping = "signal" if stops > 0 else "time-budget"
                 break
+        tick = time.monotonic()
         val_loss = evaluate_loss(kept, windows, val_pairs, quantiles, EVALUATION_BATCH, group)
+        pass_s = time.monotonic() - tick
+        after_s = (1 + reserve_passes) * pass_s  # the calibration's pass and the caller's
         curve.append((float(np.mean(losses)), val_loss))
         scheduler.step(val_loss)
         if val_loss < best_loss:
@@ -297,11 +304,11 @@ def train(
         per_epoch = (now - started) / epoch
         # Every rank must stop at the same epoch: one rank that could not finish the next
         # epoch in time stops them all.
-        if group.any(now + per_epoch > deadline):
+        if group.any(now + per_epoch + after_s > deadline):
             stopped_by = "time-budget"
             break
         # Let the bar's ETA reflect the time budget, not only the epoch cap.
-        fits = epoch + max(1, math.floor((deadline - now) / per_epoch))
+        fits = epoch + max(1, math.floor((deadline - after_s - now) / per_epoch))
         bar.total = min(cfg.max_epochs, fits) * steps_per_epoch
         bar.refresh()
     bar.close()
@@ -319,7 +326,7 @@ def train(
     return TrainResult(
         network.cpu(), best_loss, epoch, seconds, stopped_by, len(train_pairs), len(val_pairs),
         windows.panel_step(val_start), curve, steps_taken * batch_size / max(step_seconds, 1e-9),
-        batch_size, batch_choice,
+        batch_size, batch_choice, pass_s,
     )
 
 
