@@ -137,7 +137,7 @@ def _shapes(network: Forecaster) -> dict[str, tuple[int, ...]]:
 @dataclass
 class TracedGraphs:
     """A network's graphs traced ahead of its weights. Tracing is most of an export's time
-    (7-8 s a graph on two cores, against about 1 s for applying the weights, optimising and
+    (6-9 s a graph on two cores, against about 1 s for applying the weights, optimising and
     saving), so training traces before its loop, where the time budget sees what it took, and
     writes the trained weights into these graphs after it."""
 
