@@ -273,9 +273,9 @@ def train(
             if stops > 0 or lates > 0:
                 stopping = "signal" if stops > 0 else "time-budget"
                 break
-        tick = time.monotonic()
+        validating = time.monotonic()
         val_loss = evaluate_loss(kept, windows, val_pairs, quantiles, EVALUATION_BATCH, group)
-        pass_s = time.monotonic() - tick
+        pass_s = time.monotonic() - validating
         after_s = (1 + reserve_passes) * pass_s  # the calibration's pass and the caller's
         curve.append((float(np.mean(losses)), val_loss))
         scheduler.step(val_loss)
