@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import onnx
 import torch
 from onnxruntime.quantization import QuantType, quantize_dynamic
 from torch.onnx import ONNXProgram
@@ -126,7 +125,7 @@ def _write(program: ONNXProgram, network: Forecaster, path: Path) -> str:
         program.apply_weights(network.state_dict())
         program.optimize()
         program.save(str(path))
-    ops = {node.op_type for node in onnx.load(str(path)).graph.node}
+    ops = {node.op_type for node in program.model.graph}  # as saved, without reading it back
     return "onnx-attention" if "Attention" in ops else "decomposed"
 
 
