@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import platform
-import socket
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,10 +85,3 @@ def write_section(name: str, section: str) -> None:
     else:
         text = text.rstrip() + "\n\n" + block + "\n"
     path.write_text(text)
-
-
-def free_port() -> int:
-    """A TCP port free on this machine now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]

@@ -31,7 +31,8 @@ import httpx
 import numpy as np
 import pandas as pd
 
-from benchmarks.common import RAW, free_port, machine, write_section
+from benchmarks.common import RAW, machine, write_section
+from benchmarks.ports import free_port
 from benchmarks.runtime import CONTEXT, default_model
 from kpi_forecast.xapp.api import create_app
 from kpi_forecast.xapp.config import CONFIG_FILE_NAME, DEFAULT_DIR, load_descriptor

@@ -41,7 +41,8 @@ import pandas as pd
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
-from benchmarks.common import RAW, free_port, machine, write_section
+from benchmarks.common import RAW, machine, write_section
+from benchmarks.ports import free_port
 from benchmarks.runtime import default_model
 from kpi_forecast.xapp.controls import HistoryStore
 from kpi_forecast.xapp.e2.ownership import TAKEOVER_BOUND_S

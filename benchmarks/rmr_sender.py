@@ -13,9 +13,9 @@ import asyncio
 import sys
 from pathlib import Path
 
+from benchmarks.ports import free_port
 from kpi_forecast.xapp.e2.rmr import RmrTransport
 from kpi_forecast.xapp.e2.transport import Frame
-from tests.processes import free_port
 from tests.tcp_transport import HEADER
 
 

@@ -48,7 +48,8 @@ import httpx
 import numpy as np
 import pandas as pd
 
-from benchmarks.common import RAW, free_port, machine, write_section
+from benchmarks.common import RAW, machine, write_section
+from benchmarks.ports import free_port
 from kpi_forecast.model.artifact import load_metadata
 from kpi_forecast.model.features import forecast_calendar
 from kpi_forecast.model.runtime import OnnxForecaster, RuntimeOptions

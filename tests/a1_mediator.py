@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.ports import free_port
 from kpi_forecast.xapp.a1.policy import (
     A1_POLICY_QUERY,
     A1_POLICY_REQ,
@@ -18,7 +19,6 @@ from kpi_forecast.xapp.a1.policy import (
 )
 from kpi_forecast.xapp.e2.rmr import RmrTransport
 from kpi_forecast.xapp.e2.transport import Frame
-from tests.processes import free_port
 
 
 class Mediator:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,12 +16,6 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent  # the venv's scripts: kpi-forecast, schemathesis, torchrun
 STOP_WITHIN_S = 5.0  # what the project promises for SIGTERM
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def answers(url: str) -> Callable[[], bool]:

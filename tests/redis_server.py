@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.processes import free_port
+from benchmarks.ports import free_port
 from tests.system_tools import system_tool
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.ports import free_port
 from kpi_forecast.xapp.e2 import rmr
 from kpi_forecast.xapp.e2.rmr import RmrTransport
-from tests.processes import free_port
 
 RMR = Path(__file__).resolve().parents[1].parent / "shared" / "rmr"
 

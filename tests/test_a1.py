@@ -16,13 +16,14 @@ import httpx
 import jsonschema
 import pytest
 
+from benchmarks.ports import free_port
 from kpi_forecast.xapp.a1.policy import (
     A1_POLICY_QUERY,
     POLICY_TYPE_ID,
 )
 from kpi_forecast.xapp.schema_files import A1_POLICY_TYPE
 from tests.a1_mediator import Mediator
-from tests.processes import ROOT, free_port
+from tests.processes import ROOT
 from tests.redis_server import redis_server
 from tests.xapp_helpers import CONTEXT, HORIZON, descriptor, make_model, running
 

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.ports import free_port
 from kpi_forecast.xapp.controls import API_KEY_ENV, API_KEY_HEADER
-from tests.processes import BIN, ROOT, answers, free_port, running
+from tests.processes import BIN, ROOT, answers, running
 from tests.xapp_helpers import make_model, write_descriptor
 
 FUZZ_SECONDS = 20  # per caller

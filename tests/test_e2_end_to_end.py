@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 import uvicorn
 
+from benchmarks.ports import free_port
 from kpi_forecast.data.ingest import load_panel
 from kpi_forecast.data.synthetic import generate
 from kpi_forecast.model.config import ModelConfig
@@ -26,7 +27,7 @@ from kpi_forecast.xapp.e2.subscription import SubscriptionRequest, SubscriptionR
 from kpi_forecast.xapp.e2.transport import RIC_INDICATION, RIC_SUB_FAILURE, Frame
 from kpi_forecast.xapp.history import MemoryHistory
 from kpi_forecast.xapp.metrics import Metrics
-from tests.processes import ROOT, free_port
+from tests.processes import ROOT
 from tests.rmr_library import rmr_transport
 from tests.tolerance import answer_tolerance
 from tests.xapp_helpers import CONTEXT, HORIZON, descriptor, make_model, running

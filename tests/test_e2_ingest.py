@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from benchmarks.ports import free_port
 from kpi_forecast.model.config import ModelConfig
 from kpi_forecast.xapp.controls import KpiSource
 from kpi_forecast.xapp.e2 import e2ap, kpm
@@ -18,7 +19,6 @@ from kpi_forecast.xapp.e2.ingest import Ingestor, Route
 from kpi_forecast.xapp.e2.transport import RIC_INDICATION, RIC_SUB_RESP, Frame
 from kpi_forecast.xapp.history import HistoryUnavailable, MemoryHistory
 from kpi_forecast.xapp.metrics import Metrics
-from tests.processes import free_port
 from tests.rmr_library import rmr_transport
 from tests.tolerance import answer_tolerance
 from tests.xapp_helpers import CONTEXT, HORIZON, descriptor, make_model, running

@@ -13,10 +13,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from benchmarks.ports import free_port
 from kpi_forecast.data.synthetic import generate
 from kpi_forecast.xapp.e2.ownership import TAKEOVER_BOUND_S
 from kpi_forecast.xapp.smoke import wait_ready
-from tests.processes import free_port
 from tests.redis_server import redis_server
 from tests.test_shared_history import MEASUREMENT, counter, eventually, redis_store, serve
 from tests.xapp_helpers import make_model, write_descriptor

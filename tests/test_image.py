@@ -18,8 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from benchmarks.ports import free_port
 from kpi_forecast.xapp.smoke import wait_ready
-from tests.processes import free_port
 from tests.rmr_library import RMR
 from tests.xapp_helpers import CONTEXT, make_model, write_descriptor
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import BIN, answers, free_port, running
+from benchmarks.ports import free_port
+from tests.processes import BIN, answers, running
 from tests.system_tools import system_tool
 from tests.xapp_helpers import CONTEXT, make_model, write_descriptor
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from benchmarks.ports import free_port
 from kpi_forecast.xapp.smoke import wait_ready
-from tests.processes import free_port
 from tests.system_tools import system_tool
 from tests.test_xapp_process import NO_TORCH
 from tests.xapp_helpers import CONTEXT, make_model, write_descriptor

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.ports import free_port
 from kpi_forecast.model.errors import UserError
 from kpi_forecast.xapp.a1.policy import A1_POLICY_QUERY, POLICY_TYPE_ID
 from kpi_forecast.xapp.config import ConfigError
@@ -27,7 +28,7 @@ from kpi_forecast.xapp.e2.transport import (
     Frame,
 )
 from tests.a1_mediator import Mediator
-from tests.processes import BIN, answers, free_port, running
+from tests.processes import BIN, answers, running
 from tests.rmr_library import RMR, rmr_transport
 from tests.xapp_helpers import descriptor, make_model, write_descriptor
 from tests.xapp_helpers import running as xapp_running

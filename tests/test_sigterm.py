@@ -15,7 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.processes import BIN, Server, answers, free_port, running
+from benchmarks.ports import free_port
+from tests.processes import BIN, Server, answers, running
 from tests.xapp_helpers import make_model, write_descriptor
 
 ROOT = Path(__file__).resolve().parents[1]

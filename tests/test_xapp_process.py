@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from benchmarks.ports import free_port
 from kpi_forecast.xapp.smoke import wait_ready
-from tests.processes import free_port
 from tests.xapp_helpers import CONTEXT, make_model, write_descriptor
 
 ROOT = Path(__file__).resolve().parents[1]
