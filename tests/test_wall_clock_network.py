@@ -29,7 +29,7 @@ WEEKS_LATER = pd.Timedelta(weeks=3)
 def wall_clock_load(stamps: pd.DatetimeIndex) -> np.ndarray:
     """A load that is a function of the Paris wall clock's hour of the week alone."""
     local = stamps.tz_convert(PARIS)
-    hour_of_week = np.asarray(local.dayofweek * 24 + local.hour)
+    hour_of_week = np.asarray(local.day_of_week * 24 + local.hour)
     return (50 + 30 * np.sin(2 * np.pi * hour_of_week / 24) + hour_of_week / 10).astype(
         np.float32)
 
