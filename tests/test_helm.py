@@ -436,9 +436,9 @@ def test_configmap_holds_a_descriptor_the_xapp_accepts(
     assert cm["data"]["schema.json"].encode() == XAPP_SCHEMA.read_bytes()
     assert cm["data"]["a1-policy-type.json"].encode() == (ROOT / A1_POLICY_TYPE).read_bytes()
     config = json.loads(cm["data"]["config-file.json"])
-    schema = json.loads(cm["data"]["schema.json"])
-    jsonschema.Draft202012Validator.check_schema(schema)
-    jsonschema.Draft202012Validator(schema).validate(config)
+    schema = json.loads(cm["data"]["schema.json"])  # of the controls, as dms_cli takes it
+    jsonschema.Draft7Validator.check_schema(schema)
+    jsonschema.Draft7Validator(schema).validate(config["controls"])
 
     # And what the xApp itself does with the mounted directory: schema check plus its own
     # stricter parsing of the controls.

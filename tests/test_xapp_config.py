@@ -239,9 +239,35 @@ def test_a_schema_beside_the_file_is_the_one_used(tmp_path: Path) -> None:
     assert load_descriptor(path).controls.history_length == 5000  # the packaged schema allows it
 
     stricter = copy.deepcopy(SCHEMA)
-    stricter["properties"]["controls"]["properties"]["historyLength"]["maximum"] = 1000
+    stricter["properties"]["historyLength"]["maximum"] = 1000
     write(tmp_path / SCHEMA_FILE_NAME, stricter)
     with pytest.raises(ConfigError, match=r"controls\.historyLength: 5000 is greater than"):
+        load_descriptor(path)
+
+
+def test_the_schema_of_the_controls_is_checked_with_the_envelope_around_it(tmp_path) -> None:
+    raw = packaged_raw()
+    del raw["messaging"]
+    write(tmp_path / CONFIG_FILE_NAME, raw)
+    write(tmp_path / SCHEMA_FILE_NAME, SCHEMA)
+    with pytest.raises(ConfigError, match="'messaging' is a required property"):
+        load_descriptor(tmp_path / CONFIG_FILE_NAME)
+
+
+def test_a_schema_of_the_whole_descriptor_beside_the_file_is_used_as_it_is(tmp_path) -> None:
+    # As a chart built by dms_cli mounts it: the onboarder's schema of the descriptor with the
+    # controls' schema inside. Its envelope may be stricter than the xApp's.
+    whole = {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
+             "required": ["name", "metrics"],
+             "properties": {"name": {"type": "string"}, "controls": SCHEMA}}
+    write(tmp_path / SCHEMA_FILE_NAME, whole)
+    path = with_controls(tmp_path, historyLength=2000)
+    with pytest.raises(ConfigError, match="'metrics' is a required property"):
+        load_descriptor(path)
+    whole["required"] = ["name"]
+    whole["properties"]["controls"]["properties"]["historyLength"]["maximum"] = 1000
+    write(tmp_path / SCHEMA_FILE_NAME, whole)
+    with pytest.raises(ConfigError, match=r"controls\.historyLength: 2000 is greater than"):
         load_descriptor(path)
 
 

@@ -19,6 +19,7 @@ import pydantic
 
 from kpi_forecast.model.errors import UserError
 from kpi_forecast.xapp.controls import Controls
+from kpi_forecast.xapp.schema_files import descriptor_schema
 
 DEFAULT_DIR = Path(__file__).parent / "descriptor"
 CONFIG_FILE_NAME = "config-file.json"
@@ -139,9 +140,15 @@ def _schema_for(path: Path) -> Path:
 
 
 def _check_schema(path: Path, raw: Any) -> None:
+    """Check the whole descriptor against the schema.json beside it: either the schema of the
+    controls (as this xApp and its chart ship it), which is put in the envelope's schema as
+    the onboarder does, or a schema of the whole descriptor (as a chart that dms_cli built
+    mounts it: the onboarder's own, with the controls' schema inside)."""
     schema_path = _schema_for(path)
     schema = _parse_json(schema_path, _read_bytes(schema_path))
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    if isinstance(schema, dict) and "controls" not in schema.get("properties", {}):
+        schema = descriptor_schema(schema)
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft7Validator)
     try:
         cls.check_schema(schema)
     except jsonschema.SchemaError as exc:

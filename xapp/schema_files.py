@@ -3,6 +3,11 @@ the A1 policy type's (`xapp/a1/policy.py`), and the checked-in files that hold t
 descriptor's `schema.json`, the chart's copy of it (Helm reads only files inside the chart),
 the `xapp` part of the chart's `values.schema.json` and the chart's `a1-policy-type.json`.
 
+The descriptor's `schema.json` is the schema of its `controls`, as O-RAN SC's onboarder
+(`dms_cli onboard`) takes it: the onboarder puts it in place of `controls` in its own schema
+of the whole descriptor, validated with a draft-07 validator. `descriptor_schema` does the same
+with the envelope this xApp reads, so that the xApp checks a whole descriptor either way.
+
     python -m kpi_forecast.xapp.schema_files            # make schemas: write them
     python -m kpi_forecast.xapp.schema_files --check    # fail if one differs from generation
 
@@ -12,6 +17,7 @@ From a checkout of the repository (the chart is not in the wheel).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -22,10 +28,9 @@ from pydantic import BaseModel
 from kpi_forecast.xapp.a1.policy import ForecastPolicy, policy_type
 from kpi_forecast.xapp.controls import Controls, DescriptorFile
 
-JSON_SCHEMA = "https://json-schema.org/draft/2020-12/schema"
-# The A1 mediator validates instances against the type's create_schema with a draft-07
-# validator; nothing in the generated schema needs a later draft.
-A1_JSON_SCHEMA = "http://json-schema.org/draft-07/schema#"
+# The onboarder and the A1 mediator both validate with draft-07 validators; nothing in the
+# generated schemas needs a later draft.
+JSON_SCHEMA = "http://json-schema.org/draft-07/schema#"
 DESCRIPTOR_SCHEMA = Path("xapp/descriptor/schema.json")
 CHART = Path("helm/kpi-forecast")
 CHART_SCHEMA = CHART / "files" / "schema.json"
@@ -79,14 +84,29 @@ def plain_schema(model: type[BaseModel]) -> dict[str, Any]:
     return plain(schema)
 
 
-def descriptor_schema() -> dict[str, Any]:
-    """The descriptor's schema.json."""
-    return {"$schema": JSON_SCHEMA, **plain_schema(DescriptorFile)}
+def controls_schema() -> dict[str, Any]:
+    """The descriptor's schema.json: the schema of its controls."""
+    return {"$schema": JSON_SCHEMA, **plain_schema(Controls)}
+
+
+@functools.cache
+def _envelope() -> str:
+    return json.dumps(plain_schema(DescriptorFile))
+
+
+def descriptor_schema(controls: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A schema of the whole descriptor: the envelope as this xApp reads it (name, version,
+    containers, messaging, ...) with ``controls`` as the schema of its controls (None: the
+    generated one), as the onboarder composes its own."""
+    schema = {"$schema": JSON_SCHEMA, **json.loads(_envelope())}
+    controls = controls_schema() if controls is None else controls
+    schema["properties"]["controls"] = {k: v for k, v in controls.items() if k != "$schema"}
+    return schema
 
 
 def a1_policy_type() -> dict[str, Any]:
     """The A1 policy type, as the A1 mediator is given it."""
-    return policy_type({"$schema": A1_JSON_SCHEMA, **plain_schema(ForecastPolicy)})
+    return policy_type({"$schema": JSON_SCHEMA, **plain_schema(ForecastPolicy)})
 
 
 def chart_controls_schema() -> dict[str, Any]:
@@ -120,7 +140,7 @@ def rendered(schema: dict[str, Any]) -> str:
 
 def expected_files(root: Path) -> dict[Path, str]:
     """Each generated file under ``root`` with the text generation gives it."""
-    descriptor = rendered(descriptor_schema())
+    descriptor = rendered(controls_schema())
     values = json.loads((root / VALUES_SCHEMA).read_text())
     values["properties"]["xapp"] = chart_controls_schema()
     return {root / DESCRIPTOR_SCHEMA: descriptor, root / CHART_SCHEMA: descriptor,
