@@ -494,7 +494,7 @@ def test_descriptor_controls_follow_values(rendered: Callable[[str], Docs]) -> N
     assert default["latencyBudgetMs"] == 100
     assert default["defaultHorizon"] is None and default["quantiles"] is None
     assert default["e2"]["submgrUrl"] is None and default["e2"]["reportingPeriodMs"] is None
-    assert default["registration"]["enabled"] is False
+    assert default["registration"]["enabled"] == "auto"  # on: the chart names rtmgr
 
     controls = descriptor(rendered("all-features"))["controls"]
     assert controls["latencyBudgetMs"] == 50

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from benchmarks.ports import free_port
-from kpi_forecast.xapp import schema_files
+from kpi_forecast.xapp import registration, schema_files
 from kpi_forecast.xapp.config import descriptor_path, load_descriptor
 from tests.chart_repository import chart_repository
 from tests.k8s_tools import tool
@@ -137,3 +137,7 @@ def test_the_xapp_reads_the_descriptor_as_that_chart_mounts_it(
     shipped = load_descriptor(DESCRIPTOR / "config-file.json")
     assert (loaded.name, loaded.version) == (NAME, VERSION)
     assert loaded.controls == shipped.controls
+    # The chart has RMR ask the routing manager for routes, which it gives only to xApps
+    # registered with appmgr: the xApp registers there.
+    assert environment["RMR_RTG_SVC"] == "4561"
+    assert registration.wanted(loaded.controls.registration, environ=environment)

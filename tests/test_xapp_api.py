@@ -641,6 +641,39 @@ def test_appmgr_registration_is_retried_and_undone_on_shutdown(model_dir: Path,
     run(go())
 
 
+@pytest.mark.parametrize(("routing_manager", "registers"), [
+    ("service-ricplt-rtmgr-rmr.ricplt:4561", True),  # this project's chart on a RIC
+    ("4561", True),  # the chart dms_cli builds
+    ("-1", False),  # the static route table only
+    (None, False),  # not run by a RIC's chart at all
+])
+def test_auto_registers_where_the_routing_manager_gives_the_routes(
+        model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        routing_manager: str | None, registers: bool) -> None:
+    if routing_manager is None:
+        monkeypatch.delenv("RMR_RTG_SVC", raising=False)
+    else:
+        monkeypatch.setenv("RMR_RTG_SVC", routing_manager)
+    calls: list[str] = []
+
+    def appmgr(request: httpx.Request) -> httpx.Response:
+        calls.append(request.url.path)
+        return httpx.Response(201)
+
+    async def go() -> None:
+        desc = descriptor(tmp_path, model_dir, registration={"enabled": "auto"})
+        async with running(desc, appmgr=httpx.MockTransport(appmgr)) as client:
+            for _ in range(100):
+                if calls or not registers:
+                    break
+                await asyncio.sleep(0.02)
+            assert (await client.post("/v1/forecast", json=body())).status_code == 200
+        expected = ["/ric/v1/register", "/ric/v1/deregister"] if registers else []
+        assert calls == expected
+
+    run(go())
+
+
 def test_an_unreachable_appmgr_is_never_fatal(model_dir: Path, tmp_path: Path) -> None:
     def down(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("connection refused", request=request)

@@ -43,7 +43,7 @@ def create_app(
             watcher = ConfigWatcher(descriptor.path, service.apply_descriptor,
                                     overrides=overrides)
             tasks.append(asyncio.create_task(watcher.run(), name="config-watch"))
-        registered = service.controls.registration.enabled
+        registered = registration.wanted(service.controls.registration)
         if registered:
             tasks.append(asyncio.create_task(
                 registration.register(service.descriptor, appmgr_transport), name="register"))

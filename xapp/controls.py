@@ -59,8 +59,10 @@ class Registration(BaseModel):
 
     model_config = MODEL_CONFIG
 
-    enabled: bool = False
-    """Register with the application manager at start-up."""
+    enabled: bool | Literal["auto"] = "auto"
+    """Register with the application manager at start-up. auto: when RMR takes its routes
+    from the routing manager ($RMR_RTG_SVC set, and not -1), as the RIC's charts run an xApp:
+    the routing manager routes only to the xApps registered there."""
     appmgr_url: str = Field(DEFAULT_APPMGR_URL, min_length=1, pattern=r"^https?://")
     """The application manager's registration endpoint."""
     retry_seconds: float = Field(10.0, gt=0)

@@ -1,8 +1,11 @@
 """Registration with the RIC's application manager (appmgr), as O-RAN SC xApps do.
 
-Off unless ``controls.registration.enabled``. Registration retries with backoff until it
-succeeds and is never fatal: the xApp serves forecasts whether or not appmgr is reachable.
-Deregistration on shutdown is tried once.
+``controls.registration.enabled``: true, false, or auto, which registers where RMR takes its
+routes from the routing manager ($RMR_RTG_SVC set and not -1: both the onboarder's chart and
+this project's set it so on a RIC), since the routing manager routes E2 and A1 messages only
+to the xApps appmgr knows. Registration retries with backoff until it succeeds and is never
+fatal: the xApp serves forecasts whether or not appmgr is reachable. Deregistration on
+shutdown is tried once.
 """
 
 from __future__ import annotations
@@ -11,16 +14,29 @@ import asyncio
 import json
 import logging
 import os
+from collections.abc import Mapping
 
 import httpx
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
 from kpi_forecast.xapp.config import Descriptor
+from kpi_forecast.xapp.controls import Registration
 from kpi_forecast.xapp.failures import describe, log_retry
 
 log = logging.getLogger(__name__)
 
 TIMEOUT_S = 5.0
+
+
+def wanted(settings: Registration, environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether to register: as set, or for auto whether the routing manager gives the routes."""
+    if settings.enabled != "auto":
+        return settings.enabled
+    routing_manager = environ.get("RMR_RTG_SVC", "").strip()
+    on_a_ric = routing_manager not in ("", "-1")
+    log.info("appmgr registration %s: RMR_RTG_SVC is %s (registration.enabled auto)",
+             "on" if on_a_ric else "off", repr(routing_manager) if routing_manager else "unset")
+    return on_a_ric
 
 
 def endpoints(descriptor: Descriptor) -> tuple[str, str]:
