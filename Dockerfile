@@ -158,12 +158,14 @@ COPY --from=builder /opt/venv /opt/venv
 COPY --from=rmr-builder /opt/rmr/lib/ /usr/local/lib/
 # Empty for the CPU variant; for gpu, the venv's NVIDIA library folders (see the builder).
 COPY --from=builder /opt/ld.so.conf.d/ /etc/ld.so.conf.d/
-# A numeric, non-root user so that Kubernetes' runAsNonRoot can verify it. The model folder is
-# a mount point: the image carries no model.
+# A numeric, non-root user so that Kubernetes' runAsNonRoot can verify it. The image carries
+# no model: the model folder is a mount point, or filled by an image built FROM this one, or
+# at start from controls.modelUrl, for which it belongs to that user.
 RUN groupadd --system --gid 10001 ric \
     && useradd --system --no-log-init --uid 10001 --gid 10001 --home-dir /nonexistent \
          --shell /usr/sbin/nologin ric \
     && mkdir -p /opt/ric/model \
+    && chown 10001:10001 /opt/ric/model \
     && ldconfig
 WORKDIR /opt/ric
 VOLUME ["/opt/ric/model"]

@@ -45,6 +45,7 @@ from benchmarks.common import RAW, machine, write_section
 from benchmarks.ports import free_port
 from benchmarks.runtime import default_model
 from kpi_forecast.xapp.controls import HistoryStore
+from kpi_forecast.xapp.e2.mock_node import cell_id
 from kpi_forecast.xapp.e2.ownership import TAKEOVER_BOUND_S
 from kpi_forecast.xapp.sdl import RedisHistory
 from kpi_forecast.xapp.smoke import wait_ready
@@ -164,7 +165,8 @@ class Bench:
 
     def start_replica(self, name: str) -> Replica:
         rmr_port, http_port = free_port(), free_port()
-        e2 = {"enabled": True, "port": rmr_port, "submgrUrl": self.node_url,
+        e2 = {"enabled": True, "port": rmr_port, "submgrUrl": f"{self.node_url}/ric/v1",
+              "e2mgrUrl": f"{self.node_url}/v1",
               "kpis": {"traffic": {"measurement": MEASUREMENT}}}
         store = {"backend": "redis", "host": "127.0.0.1", "port": self.redis_port}
         config = write_descriptor(self.tmp / name, self.model_dir, e2=e2,
@@ -291,7 +293,7 @@ class Bench:
         try:
             steps = int((last - first) / pd.Timedelta("1s")) + 1
             missing = np.zeros(steps, dtype=np.int64)
-            ids = [f"cell-{c:05d}" for c in range(self.cells)]
+            ids = [cell_id(c) for c in range(self.cells)]  # as e2mgr names the file's cells
             for chunk in range(0, self.cells, 1000):
                 for window in await store.windows(ids[chunk:chunk + 1000]):
                     if window is None:

@@ -1,5 +1,6 @@
-"""The mock E2 node replays a KPI file into a running xApp through a real subscription, the
-messages going through librmr as on a RIC."""
+"""The mock E2 node replays a KPI file into a running xApp, which finds the node's cells at the
+mock E2 Manager and subscribes at the mock subscription manager, the messages going through
+librmr as on a RIC."""
 
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ from kpi_forecast.data.synthetic import generate
 from kpi_forecast.model.config import ModelConfig
 from kpi_forecast.xapp.controls import KpiSource
 from kpi_forecast.xapp.e2 import e2ap, kpm
+from kpi_forecast.xapp.e2.discovery import parse_cell_id
 from kpi_forecast.xapp.e2.ingest import Ingestor, Route
-from kpi_forecast.xapp.e2.mock_node import MockE2Node, create_app
+from kpi_forecast.xapp.e2.mock_node import RAN_FUNCTION_ID, MockE2Node, create_app
 from kpi_forecast.xapp.e2.subscription import SubscriptionRequest, SubscriptionResponse
 from kpi_forecast.xapp.e2.transport import RIC_INDICATION, RIC_SUB_FAILURE, Frame
 from kpi_forecast.xapp.history import MemoryHistory
@@ -49,15 +51,16 @@ async def subscribe_first_cell(node: MockE2Node, rmr_port: int,
                                period_ms: int = 3_600_000) -> SubscriptionResponse:
     """Subscribe, as the xApp would, to the first cell of the first node (hourly reports
     unless told)."""
-    cell = node.nodes()[0]["cells"][0]
     definition = kpm.encode_action_definition(kpm.ActionDefinition(
-        list(measurements), period_ms, kpm.CellId(bytes.fromhex(cell["plmn"]), nr_cell=0)))
+        list(measurements), period_ms, parse_cell_id(node.cell_ids[0])))
     return node.subscribe(SubscriptionRequest.model_validate({
         "ClientEndpoint": {"Host": "127.0.0.1", "RMRPort": rmr_port}, "Meid": "gnb-000",
+        "RANFunctionID": RAN_FUNCTION_ID,
         "SubscriptionDetails": [{
             "XappEventInstanceId": 5,
             "EventTriggers": list(kpm.encode_event_trigger(period_ms)),
-            "ActionToBeSetupList": [{"ActionID": 1, "ActionDefinition": list(definition)}],
+            "ActionToBeSetupList": [{"ActionID": 1, "ActionType": "report",
+                                     "ActionDefinition": list(definition)}],
         }],
     }))
 
@@ -83,7 +86,8 @@ def test_replayed_cells_forecast_like_their_file(tmp_path: Path, rmr_library: Pa
         # against the same values sent directly, and a background recalibration (tested on
         # its own) would blend each with naives of its own length, landing whenever it lands.
         desc = descriptor(tmp_path, model_dir, e2={
-            "enabled": True, "port": free_port(), "submgrUrl": f"http://127.0.0.1:{port}",
+            "enabled": True, "port": free_port(), "submgrUrl": f"http://127.0.0.1:{port}/ric/v1",
+            "e2mgrUrl": f"http://127.0.0.1:{port}/v1",
             "kpis": {"kpi": {"measurement": MEASUREMENT}}},
             recalibration={"everySeconds": 0, "maxCells": 256})
         async with running(desc) as client:
@@ -104,7 +108,7 @@ def test_replayed_cells_forecast_like_their_file(tmp_path: Path, rmr_library: Pa
             assert rejected == node.sent["malformed"] > 0
             assert node.sent["late"] > 0 and node.sent["duplicates"] > 0
 
-            for row, cell in enumerate(panel.cell_ids):
+            for row, cell in enumerate(node.cell_ids):  # named as e2mgr names them
                 from_e2 = (await client.get(f"/v1/cells/{cell}/forecast")).json()
                 history = panel.values[row, -CONTEXT:]
                 direct = (await client.post("/v1/forecast", json={
@@ -143,13 +147,18 @@ def test_e2sim_command_serves_the_node_inventory(tmp_path: Path, rmr_library: Pa
         try:
             for _ in range(400):
                 try:
-                    nodes = httpx.get(f"http://127.0.0.1:{port}/ric/v1/e2nodes").json()
+                    states = httpx.get(f"http://127.0.0.1:{port}/v1/nodeb/states").json()
                     break
                 except httpx.TransportError:
                     assert process.poll() is None, process.communicate()[1][-3000:]
                     time.sleep(0.05)
-            assert [len(n["cells"]) for n in nodes] == cells
-            assert nodes[0]["meid"] == "gnb-000" and nodes[0]["cells"][1]["nrCellId"] == 1
+            nodes = [httpx.get(f"http://127.0.0.1:{port}/v1/nodeb/{s['inventoryName']}").json()
+                     for s in states]
+            served = [n["gnb"]["servedNrCells"] for n in nodes]
+            assert [len(cells) for cells in served] == cells
+            assert states[0] == {"inventoryName": "gnb-000", "connectionStatus": "CONNECTED",
+                                 "globalNbId": {"plmnId": "00f110", "nbId": "00000000"}}
+            assert served[0][1]["servedNrCellInformation"]["cellId"] == "00f110:0000000010"
         finally:
             process.terminate()
             process.wait(10)
@@ -226,16 +235,16 @@ def test_lost_reports_leave_gaps_in_the_history(tmp_path: Path, rmr_library: Pat
         writer = asyncio.create_task(ingestor.run())
         xapp = rmr_transport()
         await xapp.start(ingestor.handle)
-        cell = node.nodes()[0]["cells"][0]
+        cell = node.cell_ids[0]
         answer = await subscribe_first_cell(node, xapp.port)
         instance = answer.instances[0].e2_event_instance_id
-        ingestor.add_route(instance, 1, Route(cell["cellId"], 3_600_000))
+        ingestor.add_route(instance, 1, Route(cell, 3_600_000))
         while node.sent["replays_done"] < 1:
             await asyncio.sleep(0.01)
         await asyncio.sleep(0.2)
         await ingestor.flush()
         writer.cancel()
-        held = ~np.isnan((await store.window(cell["cellId"]))[0])
+        held = ~np.isnan((await store.window(cell))[0])
         assert node.sent["gaps"] > 0
         assert held.sum() == node.sent["indications"] == 48 - node.sent["gaps"]
         await xapp.close()
@@ -244,13 +253,15 @@ def test_lost_reports_leave_gaps_in_the_history(tmp_path: Path, rmr_library: Pat
     asyncio.run(go())
 
 
-def test_live_mode_sends_the_past_at_once_then_paces(tmp_path: Path, rmr_library: Path) -> None:
+def test_live_mode_catches_up_on_the_past_at_its_rate_then_paces(tmp_path: Path,
+                                                                 rmr_library: Path) -> None:
     data = one_cell_two_days(tmp_path)
 
     async def go() -> None:
-        # 40 of 48 hours are the past; the last 8 go out one every 50 ms (72000x real time).
+        # 40 of 48 hours are the past, caught up on at 200 reports a second; the last 8 go
+        # out one every 50 ms (72000x real time).
         node = MockE2Node(load_panel(data, "prb_util"), MEASUREMENT, rmr_transport(),
-                          speed=72_000.0, live_from=40)
+                          speed=72_000.0, live_from=40, catch_up_rate=200.0)
         await node.open()
         arrivals: list[float] = []
 
@@ -266,7 +277,8 @@ def test_live_mode_sends_the_past_at_once_then_paces(tmp_path: Path, rmr_library
         await asyncio.sleep(0.05)
         reports = [t - started for t in arrivals[1:]]  # the first frame is the response
         assert len(reports) == 48
-        assert reports[39] < 0.3  # the past: all at once
+        # The past: no faster than the rate (a report every 5 ms), the first at once.
+        assert reports[39] - reports[0] >= 39 / 200.0 - 0.005
         assert reports[-1] - reports[40] >= 7 * 0.05 * 0.8  # then paced, 50 ms apart
         await xapp.close()
         await node.close()
@@ -367,4 +379,4 @@ def test_the_mock_nodes_send_lag_is_read_over_the_seconds_asked(tmp_path: Path) 
     assert (recent["send_lag_p50_ms"], recent["send_lag_p99_ms"]) == (10.0, 10.0)
     everything = asyncio.run(stats()).json()
     assert everything["send_lag_p99_ms"] == np.percentile([900.0] * 10 + [10.0] * 10, 99)
-    assert asyncio.run(stats(seconds=0)).status_code == 422
+    assert asyncio.run(stats(seconds=0)).status_code == 400

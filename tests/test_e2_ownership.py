@@ -44,7 +44,8 @@ def test_each_node_is_owned_by_one_replica_and_a_killed_ones_are_taken_over(
         for name in ("a", "b"):
             rmr_port, http_port = free_port(), free_port()
             e2 = {"enabled": True, "port": rmr_port,
-                  "submgrUrl": f"http://127.0.0.1:{node_port}",
+                  "submgrUrl": f"http://127.0.0.1:{node_port}/ric/v1",
+                  "e2mgrUrl": f"http://127.0.0.1:{node_port}/v1",
                   "kpis": {"kpi": {"measurement": MEASUREMENT}}}
             config = write_descriptor(tmp_path / name, model_dir, e2=e2,
                                       historyStore=redis_store(redis_port))
@@ -96,51 +97,11 @@ def test_each_node_is_owned_by_one_replica_and_a_killed_ones_are_taken_over(
 
 
 def test_subscription_event_ids_wrap_at_16_bits_and_skip_those_waiting() -> None:
-    from kpi_forecast.xapp.e2.subscription import MAX_EVENT_ID, Cell, Pending, Subscriber
+    from kpi_forecast.xapp.e2.discovery import Cell, parse_cell_id
+    from kpi_forecast.xapp.e2.subscription import MAX_EVENT_ID, Pending, Subscriber
 
     subscriber = Subscriber("http://127.0.0.1:1", "127.0.0.1", 4560, 8080, ingestor=None)
     subscriber._last_event = MAX_EVENT_ID - 1
-    subscriber._pending[1] = Pending(Cell("c", b"\x00\xf1\x10", 1), 1000, "gnb-000")
+    cell = "00f110:0000000010"
+    subscriber._pending[1] = Pending(Cell(cell, parse_cell_id(cell)), 1000, "gnb-000")
     assert [subscriber._event_id() for _ in range(2)] == [MAX_EVENT_ID, 2]
-
-
-def test_the_node_list_is_read_again_only_when_it_changed(tmp_path: Path) -> None:
-    """Every lease round lists the nodes: the mock answers 304 to the ETag it gave, and the
-    subscriber keeps the list it has; a node with other cells gives a new list."""
-    import asyncio
-
-    from kpi_forecast.data.ingest import load_panel
-    from kpi_forecast.xapp.e2.mock_node import MockE2Node, create_app
-    from kpi_forecast.xapp.e2.subscription import Subscriber
-    from tests.tcp_transport import TcpTransport
-
-    data = tmp_path / "cells.csv"
-    generate(n_cells=4, days=1, seed=0, start="2024-03-04", tz="UTC").to_csv(data, index=False)
-    panel = load_panel(data, "prb_util")
-
-    def node_app(cells_per_node: int) -> object:  # never started: only its REST API is asked
-        return create_app(MockE2Node(panel, MEASUREMENT, TcpTransport("127.0.0.1", 0),
-                                     cells_per_node=cells_per_node))
-
-    class Recording(httpx.ASGITransport):
-        statuses: list[int] = []
-
-        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-            response = await super().handle_async_request(request)
-            self.statuses.append(response.status_code)
-            return response
-
-    transport = Recording(app=node_app(2))
-
-    async def lists() -> list[list[str]]:
-        subscriber = Subscriber("http://submgr", "127.0.0.1", 4560, 8080, ingestor=None,
-                                transport=transport)
-        meids = [[n.meid for n in await subscriber.nodes(attempts=1)] for _ in range(2)]
-        transport.app = node_app(1)
-        meids.append([n.meid for n in await subscriber.nodes(attempts=1)])
-        await subscriber.close()
-        return meids
-
-    assert asyncio.run(lists()) == [["gnb-000", "gnb-001"]] * 2 + [
-        ["gnb-000", "gnb-001", "gnb-002", "gnb-003"]]
-    assert transport.statuses == [200, 304, 200]

@@ -80,7 +80,7 @@ def ready_check(argv: list[str]) -> Callable[[], bool]:
 
     if argv[1] == "serve":
         return answers(f"http://127.0.0.1:{option('--port', '8080')}/ric/v1/health/ready")
-    return answers(f"http://{option('--listen', '127.0.0.1:8090')}/ric/v1/e2nodes")
+    return answers(f"http://{option('--listen', '127.0.0.1:8090')}/v1/nodeb/states")
 
 
 def run(command: str, cwd: Path, retry_s: float) -> Ran:
@@ -180,10 +180,11 @@ def served(ran: list[Ran], cwd: Path) -> None:
 
 
 def ingested(ran: list[Ran], cwd: Path) -> None:
-    answer = json.loads(ran[0].stdout)
-    assert answer["cell_id"] == "cell-000" and len(answer["forecasts"]) == 24
+    answer = json.loads(ran[0].stdout)  # the file's first cell, named as e2mgr names it
+    assert answer["cell_id"] == "00f110:0000000000" and len(answer["forecasts"]) == 24
     cells = json.loads(ran[1].stdout)  # one node serves the three: subscribed together
-    assert sorted(c["cell_id"] for c in cells["cells"]) == ["cell-000", "cell-001", "cell-002"]
+    assert sorted(c["cell_id"] for c in cells["cells"]) == [
+        "00f110:0000000000", "00f110:0000000010", "00f110:0000000020"]
 
 
 def packaged(ran: list[Ran], cwd: Path) -> None:

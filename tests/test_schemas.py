@@ -77,5 +77,6 @@ def test_the_chart_leaves_out_what_it_sets_and_requires_what_may_not_be_null() -
     assert {"host", "port", "db"}.isdisjoint(xapp["properties"]["historyStore"]["properties"])
     assert "latencyBudgetMs" in xapp["required"] and "defaultHorizon" not in xapp["required"]
     e2 = jsonschema.Draft202012Validator(xapp["properties"]["e2"])
-    assert e2.is_valid({"enabled": False, "kpis": {"k": {"measurement": "m"}}, "clientHost": ""})
+    assert e2.is_valid({"enabled": False, "kpis": {"k": {"measurement": "m"}}, "clientHost": "",
+                        "e2mgrUrl": "http://e2mgr:3800/v1"})
     assert not e2.is_valid({"enabled": False, "kpis": {}})

@@ -19,6 +19,7 @@ from kpi_forecast.data.ingest import load_panel
 from kpi_forecast.data.synthetic import generate
 from kpi_forecast.model.config import ModelConfig
 from kpi_forecast.xapp.controls import Controls
+from kpi_forecast.xapp.e2.mock_node import cell_id
 from kpi_forecast.xapp.smoke import wait_ready
 from tests.redis_server import redis_server
 from tests.test_xapp_process import NO_TORCH
@@ -96,7 +97,7 @@ def test_two_replicas_share_history_fed_to_one_and_a_restart_serves_at_once(
     generate(n_cells=6, days=9, seed=1, start="2024-03-04", tz="UTC",
              missing=False).to_csv(data, index=False)
     panel = load_panel(data, "prb_util")
-    cells = list(panel.cell_ids)
+    cells = [cell_id(row) for row in range(panel.n_cells)]  # as e2mgr names them
     logs = tmp_path / "xapp.log"
     with redis_server(tmp_path) as redis_port:
         node_port, port_a, port_b = free_port(), free_port(), free_port()
@@ -107,7 +108,8 @@ def test_two_replicas_share_history_fed_to_one_and_a_restart_serves_at_once(
              "--faults", "duplicate=0.1,late=0.1"],
             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=logs.open("a"))
         e2 = {"enabled": True, "port": free_port(),
-              "submgrUrl": f"http://127.0.0.1:{node_port}",
+              "submgrUrl": f"http://127.0.0.1:{node_port}/ric/v1",
+              "e2mgrUrl": f"http://127.0.0.1:{node_port}/v1",
               "kpis": {"kpi": {"measurement": MEASUREMENT}}}
         config_a = write_descriptor(tmp_path / "a", model_dir, e2=e2,
                                     historyStore=redis_store(redis_port))

@@ -53,25 +53,27 @@ def logged(server, text: str, seconds: float = 20.0) -> None:
         time.sleep(0.1)
 
 
-def test_serve_stops_while_its_subscription_manager_is_silent(
+def test_serve_stops_while_its_e2_manager_is_silent(
         config: Path, tmp_path: Path, silent_port: int, rmr_library: Path) -> None:
     port = free_port()
-    submgr = f"http://127.0.0.1:{silent_port}"
-    command = serve(config, port, "--submgr", submgr, "--e2-port", str(free_port()))
+    e2mgr = f"http://127.0.0.1:{silent_port}/v1"
+    command = serve(config, port, "--submgr", "http://127.0.0.1:9/ric/v1", "--e2mgr", e2mgr,
+                    "--e2-port", str(free_port()))
     with running(command, answers(f"http://127.0.0.1:{port}/ric/v1/health/ready"),
                  tmp_path / "serve.log") as xapp:
-        logged(xapp, f"e2: subscription manager at {submgr}: ReadTimeout: timeout, no answer "
-                     f"within 5 s for GET {submgr}/ric/v1/e2nodes; attempt 1 failed")
+        logged(xapp, f"e2: E2 Manager at {e2mgr}: ReadTimeout: timeout, no answer within 5 s "
+                     f"for GET {e2mgr}/nodeb/states; attempt 1 failed")
 
 
-def test_serve_says_why_a_subscription_manager_is_unreachable(
+def test_serve_says_why_the_e2_manager_is_unreachable(
         config: Path, tmp_path: Path, rmr_library: Path) -> None:
     port, closed = free_port(), free_port()
-    submgr = f"http://127.0.0.1:{closed}"
-    command = serve(config, port, "--submgr", submgr, "--e2-port", str(free_port()))
+    e2mgr = f"http://127.0.0.1:{closed}/v1"
+    command = serve(config, port, "--submgr", "http://127.0.0.1:9/ric/v1", "--e2mgr", e2mgr,
+                    "--e2-port", str(free_port()))
     with running(command, answers(f"http://127.0.0.1:{port}/ric/v1/health/ready"),
                  tmp_path / "serve.log") as xapp:
-        logged(xapp, f"e2: subscription manager at {submgr}: ConnectError: ")
+        logged(xapp, f"e2: E2 Manager at {e2mgr}: ConnectError: ")
 
 
 def test_e2sim_answers_at_once_and_stops_while_the_subscriber_is_unreachable(
@@ -81,21 +83,24 @@ def test_e2sim_answers_at_once_and_stops_while_the_subscriber_is_unreachable(
     command = [str(BIN / "kpi-forecast"), "e2sim", "--data", str(SAMPLE), "--kpi",
                "traffic_mb=DRB.PdcpSduVolumeDL", "--listen", f"127.0.0.1:{port}", "--cells", "2",
                "--rmr-port", str(free_port())]
-    with running(command, answers(f"{url}/ric/v1/e2nodes"), tmp_path / "e2sim.log") as node:
-        cell = httpx.get(f"{url}/ric/v1/e2nodes").json()[0]["cells"][0]
+    with running(command, answers(f"{url}/v1/nodeb/states"), tmp_path / "e2sim.log") as node:
+        gnb = httpx.get(f"{url}/v1/nodeb/gnb-000").json()["gnb"]
+        cell = gnb["servedNrCells"][0]["servedNrCellInformation"]
         request = {"ClientEndpoint": {"Host": UNRESOLVABLE, "RMRPort": 4560}, "Meid": "gnb-000",
+                   "RANFunctionID": gnb["ranFunctions"][0]["ranFunctionId"],
                    "SubscriptionDetails": [{"XappEventInstanceId": 1, "EventTriggers": [0],
                                             "ActionToBeSetupList": [{
-                                                "ActionID": 1, "ActionDefinition": [0]}]}]}
+                                                "ActionID": 1, "ActionType": "report",
+                                                "ActionDefinition": [0]}]}]}
         started = time.monotonic()
         response = httpx.post(f"{url}/ric/v1/subscriptions", json=request, timeout=5)
         assert response.status_code == 201, response.text
         assert time.monotonic() - started < 2.0  # answered, not held while it tries to send
-        assert cell["cellId"] == "cell-000"
+        assert cell["cellId"] == "00f110:0000000000"
         logged(node, f"e2sim: the subscriber's rmr-data endpoint {UNRESOLVABLE}:4560: RmrError: "
                      f"cannot open an RMR wormhole to {UNRESOLVABLE}:4560")
         bad = httpx.post(f"{url}/ric/v1/subscriptions", json={"Meid": "gnb-000"}, timeout=5)
-        assert bad.status_code == 422  # a malformed request is the client's error, not a 500
+        assert bad.status_code == 400  # a malformed request is the client's error, not a 500
 
 
 def test_serve_says_why_it_does_not_subscribe(tmp_path: Path, rmr_library: Path) -> None:

@@ -16,7 +16,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
     from kpi_forecast.xapp.server import serve
 
     serve(args.model, args.config, args.host, args.port, args.submgr, args.e2_port, args.a1,
-          args.e2_client_host)
+          args.e2_client_host, args.e2mgr)
 
 
 def cmd_k8s(args: argparse.Namespace) -> None:
@@ -64,7 +64,10 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                       "$XAPP_DESCRIPTOR_PATH/config-file.json, else the packaged one)")
     xapp.add_argument("--host", default="0.0.0.0")
     xapp.add_argument("--port", type=int, default=8080)
-    xapp.add_argument("--submgr", help="subscription manager URL: subscribe to E2 nodes' KPIs")
+    xapp.add_argument("--submgr", metavar="URL", help="the subscription manager's REST base "
+                      "(.../ric/v1): subscribe to the E2 nodes' KPIs")
+    xapp.add_argument("--e2mgr", metavar="URL", help="the E2 Manager's REST base (.../v1), "
+                      "where the E2 nodes and their cells are listed (default: controls.e2)")
     xapp.add_argument("--e2-port", type=int, help="rmr-data port for E2 frames (default 4560)")
     xapp.add_argument("--e2-client-host", metavar="HOST",
                       help="where the E2 side sends this replica's frames (the chart passes "

@@ -20,6 +20,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 DEFAULT_APPMGR_URL = "http://service-ricplt-appmgr-http.ricplt:8080/ric/v1/register"
 DEFAULT_RMR_HOST = "service-ricxapp-kpi-forecast-rmr.ricxapp"
+DEFAULT_E2MGR_URL = "http://service-ricplt-e2mgr-http.ricplt:3800/v1"
 
 MODEL_CONFIG = ConfigDict(
     populate_by_name=True,
@@ -101,7 +102,13 @@ class E2(BaseModel):
     """The rmr-data port RMR listens on, for E2 and A1 (librmr: librmr_si.so.4 on the library
     path)."""
     submgr_url: str | None = Field(None, min_length=1, pattern=r"^https?://.+")
-    """Subscription manager base URL; null: do not subscribe (frames may still arrive)."""
+    """The subscription manager's REST base, its API's base path included (on an O-RAN SC
+    RIC http://service-ricplt-submgr-http.ricplt:8088/ric/v1); null: do not subscribe
+    (frames may still arrive)."""
+    e2mgr_url: str = Field(DEFAULT_E2MGR_URL, alias="e2mgrUrl", min_length=1,
+                           pattern=r"^https?://.+")
+    """The E2 Manager's REST base, its /v1 included: where the E2 nodes, their cells and RAN
+    functions are listed."""
     client_host: str | None = Field(None, min_length=1)
     """Host the E2 side sends this xApp's frames to (the chart leaves it null and passes each
     pod's IP with --e2-client-host); null: 127.0.0.1 when the subscription manager is on
@@ -200,6 +207,11 @@ class Controls(BaseModel):
 
     model_dir: str = Field(min_length=1)
     """Directory holding model.onnx and metadata.json."""
+    model_url: str | None = Field(None, min_length=1)
+    """Where the model comes from when the pod mounts none (as in the chart dms_cli builds): an
+    http(s) URL or a file path of a .tar.gz of a model directory (kpi-forecast k8s package
+    writes one), unpacked into modelDir at start unless the model there came from this URL;
+    null: modelDir holds the model."""
     model_root: str | None = Field(None, min_length=1)
     """Directory every model a reload names must lie in, symlinks resolved (403 otherwise);
     null: the directory holding modelDir."""

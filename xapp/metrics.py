@@ -122,6 +122,10 @@ class Metrics:
             f"{PREFIX}_e2_nodes_owned", "E2 nodes this replica holds a subscription for (with "
             "the shared history, each node is owned by one replica at a time).", registry=r,
         )
+        self.e2_cells_skipped = Gauge(
+            f"{PREFIX}_e2_cells_skipped", "Cells of the connected E2 nodes that are not "
+            "subscribed to, by reason (the log names the nodes).", ["reason"], registry=r,
+        )
         self.e2_handovers = Counter(
             f"{PREFIX}_e2_handovers", "E2 nodes given up to, or taken from, other replicas.",
             ["direction"], registry=r,

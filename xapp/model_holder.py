@@ -12,10 +12,12 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
+import httpx
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
 from kpi_forecast.model.artifact import ArtifactError
 from kpi_forecast.model.runtime import OnnxForecaster, RuntimeOptions
+from kpi_forecast.xapp import model_source
 from kpi_forecast.xapp.controls import Controls, KpiSource
 from kpi_forecast.xapp.errors import Shed
 from kpi_forecast.xapp.failures import describe, log_retry
@@ -46,6 +48,8 @@ class ModelHolder:
         self.model: OnnxForecaster | None = None
         self.history: History | None = None
         self.load_seconds = 0.0
+        # Why no model serves yet, while there is none: the readiness probe's answer says it.
+        self.problem: str | None = None
         self._lock = asyncio.Lock()
 
     def _load(self, model_dir: str) -> tuple[OnnxForecaster, float]:
@@ -126,17 +130,35 @@ class ModelHolder:
                       describe(exc))
 
     async def first_load(self) -> None:
-        """The start-up load; while the shared history cannot be reached it is retried, and
-        the xApp stays unready, as O-RAN SC xApps wait for their SDL."""
+        """The start-up load, after fetching the model where controls.modelUrl names one;
+        while the model cannot be fetched or the shared history cannot be reached it is
+        retried, and the xApp stays unready (``problem`` says why), as O-RAN SC xApps wait
+        for their SDL."""
+        controls = self._controls()
+        if controls.model_url and model_source.fetched_from(controls.model_dir) != (
+                controls.model_url):
+            self.problem = f"fetching the model from {controls.model_url}"
+            async for attempt in AsyncRetrying(
+                    retry=retry_if_exception_type((httpx.HTTPError, OSError, ArtifactError)),
+                    wait=wait_exponential(min=0.5, max=30),
+                    before_sleep=log_retry(log, self.problem)):
+                with attempt:
+                    await model_source.fetch(controls.model_url, controls.model_dir)
         try:
             async for attempt in AsyncRetrying(
                     retry=retry_if_exception_type(HistoryUnavailable),
                     wait=wait_exponential(min=0.2, max=10),
-                    before_sleep=log_retry(log, "waiting for the history store")):
+                    before_sleep=self._waiting_for_history):
                 with attempt:
                     await self.reload()
+            self.problem = None
         except (ArtifactError, ValueError, OSError) as exc:
-            log.error("model load rejected, the xApp stays unready: %s", describe(exc))
+            self.problem = f"model load rejected: {describe(exc)}"
+            log.error("%s; the xApp stays unready", self.problem)
+
+    def _waiting_for_history(self, state: RetryCallState) -> None:
+        self.problem = "waiting for the history store"
+        log_retry(log, self.problem)(state)
 
     async def close(self) -> None:
         if self.history is not None:

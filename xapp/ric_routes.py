@@ -21,7 +21,9 @@ def ric_handlers(service: Service) -> Handlers:
 
     async def ready() -> JSONResponse:
         if service.model is None:
-            return JSONResponse({"error": "no model loaded and warmed up yet"}, status_code=503)
+            why = service.holder.problem or "loading it"
+            return JSONResponse({"error": f"no model loaded and warmed up yet: {why}"},
+                                status_code=503)
         if not service.e2.ready():
             return JSONResponse({"error": "RMR not ready: no route table yet (from the routing "
                                  "manager, RMR_RTG_SVC, or static, RMR_SEED_RT)"},

@@ -38,9 +38,10 @@ VALUES_SCHEMA = CHART / "values.schema.json"
 A1_POLICY_TYPE = CHART / "files" / "a1-policy-type.json"
 
 # Controls the chart sets from its other values, so they are not under .Values.xapp: the model
-# folder (model.path), the rmr-data port (containerPorts.rmrData) and Redis (sdl.host, sdl.port).
-CHART_SETS = {("modelDir",), ("e2", "port"), ("historyStore", "host"), ("historyStore", "port"),
-              ("historyStore", "db")}
+# folder (model.path) and where the model comes from (model.source, so no modelUrl), the
+# rmr-data port (containerPorts.rmrData) and Redis (sdl.host, sdl.port).
+CHART_SETS = {("modelDir",), ("modelUrl",), ("e2", "port"), ("historyStore", "host"),
+              ("historyStore", "port"), ("historyStore", "db")}
 # Controls where the chart's template turns an empty string into its own default (the RMR
 # Service's name) or into null, so values.yaml may hold "" for them.
 CHART_EMPTY_MEANS_UNSET = {("e2", "submgrUrl"), ("e2", "clientHost")}

@@ -22,7 +22,7 @@ GRACEFUL_SHUTDOWN_S = 20
 
 def serve(model: str | None, config: str | None, host: str, port: int,
           submgr: str | None = None, e2_port: int | None = None, a1: bool = False,
-          e2_client_host: str | None = None) -> None:
+          e2_client_host: str | None = None, e2mgr: str | None = None) -> None:
     path = descriptor_path(config)
     overrides: dict = {"model_dir": str(Path(model).resolve())} if model else {}
     e2: dict = {}
@@ -30,6 +30,8 @@ def serve(model: str | None, config: str | None, host: str, port: int,
         e2["enabled"] = True  # either flag turns E2 on; the rest of e2 comes from the file
     if submgr:
         e2["submgr_url"] = submgr
+    if e2mgr:
+        e2["e2mgr_url"] = e2mgr
     if e2_port is not None:
         e2["port"] = e2_port
     if e2_client_host:

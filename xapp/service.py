@@ -123,7 +123,7 @@ class Service:
         if self.model is not None:
             check_controls(new.controls, self.model)
         old = self.controls
-        for name in ("history_store", "a1"):
+        for name in ("history_store", "a1", "model_url"):
             if getattr(new.controls, name) != getattr(old, name):
                 alias = Controls.model_fields[name].alias
                 raise ValueError(f"controls.{alias} changes take effect at the next start: "

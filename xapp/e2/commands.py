@@ -28,8 +28,8 @@ def parse_faults(text: str) -> dict[str, float]:
 
 
 def synthetic_panel(column: str, cells: int, seed: int):  # -> Panel
-    """Seeded synthetic load from two weeks ago to two weeks ahead: the node sends the past
-    at once (history for the model), then the rest live, as it happens."""
+    """Seeded synthetic load from two weeks ago to two weeks ahead: the node catches up on the
+    past (history for the model), then sends the rest live, as it happens."""
     import tempfile
 
     from kpi_forecast.data.ingest import load_panel
@@ -79,10 +79,15 @@ def cmd_e2sim(args: argparse.Namespace) -> None:
                       cells_per_node=args.cells_per_node, speed=args.speed,
                       pace_ms=args.period_ms, start=int(step.get("start", 0)),
                       end=int(step["end"]) if "end" in step else None, faults=args.faults,
-                      seed=args.seed, live_from=live_from, wall_clock=args.wall_clock)
+                      seed=args.seed, live_from=live_from, wall_clock=args.wall_clock,
+                      catch_up_rate=args.catch_up_rate)
     reported = ", ".join(f"{column} as {name}" for column, _, name in pairs)
-    print(f"mock E2 node: {panel.n_cells} cells in {len(node.nodes())} node(s), {reported}; "
-          f"subscription API on http://{args.listen}, RMR on port {args.rmr_port}")
+    names = ", ".join(f"{cell} is {name}" for cell, name in
+                      zip(panel.cell_ids[:3], node.cell_ids, strict=False))
+    print(f"mock E2 node: {panel.n_cells} cells in {len(node.node_names())} node(s), "
+          f"{reported}; E2 Manager API on http://{args.listen}/v1, subscription API on "
+          f"http://{args.listen}/ric/v1, RMR on port {args.rmr_port}; cells named as e2mgr "
+          f"names them: {names}{', ...' if panel.n_cells > 3 else ''}")
     # Nothing lingers to wait for: a subscription is answered at once, the rest is background.
     run(create_app(node), host or "127.0.0.1", int(port), graceful_s=2.0)
 
@@ -91,7 +96,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     """e2sim."""
     sim = commands.add_parser("e2sim", help="mock E2 node: replay a KPI file over E2")
     sim.add_argument("--data", required=True, help="long CSV, CSV.gz or Parquet, or "
-                     "'synthetic': two weeks of seeded history at once, then live load")
+                     "'synthetic': two weeks of seeded history, caught up on, then live load")
     sim.add_argument("--kpi", required=True, action="append", help="COLUMN=MEASUREMENT, "
                      "e.g. prb_util=RRU.PrbUsedDl (a TS 28.552 name); repeat for more KPIs")
     sim.add_argument("--listen", default="127.0.0.1:8090", help="subscription API HOST:PORT")
@@ -107,6 +112,10 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     sim.add_argument("--wall-clock", action="store_true", help="report as a live node does: "
                      "each period's values when it ends by this machine's clock, a new "
                      "subscription from the next period on (the file's times must span now)")
+    sim.add_argument("--catch-up-rate", type=float, default=5000.0, metavar="N",
+                     help="with --data synthetic: reports a second, over all subscriptions, "
+                          "while the history is sent, as a node catching up sends its backlog "
+                          "(default 5000)")
     sim.add_argument("--cells", type=int, help="replay only the first N cells")
     sim.add_argument("--cells-per-node", type=int, default=8)
     sim.add_argument("--faults", type=parse_faults, default={},

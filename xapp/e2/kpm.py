@@ -423,3 +423,108 @@ def indication_message(
         measurements=[Measurement(n, v) for n, v in zip(names, series, strict=True)],
         granularity_ms=granularity_ms,
     )
+
+
+# --- RAN function description -------------------------------------------------------------------
+# What an E2 node declares for E2SM-KPM at E2 setup (e2mgr lists it as the RAN function's
+# ranFunctionDefinition). KPM v2 and v3+ encode it differently (v2 has a node list before the
+# styles) and carry no version field; the O-RAN OIDs name the version (oran(53148) e2(1)
+# version(N) e2sm(2) e2sm-KPMMON-IEs(2)), but nodes are known to keep v2's OID after moving on.
+
+SHORT_NAME = "ORAN-E2SM-KPM"
+OID_V2 = "1.3.6.1.4.1.53148.1.2.2.2"
+OID_V3 = "1.3.6.1.4.1.53148.1.3.2.2"
+NODE_MEASUREMENT_STYLE = 1  # report style 1, "E2 Node Measurement": what the xApp subscribes to
+_DESCRIPTION_TYPES = {3: "KpmRanFunctionDescription", 2: "KpmRanFunctionDescriptionV2"}
+
+
+@dataclass(frozen=True)
+class CellObject:
+    """A cell a KPM v2 node lists: its object id (the node's name for it) and global id."""
+
+    object_id: str
+    cell: CellId
+
+
+@dataclass(frozen=True)
+class RanFunctionDescription:
+    """An E2SM-KPM RAN function as its node declares it."""
+
+    short_name: str
+    oid: str
+    # Report style type -> the measurements it can report (style 1: per node or cell).
+    report_styles: dict[int, list[str]]
+    version: int = 3  # 2, or 3 for v3 and later (which encode it alike)
+    cells: list[CellObject] | None = None  # KPM v2's node list, every node's cells; v3+: None
+    description: str = "KPM Monitor"
+
+    def measurements(self, style: int = NODE_MEASUREMENT_STYLE) -> list[str]:
+        return self.report_styles.get(style, [])
+
+
+def encode_ran_function_description(desc: RanFunctionDescription) -> bytes:
+    """The description in KPM v3+ form, or v2's with its cells as one node's (a gNB whose
+    global id is the first cell's PLMN and an id of 0): what the mock E2 node declares."""
+    styles = [{
+        "ric-ReportStyle-Type": style, "ric-ReportStyle-Name": "E2 Node Measurement",
+        "ric-ActionFormat-Type": 1,
+        "measInfo-Action-List": [{"measName": name} for name in names],
+        "ric-IndicationHeaderFormat-Type": 1, "ric-IndicationMessageFormat-Type": 1,
+    } for style, names in sorted(desc.report_styles.items())]
+    value: dict[str, Any] = {
+        "ranFunction-Name": {"ranFunction-ShortName": desc.short_name,
+                             "ranFunction-E2SM-OID": desc.oid,
+                             "ranFunction-Description": desc.description},
+        "ric-EventTriggerStyle-List": [{
+            "ric-EventTriggerStyle-Type": 1, "ric-EventTriggerStyle-Name": "Periodic Report",
+            "ric-EventTriggerFormat-Type": 1}],
+    }
+    if styles:
+        value["ric-ReportStyle-List"] = styles
+    if desc.version == 2 and desc.cells:
+        plmn = desc.cells[0].cell.plmn
+        value["ric-KPM-Node-List"] = [{
+            "ric-KPMNode-Type": ("gNB", {"global-gNB-ID": {"plmn-id": plmn,
+                                                           "gnb-id": ("gnb-ID", (b"\0" * 3, 22))}}),
+            "cell-Measurement-Object-List": [
+                {"cell-object-ID": c.object_id, "cell-global-ID": _cgi_value(c.cell)}
+                for c in desc.cells]}]
+    return _encode(_DESCRIPTION_TYPES[2 if desc.version == 2 else 3], value)
+
+
+def decode_ran_function_description(data: Bytes) -> RanFunctionDescription:
+    """A RAN function description of KPM v2 or v3+. Both encodings are tried, since nothing in
+    the bytes says which: the reading that re-encodes to exactly the input wins (with both,
+    the OID decides), else the first that decodes at all (unknown extensions, as KPM v4's
+    bin ranges, are skipped and do not re-encode), v3+ first."""
+    raw = _as_bytes(data)
+    readings: list[tuple[int, dict[str, Any], bool]] = []
+    for version, type_name in _DESCRIPTION_TYPES.items():
+        try:
+            value = _spec().decode(type_name, raw)
+        except _ASN1_FAILURES:
+            continue
+        try:
+            exact = _spec().encode(type_name, value) == raw
+        except _ASN1_FAILURES:
+            exact = False
+        readings.append((version, value, exact))
+    if not readings:
+        raise DecodeError("per", "not an E2SM-KPM RAN function description")
+    exact = [r for r in readings if r[2]]
+    if len(exact) > 1:
+        oid = exact[0][1]["ranFunction-Name"]["ranFunction-E2SM-OID"]
+        exact.sort(key=lambda r: r[0] != (2 if oid == OID_V2 else 3))
+    version, value, _ = (exact or readings)[0]
+    name = value["ranFunction-Name"]
+    styles: dict[int, list[str]] = {}
+    for style in value.get("ric-ReportStyle-List", []):
+        styles.setdefault(style["ric-ReportStyle-Type"], []).extend(
+            item["measName"] for item in style["measInfo-Action-List"])
+    cells = None
+    if version == 2:
+        cells = [CellObject(item["cell-object-ID"], _cell_id(item["cell-global-ID"]))
+                 for node in value.get("ric-KPM-Node-List", [])
+                 for item in node.get("cell-Measurement-Object-List", [])]
+    return RanFunctionDescription(name["ranFunction-ShortName"], name["ranFunction-E2SM-OID"],
+                                  styles, version, cells, name["ranFunction-Description"])

@@ -1,8 +1,8 @@
 """The xApp's RMR side wired together: a transport (``Transport``, the rmr-data stream) whose
 frames go to the subscription (answers to our requests), to the A1 policies (when taken) or to
-ingestion (indications); subscriptions to the E2 nodes this replica owns (``ownership.py``),
-made once a model says which KPI to ask for and followed as ownership moves; and the orderly
-stop."""
+ingestion (indications); subscriptions to the E2 nodes this replica owns (``ownership.py``)
+among those the E2 Manager lists (``discovery.py``), made once a model says which KPI to ask
+for and followed as ownership moves and nodes connect and disconnect; and the orderly stop."""
 
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ import pandas as pd
 from kpi_forecast.model.runtime import OnnxForecaster
 from kpi_forecast.xapp.a1.handler import PolicyHandler
 from kpi_forecast.xapp.controls import E2, KpiSource
+from kpi_forecast.xapp.e2.discovery import REASONS, E2Manager, E2Node, Listing
 from kpi_forecast.xapp.e2.ingest import Ingestor
 from kpi_forecast.xapp.e2.ownership import ROUND_S, Ownership
-from kpi_forecast.xapp.e2.subscription import E2Node, Subscriber
+from kpi_forecast.xapp.e2.subscription import Subscriber
 from kpi_forecast.xapp.e2.transport import RIC_INDICATION, Frame, Transport
 from kpi_forecast.xapp.failures import describe
 from kpi_forecast.xapp.metrics import Metrics
@@ -46,6 +47,7 @@ class E2Link:
         self.ownership = ownership
         self._metrics = metrics
         self.subscriber: Subscriber | None = None
+        self.e2mgr: E2Manager | None = None
         self._following: asyncio.Task | None = None  # the subscriptions following ownership
 
     async def start(self) -> list[asyncio.Task]:
@@ -57,6 +59,7 @@ class E2Link:
             await self.transport.start(self._on_frame)
             log.info("e2: listening for rmr-data frames on port %d", self.transport.port)
             if e2.enabled and e2.submgr_url:
+                self.e2mgr = E2Manager(e2.e2mgr_url)
                 self.subscriber = Subscriber(e2.submgr_url, e2.endpoint_host(),
                                              self.transport.port, self._http_port, self.ingestor)
                 self._following = asyncio.create_task(self._subscribe_when_ready(),
@@ -102,11 +105,12 @@ class E2Link:
         while it still held them. One failed step is logged and tried again next round."""
         self._metrics.e2_reporting_period.set(period_ms / 1000.0)
         # The first list is waited for; later ones are tried once a round.
-        listing: dict[str, E2Node] = {n.meid: n for n in await self.subscriber.nodes()}
+        listing = await self.e2mgr.listing(measurement)
         following: asyncio.Task | None = None
         try:
             while True:
-                owned = await self.ownership.round(sorted(listing),
+                self._show(listing)
+                owned = await self.ownership.round(sorted(listing.nodes),
                                                    set(self.subscriber.subscription_ids))
                 if following is None or following.done():
                     if following is not None and not following.cancelled() and (
@@ -114,17 +118,22 @@ class E2Link:
                         log.warning("e2: following the leases failed (%s); this round tries "
                                     "again", describe(failure))
                     following = asyncio.create_task(self._follow(
-                        owned, self.ownership.handed_over, listing, measurement, period_ms,
-                        initial=following is None))
+                        owned, self.ownership.handed_over, listing.nodes, measurement,
+                        period_ms, initial=following is None))
                 await asyncio.sleep(ROUND_S)
                 try:
-                    listing = {n.meid: n for n in await self.subscriber.nodes(attempts=1)}
+                    listing = await self.e2mgr.listing(measurement, attempts=1)
                 except (httpx.HTTPError, ValueError) as exc:
                     log.warning("e2: listing the E2 nodes failed (%s); the last list stands",
                                 describe(exc))
         finally:
             if following is not None:
                 following.cancel()
+
+    def _show(self, listing: Listing) -> None:
+        skipped = listing.skipped_by_reason()
+        for reason in REASONS:
+            self._metrics.e2_cells_skipped.labels(reason=reason).set(skipped[reason])
 
     async def _follow(self, owned: set[str], handed_over: set[str],
                       listing: dict[str, E2Node], measurement: str, period_ms: int,
@@ -166,6 +175,8 @@ class E2Link:
         if self.subscriber is not None:
             await self.subscriber.unsubscribe(within_s=step_s)
             await self.subscriber.close()
+        if self.e2mgr is not None:
+            await self.e2mgr.close()
         if self.transport is not None:
             await self.transport.close()
         try:  # what was received is written, if it can be

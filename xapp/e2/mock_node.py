@@ -1,18 +1,32 @@
-"""A mock E2 node with its subscription manager: replays a KPI file as E2SM-KPM indications.
+"""A mock E2 node with the RIC platform around it: replays a KPI file as E2SM-KPM indications.
 
-It serves the subscription REST API (see ``xapp.e2.subscription``) and, for each accepted
-subscription, answers with an E2AP RICsubscriptionResponse on the subscriber's rmr-data
-endpoint, then replays the file's values for the subscribed cells as RIC Indications: one per
-reporting period, holding one value per step of the data, stamped with the collection start
-time. Cells are grouped into E2 nodes of ``cells_per_node``. The messages go through a
-``Transport``: librmr in ``kpi-forecast e2sim``, to the endpoint the subscription names, as the
-E2 termination sends them on a RIC.
+It plays three parts, each by its published contract (O-RAN SC's REST API documents):
+
+- the E2 Manager (``/v1``): ``GET /v1/nodeb/states`` lists the nodes (cells grouped into nodes
+  of ``cells_per_node``) and whether each is connected, ``GET /v1/nodeb/{ranName}`` one node
+  with its served NR cells and its RAN functions, the E2SM-KPM one with the RAN function
+  description an E2 node declares at E2 setup (encoded from the same cell list and the
+  measurements it has: KPM v3+, or v2 with its node list);
+- the subscription manager (``/ric/v1``): ``POST /ric/v1/subscriptions`` and
+  ``DELETE /ric/v1/subscriptions/{subscriptionId}``;
+- the E2 node: for each accepted subscription, an E2AP RICsubscriptionResponse on the
+  subscriber's rmr-data endpoint, then the file's values for the subscribed cells as RIC
+  Indications: one per reporting period, holding one value per step of the data, stamped with
+  the collection start time. The messages go through a ``Transport``: librmr in
+  ``kpi-forecast e2sim``, to the endpoint the subscription names, as the E2 termination sends
+  them on a RIC.
+
+Cells are named as e2mgr names them (``cellId``: the PLMN and the NR cell identity in hex);
+``cell_ids`` gives each file cell's name. A node can be disconnected and connected again
+(``disconnect``, ``connect``): its subscriptions end with the connection.
 
 As an E2 termination does, it keeps no indication for an xApp that cannot take it: one that
 cannot be sent (the xApp restarting, not up yet) is dropped and counted (``undelivered``), the
 outage logged once with its reason and its end; the replay goes on. A subscription's outcome
-is retried, with its reason logged, until it is delivered. Faults can be injected for tests:
-malformed payloads, duplicates, late (out-of-order) reports and lost reports (gaps).
+is retried, with its reason logged, until it is delivered. History before ``live_from`` is
+sent as a node that catches up would: period by period, at most ``catch_up_rate`` reports a
+second over all subscriptions. Faults can be injected for tests: malformed payloads,
+duplicates, late (out-of-order) reports and lost reports (gaps).
 
     kpi-forecast e2sim --data FILE --kpi COL=MEAS_NAME [--listen HOST:PORT] [--speed X] ...
 """
@@ -21,8 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import json
 import logging
 import math
 import random
@@ -35,14 +47,18 @@ from typing import Annotated
 
 import numpy as np
 import pandas as pd
-from fastapi import FastAPI, Header, HTTPException, Query, Response
+from fastapi import FastAPI, HTTPException, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
 from kpi_forecast.data.panel import Panel
-from kpi_forecast.xapp.e2 import e2ap, indication, kpm
+from kpi_forecast.xapp.e2 import discovery, e2ap, indication, kpm
 from kpi_forecast.xapp.e2.rmr import RmrError
 from kpi_forecast.xapp.e2.subscription import (
-    E2Node,
     SubscriptionDetail,
     SubscriptionInstance,
     SubscriptionRequest,
@@ -60,6 +76,7 @@ from kpi_forecast.xapp.failures import describe, log_retry
 log = logging.getLogger(__name__)
 
 PLMN = "00f110"  # the test PLMN (MCC 001, MNC 01)
+RAN_FUNCTION_ID = 2  # the node's E2SM-KPM function, as O-RAN SC E2 nodes number it
 FAULTS = ("malformed", "duplicate", "late", "gap")
 
 
@@ -84,6 +101,12 @@ class Subscription:
     task: asyncio.Task | None = None
 
 
+def cell_id(row: int) -> str:
+    """The e2mgr cellId of the file's cell ``row``: the test PLMN and the row as its NR cell
+    identity."""
+    return discovery.format_cell_id(kpm.CellId(bytes.fromhex(PLMN), nr_cell=row))
+
+
 # What a send to an endpoint that is not there raises: librmr's failure, a socket's.
 UNREACHABLE = (RmrError, OSError)
 
@@ -100,7 +123,10 @@ class MockE2Node:
     pace_ms: float | None = None  # wall-clock ms between reports, overriding speed
     start: int = 0  # first step replayed
     end: int | None = None  # step after the last one replayed
-    live_from: int | None = None  # steps before this one go out at once, then at speed
+    live_from: int | None = None  # steps before this one are caught up on, then at speed
+    # Reports a second, over all subscriptions, while catching up on the steps before
+    # live_from (None: as fast as the link takes).
+    catch_up_rate: float | None = None
     # Reports follow the wall clock, as a real node's: a subscription's first is the period
     # that ends next, and each goes out as its period ends (the file's times must span now).
     wall_clock: bool = False
@@ -112,6 +138,8 @@ class MockE2Node:
     # xApp.
     send_lag_ms: deque = field(default_factory=lambda: deque(maxlen=100_000))
     subscriptions: dict[str, Subscription] = field(default_factory=dict)
+    kpm_version: int = 3  # of the RAN function description it declares: 2, or 3 (and later)
+    disconnected: set[str] = field(default_factory=set)  # nodes whose E2 connection is down
 
     def __post_init__(self) -> None:
         self._values = {self.measurement: self.panel.values, **self.extra}
@@ -122,26 +150,74 @@ class MockE2Node:
         self.step_ms = int(self.panel.step / pd.Timedelta("1ms"))
         self._index_ns = self.panel.index.as_unit("ns").asi8
         self._headers: dict[int, bytes] = {}  # by first step: one encoding per period
+        self._catch_up_free = 0.0  # monotonic time from which the next catch-up may go
+        self._definitions: dict[str, str] = {}  # each node's RAN function description, hex
 
     @cached_property
-    def listing(self) -> tuple[bytes, str]:
-        """``nodes()`` as JSON, and its ETag: the cells never change while the node runs."""
-        body = json.dumps(self.nodes()).encode()
-        return body, f'"{hashlib.sha256(body).hexdigest()[:32]}"'
-
-    def nodes(self) -> list[dict]:
-        return list(self._nodes.values())
+    def cell_ids(self) -> list[str]:
+        """Each file cell's name as e2mgr gives it (and the xApp keeps it), in the file's
+        order."""
+        return [cell_id(row) for row in range(self.panel.n_cells)]
 
     @cached_property
-    def _nodes(self) -> dict[str, dict]:
-        """The nodes by meid, built once: each subscription looks its node up, and rebuilding
-        every node for it made the scale benchmark's 100 subscriptions build 10^6 cells."""
-        ids, per = self.panel.cell_ids, self.cells_per_node
-        nodes = ({"meid": f"gnb-{k // per:03d}",
-                  "cells": [{"cellId": ids[i], "plmn": PLMN, "nrCellId": i}
-                            for i in range(k, min(k + per, len(ids)))]}
-                 for k in range(0, len(ids), per))
-        return {node["meid"]: node for node in nodes}
+    def _nodes(self) -> dict[str, list[int]]:
+        """Each node's cells (rows of the panel), by meid."""
+        per = self.cells_per_node
+        return {f"gnb-{k // per:03d}": list(range(k, min(k + per, self.panel.n_cells)))
+                for k in range(0, self.panel.n_cells, per)}
+
+    def node_names(self) -> list[str]:
+        return list(self._nodes)
+
+    def disconnect(self, meid: str) -> None:
+        """The node's E2 connection is lost: e2mgr lists it disconnected, and its
+        subscriptions end (submgr deletes them)."""
+        self.disconnected.add(meid)
+        for subscription_id in [i for i, s in self.subscriptions.items() if s.meid == meid]:
+            self.unsubscribe(subscription_id)
+
+    def connect(self, meid: str) -> None:
+        self.disconnected.discard(meid)
+
+    # --- the E2 Manager ---------------------------------------------------------------------
+
+    def _status(self, meid: str) -> str:
+        return "DISCONNECTED" if meid in self.disconnected else "CONNECTED"
+
+    def _global_nb_id(self, meid: str) -> dict:
+        return {"plmnId": PLMN, "nbId": f"{list(self._nodes).index(meid):08x}"}
+
+    def nodeb_states(self) -> list[dict]:
+        """``GET /v1/nodeb/states``: e2mgr's NodebIdentity of every node."""
+        return [{"inventoryName": meid, "globalNbId": self._global_nb_id(meid),
+                 "connectionStatus": self._status(meid)} for meid in self._nodes]
+
+    def ran_function_definition(self, meid: str) -> str:
+        """The E2SM-KPM RAN function description the node declares, as e2mgr shows it (in
+        hex): report style 1 with the measurements the node has and, in v2, its cells."""
+        if meid not in self._definitions:
+            cells = [kpm.CellObject(self.cell_ids[row],
+                                    discovery.parse_cell_id(self.cell_ids[row]))
+                     for row in self._nodes[meid]] if self.kpm_version == 2 else None
+            description = kpm.RanFunctionDescription(
+                kpm.SHORT_NAME, kpm.OID_V2 if self.kpm_version == 2 else kpm.OID_V3,
+                {kpm.NODE_MEASUREMENT_STYLE: sorted(self._values)}, self.kpm_version, cells)
+            self._definitions[meid] = kpm.encode_ran_function_description(description).hex()
+        return self._definitions[meid]
+
+    def nodeb(self, meid: str) -> dict | None:
+        """``GET /v1/nodeb/{ranName}``: e2mgr's NodebResponse (None: no such node)."""
+        rows = self._nodes.get(meid)
+        if rows is None:
+            return None
+        cells = [{"servedNrCellInformation": {
+            "cellId": self.cell_ids[row], "servedPlmns": [PLMN], "nrPci": row % 1008,
+            "nrMode": "FDD", "choiceNrMode": {"fdd": {}}}} for row in rows]
+        return {"ranName": meid, "connectionStatus": self._status(meid), "nodeType": "GNB",
+                "globalNbId": self._global_nb_id(meid), "setupFromNetwork": True,
+                "gnb": {"gnbType": "GNB", "servedNrCells": cells, "ranFunctions": [{
+                    "ranFunctionId": RAN_FUNCTION_ID, "ranFunctionRevision": 1,
+                    "ranFunctionDefinition": self.ran_function_definition(meid)}]}}
 
     async def open(self) -> None:
         """Start the transport (before the first subscription)."""
@@ -157,13 +233,14 @@ class MockE2Node:
         """Accept or refuse each entry and answer at once, as submgr does: the outcomes go to
         the subscriber's rmr-data endpoint in the background, then the replay. An endpoint
         that cannot be reached is retried, with its reason logged, until it can."""
-        node = self._nodes.get(request.meid)
-        if node is None:
-            raise HTTPException(404, f"no E2 node {request.meid}")
-        served = {c["nrCellId"] for c in node["cells"]}
+        rows = self._nodes.get(request.meid)
+        if rows is None or request.meid in self.disconnected:
+            raise HTTPException(404, f"no connected E2 node {request.meid}")
+        # The node refuses what names another RAN function than its E2SM-KPM one.
+        served = set(rows) if request.ran_function_id == RAN_FUNCTION_ID else set()
         # Numbered in order of arrival: an id is never reused, not even after a deletion.
         self._subscriptions_made += 1
-        subscription_id = f"sub-{self._subscriptions_made}"
+        subscription_id = str(self._subscriptions_made)  # submgr's ids are numbers
         accepted = [self._accept(detail, served) for detail in request.details]
         endpoint = request.client_endpoint
         subscription = Subscription(request.meid, endpoint.host, endpoint.rmr_port,
@@ -193,18 +270,29 @@ class MockE2Node:
             return None, self._failure(requestor, instance, "action-not-supported")
         stream = Stream(cell, requestor, instance, action.action_id, wanted,
                         max(period, self.step_ms))
-        payload = e2ap.encode_subscription_response(requestor, instance, 2, [stream.action_id])
+        payload = e2ap.encode_subscription_response(requestor, instance, RAN_FUNCTION_ID,
+                                                       [stream.action_id])
         return stream, Frame(RIC_SUB_RESP, instance, payload)
 
     def _failure(self, requestor: int, instance: int, cause: str) -> Frame:
         self.sent["subscription_failures"] += 1
-        payload = e2ap.encode_subscription_failure(requestor, instance, 2, ("ricRequest", cause))
+        payload = e2ap.encode_subscription_failure(requestor, instance, RAN_FUNCTION_ID,
+                                                      ("ricRequest", cause))
         return Frame(RIC_SUB_FAILURE, instance, payload)
+
+    def subscription_list(self) -> list[dict]:
+        """``GET /ric/v1/subscriptions``: submgr's SubscriptionList."""
+        return [{"SubscriptionId": int(subscription_id), "Meid": subscription.meid,
+                 "ClientEndpoint": [f"{subscription.host}:{subscription.port}"],
+                 "SubscriptionInstances": [
+                     {"XappEventInstanceId": stream.requestor_id,
+                      "E2EventInstanceId": stream.instance_id} for stream in subscription.streams]}
+                for subscription_id, subscription in self.subscriptions.items()]
 
     def unsubscribe(self, subscription_id: str) -> None:
         subscription = self.subscriptions.pop(subscription_id, None)
-        if subscription is None:
-            raise HTTPException(404, f"no subscription {subscription_id}")
+        if subscription is None:  # the published API's answer to an unknown id
+            raise HTTPException(400, f"no subscription {subscription_id}")
         if subscription.task is not None:
             subscription.task.cancel()
         self.sent["deletions"] += 1
@@ -231,6 +319,8 @@ class MockE2Node:
             if self.wall_clock:
                 ends_ns = self._index_ns[first] + len(steps) * self.step_ms * 1_000_000
                 await asyncio.sleep(max(0.0, (ends_ns - time.time_ns()) / 1e9))
+            elif self.live_from is not None and first < self.live_from:
+                await self._catch_up(len(frames))
             if self.faults:
                 for frame in frames:
                     await self._send_with_faults(subscription, frame, held)
@@ -244,6 +334,16 @@ class MockE2Node:
         for frame in held:
             await self._send(subscription.host, subscription.port, frame)
         self.sent["replays_done"] += 1
+
+    async def _catch_up(self, reports: int) -> None:
+        """Wait for the turn of ``reports`` reports of the history, so that the subscriptions
+        together stay within ``catch_up_rate`` a second."""
+        if self.catch_up_rate is None:
+            return
+        now = time.monotonic()
+        turn = max(now, self._catch_up_free)
+        self._catch_up_free = turn + reports / self.catch_up_rate
+        await asyncio.sleep(turn - now)
 
     def _next_period(self) -> int:
         """The first step whose period has not ended yet."""
@@ -265,7 +365,7 @@ class MockE2Node:
                 self.panel.index[steps.start].to_pydatetime())
         message = indication.encode_message(kpm.IndicationMessage(
             measurements, granularity_ms=self.step_ms))
-        payload = indication.encode_e2ap(stream.requestor_id, stream.instance_id, 2,
+        payload = indication.encode_e2ap(stream.requestor_id, stream.instance_id, RAN_FUNCTION_ID,
                                          stream.action_id, steps.start % 65536, header, message)
         return Frame(RIC_INDICATION, stream.instance_id, payload)
 
@@ -355,16 +455,38 @@ def create_app(node: MockE2Node) -> FastAPI:
         yield
         await node.close()  # the replays stop with the server
 
-    app = FastAPI(title="kpi-forecast mock E2 node and subscription manager", lifespan=lifespan)
+    app = FastAPI(title="kpi-forecast mock E2 node, E2 Manager and subscription manager",
+                  lifespan=lifespan)
 
-    @app.get("/ric/v1/e2nodes", response_model=list[E2Node], response_model_by_alias=True)
-    async def e2nodes(if_none_match: Annotated[str | None, Header()] = None) -> Response:
-        """The list, with an ETag: the replicas ask for it every lease round, and a list of
-        10^4 cells cost each side tens of ms to write or read, every time."""
-        body, etag = node.listing
-        if if_none_match is not None and etag in (t.strip() for t in if_none_match.split(",")):
-            return Response(status_code=304, headers={"ETag": etag})
-        return Response(body, media_type="application/json", headers={"ETag": etag})
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        # The published APIs answer a body they cannot read with 400 (FastAPI's own: 422).
+        return JSONResponse({"errorCode": "402", "errorMessage": str(exc.errors()[:3])}, 400)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:  # every method of the path, not the first route's only
+            headers["Allow"] = ", ".join(sorted(
+                method for route in app.routes if isinstance(route, APIRoute)
+                and route.matches(request.scope)[0] != Match.NONE for method in route.methods))
+        return JSONResponse({"detail": exc.detail}, exc.status_code, headers=headers)
+
+    @app.get("/v1/nodeb/states")
+    async def nodeb_states() -> list[dict]:
+        return node.nodeb_states()
+
+    @app.get("/v1/nodeb/{ran_name}")
+    async def nodeb(ran_name: str) -> JSONResponse:
+        found = node.nodeb(ran_name)
+        if found is None:
+            return JSONResponse({"errorCode": "404", "errorMessage": f"no RAN {ran_name}"},
+                                404, media_type="application/problem+json")
+        return JSONResponse(found)
+
+    @app.get("/ric/v1/subscriptions")
+    async def subscriptions() -> list[dict]:
+        return node.subscription_list()
 
     @app.post("/ric/v1/subscriptions", status_code=201, response_model=SubscriptionResponse,
               response_model_by_alias=True)

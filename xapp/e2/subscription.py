@@ -1,19 +1,18 @@
-"""Subscribing to E2 nodes through the subscription manager, modelled on O-RAN SC's submgr.
+"""Subscribing to E2 nodes through the subscription manager, by O-RAN SC submgr's published
+REST API (``submgr-xapp-rest-api.yaml``, base path ``/ric/v1``); the nodes and cells come from
+the E2 Manager (``discovery.py``).
 
-1. ``GET {submgr}/ric/v1/e2nodes``: the E2 nodes and the cells each serves (on a real RIC this
-   comes from the RNIB through e2mgr; the mock E2 node serves it beside the subscriptions),
-   asked again every lease round, with If-None-Match where the answer had an ETag.
-2. ``POST {submgr}/ric/v1/subscriptions`` per node this replica owns (``e2/ownership.py``),
-   submgr's REST shape: ClientEndpoint (where
-   to send this xApp's frames), Meid, RANFunctionID 2, and one SubscriptionDetails entry per
-   cell, whose single action's definition (E2SM-KPM format 1) names the cell's global id and
-   the measurement behind the model's KPI. The answer carries a SubscriptionId.
-3. The outcome arrives on the rmr-data stream as E2AP RICsubscriptionResponse (12011) or
+1. ``POST {submgr}/subscriptions`` per node this replica owns (``e2/ownership.py``), a
+   SubscriptionParams: ClientEndpoint (where to send this xApp's frames), Meid, the node's
+   E2SM-KPM RANFunctionID, and one SubscriptionDetails entry per cell, whose single action's
+   definition (E2SM-KPM format 1) names the cell's global id and the measurement behind the
+   model's KPI. The answer carries a SubscriptionId.
+2. The outcome arrives on the rmr-data stream as E2AP RICsubscriptionResponse (12011) or
    RICsubscriptionFailure (12012): the response's RIC requestor id is the entry's
    XappEventInstanceId, which names the cell; its RIC instance id and action id are what that
    cell's indications will carry, so they become the ingestor's route.
-4. ``DELETE {submgr}/ric/v1/subscriptions/{SubscriptionId}`` for a node given up, and for all
-   on shutdown; the routes of its cells go with it.
+3. ``DELETE {submgr}/subscriptions/{SubscriptionId}`` for a node given up (or gone), and for
+   all on shutdown; the routes of its cells go with it.
 """
 
 from __future__ import annotations
@@ -21,10 +20,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Literal
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field
 from tenacity import (
     AsyncRetrying,
     retry_if_exception_type,
@@ -34,13 +33,13 @@ from tenacity import (
 )
 
 from kpi_forecast.xapp.e2 import e2ap, kpm
+from kpi_forecast.xapp.e2.discovery import Cell, E2Node
 from kpi_forecast.xapp.e2.ingest import Ingestor, Route
 from kpi_forecast.xapp.e2.transport import RIC_SUB_FAILURE, RIC_SUB_RESP, Frame
 from kpi_forecast.xapp.failures import describe, log_retry
 
 log = logging.getLogger(__name__)
 
-RAN_FUNCTION_ID = 2  # E2SM-KPM, as O-RAN SC E2 nodes number it
 ACTION_ID = 1
 TIMEOUT_S = 5.0
 
@@ -58,18 +57,23 @@ class ClientEndpoint(BaseModel):
     rmr_port: int = Field(alias="RMRPort", ge=1, le=65535)
 
 
+TimeToWait = Literal["zero", "w1ms", "w2ms", "w5ms", "w10ms", "w20ms", "w30ms", "w40ms",
+                     "w50ms", "w100ms", "w200ms", "w500ms", "w1s", "w2s", "w5s", "w10s",
+                     "w20s", "w60s"]
+
+
 class SubsequentAction(BaseModel):
     model_config = _REST
 
-    type: str = Field("continue", alias="SubsequentActionType")
-    time_to_wait: str = Field("zero", alias="TimeToWait")
+    type: Literal["continue", "wait"] = Field(alias="SubsequentActionType")
+    time_to_wait: TimeToWait = Field(alias="TimeToWait")
 
 
 class ActionToBeSetup(BaseModel):
     model_config = _REST
 
     action_id: int = Field(alias="ActionID", ge=0, le=255)
-    action_type: str = Field("report", alias="ActionType")
+    action_type: Literal["insert", "policy", "report"] = Field(alias="ActionType")
     action_definition: Octets = Field(alias="ActionDefinition")
     subsequent_action: SubsequentAction | None = Field(None, alias="SubsequentAction")
 
@@ -83,35 +87,15 @@ class SubscriptionDetail(BaseModel):
 
 
 class SubscriptionRequest(BaseModel):
-    """``POST /ric/v1/subscriptions``: one E2 node, one detail (here: one cell) per entry."""
+    """SubscriptionParams: one E2 node, one detail (here: one cell) per entry."""
 
     model_config = _REST
 
     subscription_id: str = Field("", alias="SubscriptionId")
     client_endpoint: ClientEndpoint = Field(alias="ClientEndpoint")
     meid: str = Field(alias="Meid", min_length=1)
-    ran_function_id: int = Field(RAN_FUNCTION_ID, alias="RANFunctionID")
+    ran_function_id: int = Field(alias="RANFunctionID", ge=0, le=4095)
     details: list[SubscriptionDetail] = Field(alias="SubscriptionDetails", min_length=1)
-
-
-class NodeCell(BaseModel):
-    model_config = _REST
-
-    cell_id: str = Field(alias="cellId", min_length=1)
-    plmn: str = Field(pattern=r"^[0-9a-fA-F]{6}$")  # the PLMN identity's 3 octets, in hex
-    nr_cell_id: int = Field(alias="nrCellId", ge=0, lt=2**36)
-
-
-class E2Node(BaseModel):
-    """One entry of ``GET /ric/v1/e2nodes``: an E2 node and the cells it serves."""
-
-    model_config = _REST
-
-    meid: str = Field(min_length=1)
-    cells: list[NodeCell]
-
-
-NODES = TypeAdapter(list[E2Node])
 
 
 class SubscriptionInstance(BaseModel):
@@ -126,13 +110,6 @@ class SubscriptionResponse(BaseModel):
 
     subscription_id: str = Field(alias="SubscriptionId")
     instances: list[SubscriptionInstance] = Field(alias="SubscriptionInstances")
-
-
-@dataclass(frozen=True)
-class Cell:
-    cell_id: str
-    plmn: bytes
-    nr_cell: int
 
 
 @dataclass
@@ -156,7 +133,6 @@ class Subscriber:
         # One client for the replica's life: each new one built an SSL context (40 ms of CPU
         # here), and the node list is asked for every lease round.
         self._client = httpx.AsyncClient(timeout=TIMEOUT_S, transport=transport)
-        self._listed: tuple[str, list[E2Node]] | None = None  # the last list, by its ETag
         self.subscription_ids: dict[str, str] = {}  # node (meid) -> its SubscriptionId
         self._pending: dict[int, Pending] = {}  # XappEventInstanceId -> the cell it is for
         self._routes: dict[str, list[tuple[int, int]]] = {}  # node -> its cells' routes
@@ -174,26 +150,6 @@ class Subscriber:
             before_sleep=log_retry(log, f"e2: subscription manager at {self.submgr_url}"),
         )
 
-    async def nodes(self, retry_max_s: float = 30.0, attempts: int | None = None
-                    ) -> list[E2Node]:
-        """The E2 nodes and their cells, as the subscription manager knows them. Asked for
-        conditionally (If-None-Match) where it gave an ETag: a list of 10^4 cells took 33 ms
-        to read, every round, while it hardly ever changes."""
-        async for attempt in self._retrying(retry_max_s, attempts):
-            with attempt:
-                listed = self._listed
-                response = await self._client.get(
-                    f"{self.submgr_url}/ric/v1/e2nodes",
-                    headers={} if listed is None else {"If-None-Match": listed[0]})
-                if response.status_code == 304 and listed is not None:
-                    return listed[1]
-                response.raise_for_status()
-                nodes = NODES.validate_json(response.content)
-                etag = response.headers.get("ETag")
-                self._listed = None if etag is None else (etag, nodes)
-                return nodes
-        raise AssertionError("unreachable: tenacity retries until it returns")
-
     async def subscribe(self, node: E2Node, measurement: str, period_ms: int,
                         retry_max_s: float = 30.0, attempts: int | None = None) -> None:
         """Subscribe to every cell of ``node``."""
@@ -201,8 +157,8 @@ class Subscriber:
         try:
             async for attempt in self._retrying(retry_max_s, attempts):
                 with attempt:
-                    response = await self._client.post(
-                        f"{self.submgr_url}/ric/v1/subscriptions", json=body)
+                    response = await self._client.post(f"{self.submgr_url}/subscriptions",
+                                                       json=body)
                     response.raise_for_status()
                     answer = SubscriptionResponse.model_validate_json(response.content)
         except BaseException:
@@ -225,17 +181,17 @@ class Subscriber:
         details = []
         for cell in node.cells:
             event_id = self._event_id()
-            target = Cell(cell.cell_id, bytes.fromhex(cell.plmn), cell.nr_cell_id)
-            self._pending[event_id] = Pending(target, period_ms, node.meid)
+            self._pending[event_id] = Pending(cell, period_ms, node.meid)
             definition = kpm.encode_action_definition(kpm.ActionDefinition(
-                [measurement], granularity_ms=period_ms,
-                cell=kpm.CellId(target.plmn, nr_cell=target.nr_cell)))
+                [measurement], granularity_ms=period_ms, cell=cell.global_id))
             details.append(SubscriptionDetail(
                 xapp_event_instance_id=event_id, event_triggers=trigger,
-                actions=[ActionToBeSetup(action_id=ACTION_ID, action_definition=list(definition),
-                                         subsequent_action=SubsequentAction())]))
+                actions=[ActionToBeSetup(
+                    action_id=ACTION_ID, action_type="report",
+                    action_definition=list(definition),
+                    subsequent_action=SubsequentAction(type="continue", time_to_wait="zero"))]))
         request = SubscriptionRequest(client_endpoint=self.client, meid=node.meid,
-                                      details=details)
+                                      ran_function_id=node.ran_function_id, details=details)
         return request.model_dump(by_alias=True)
 
     async def handle(self, frame: Frame) -> bool:
@@ -279,7 +235,7 @@ class Subscriber:
             return
         try:
             response = await self._client.delete(
-                f"{self.submgr_url}/ric/v1/subscriptions/{subscription_id}", timeout=within_s)
+                f"{self.submgr_url}/subscriptions/{subscription_id}", timeout=within_s)
             response.raise_for_status()
             log.info("e2: unsubscribed from %s", meid)
         except httpx.HTTPError as exc:
@@ -297,7 +253,7 @@ class Subscriber:
                 while left:
                     try:
                         response = await self._client.delete(
-                            f"{self.submgr_url}/ric/v1/subscriptions/{left[0]}",
+                            f"{self.submgr_url}/subscriptions/{left[0]}",
                             timeout=within_s)
                         response.raise_for_status()
                     except httpx.HTTPError as exc:

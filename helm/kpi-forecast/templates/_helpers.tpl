@@ -158,6 +158,7 @@ chart's tests check for every values file they render.
         "enabled" $e2.enabled
         "port" .Values.containerPorts.rmrData
         "submgrUrl" (get $e2 "submgrUrl" | default nil)
+        "e2mgrUrl" $e2.e2mgrUrl
         "clientHost" (get $e2 "clientHost" | default nil)
         "reportingPeriodMs" (get $e2 "reportingPeriodMs" | default nil)
         "kpis" $e2.kpis)
