@@ -127,6 +127,70 @@ def test_replayed_cells_forecast_like_their_file(tmp_path: Path, rmr_library: Pa
     asyncio.run(go())
 
 
+def metric(text: str, name: str) -> float | None:
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("measurement", "subscribed"), [(MEASUREMENT, True),
+                                                         ("DRB.UEThpDl", False)])
+def test_nodes_that_disconnect_and_connect_again_are_followed(
+        tmp_path: Path, rmr_library: Path, measurement: str, subscribed: bool) -> None:
+    """A node whose E2 connection drops is given up; once e2mgr lists it connected again it
+    is subscribed to again. Nodes that do not report the model's measurement are counted."""
+    model_dir = make_model(tmp_path / "model")
+    data = tmp_path / "cells.csv"
+    generate(n_cells=4, days=2, seed=1, start="2024-03-04", tz="UTC").to_csv(data, index=False)
+    port = free_port()
+
+    async def go() -> None:
+        node = MockE2Node(load_panel(data, "prb_util"), MEASUREMENT, rmr_transport(),
+                          cells_per_node=2, speed=1.0)  # real time: the replays go on
+        server = uvicorn.Server(uvicorn.Config(create_app(node), host="127.0.0.1", port=port,
+                                               log_level="warning"))
+        serving = asyncio.create_task(server.serve())
+        while not server.started:
+            await asyncio.sleep(0.01)
+        desc = descriptor(tmp_path, model_dir, e2={
+            "enabled": True, "port": free_port(), "submgrUrl": f"http://127.0.0.1:{port}/ric/v1",
+            "e2mgrUrl": f"http://127.0.0.1:{port}/v1", "kpis": {"kpi": {"measurement":
+                                                                         measurement}}})
+
+        async with running(desc) as client:
+            async def owned(expected: float) -> str:
+                for _ in range(600):
+                    text = (await client.get("/ric/v1/metrics")).text
+                    if metric(text, "kpi_forecast_e2_nodes_owned") == expected:
+                        return text
+                    await asyncio.sleep(0.02)
+                raise AssertionError(f"never {expected} nodes owned: {text[-3000:]}")
+
+            if not subscribed:
+                await asyncio.sleep(3)  # a lease round and more
+                text = await owned(0)
+                assert metric(text, 'kpi_forecast_e2_cells_skipped{reason='
+                              '"measurement-not-reported"}') == 4
+                assert node.subscriptions == {}
+            else:
+                text = await owned(2)
+                assert metric(text, 'kpi_forecast_e2_cells_skipped{reason='
+                              '"measurement-not-reported"}') == 0
+                node.disconnect("gnb-001")
+                await owned(1)
+                assert [s.meid for s in node.subscriptions.values()] == ["gnb-000"]
+                node.connect("gnb-001")
+                await owned(2)
+                assert sorted(s.meid for s in node.subscriptions.values()) == [
+                    "gnb-000", "gnb-001"]
+        server.should_exit = True
+        await serving
+
+    asyncio.run(go())
+
+
 def test_e2sim_command_serves_the_node_inventory(tmp_path: Path, rmr_library: Path) -> None:
 
     data = tmp_path / "cells.csv"

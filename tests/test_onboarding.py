@@ -111,6 +111,15 @@ def test_the_chart_it_builds_lints_renders_and_validates(onboarded: dict, helm: 
     assert container["readinessProbe"]["httpGet"] == {"path": "ric/v1/health/ready",
                                                       "port": 8080}
     assert [p["name"] for p in container["ports"]] == ["http", "rmr-data", "rmr-route"]
+    # What docs/deploy.md says this chart leaves out beside the project's own, and what it
+    # takes from the RIC.
+    assert "NetworkPolicy" not in {d["kind"] for d in docs}
+    assert "securityContext" not in container and "resources" not in container
+    assert "securityContext" not in deployment["spec"]["template"]["spec"]
+    assert "startupProbe" not in container
+    assert {"configMapRef": {"name": "dbaas-appconfig"}} in container["envFrom"]
+    assert not any(v.get("persistentVolumeClaim") or v.get("emptyDir")
+                   for v in deployment["spec"]["template"]["spec"]["volumes"])
 
 
 def test_the_xapp_reads_the_descriptor_as_that_chart_mounts_it(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from pathlib import Path
 
@@ -672,6 +673,46 @@ def test_auto_registers_where_the_routing_manager_gives_the_routes(
         assert calls == expected
 
     run(go())
+
+
+def test_unready_while_rmr_has_no_route_table_and_said_once(
+        model_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """As on a RIC before the routing manager's table arrives (the chart dms_cli builds names
+    no static table): the probe answers 503 with the reason, the log says it once."""
+    from tests.tcp_transport import TcpTransport
+
+    class Routes(TcpTransport):
+        loaded = False
+
+        def ready(self) -> bool:
+            return self.loaded
+
+    transports: list[Routes] = []
+
+    def factory(e2, broken) -> Routes:
+        transports.append(Routes("127.0.0.1", 0))
+        return transports[-1]
+
+    async def go() -> None:
+        desc = descriptor(tmp_path, model_dir, e2={"enabled": True})
+        async with running(desc, wait_ready=False, e2_transport=factory) as client:
+            for _ in range(400):  # the model loads first
+                answer = await client.get("/ric/v1/health/ready")
+                if "RMR" in answer.json()["error"]:
+                    break
+                await asyncio.sleep(0.025)
+            for _ in range(5):  # asked again and again, as a probe does
+                answer = await client.get("/ric/v1/health/ready")
+            assert answer.status_code == 503
+            assert answer.json()["error"].startswith("RMR not ready: no route table yet")
+            transports[0].loaded = True
+            assert (await client.get("/ric/v1/health/ready")).status_code == 200
+
+    with caplog.at_level(logging.INFO, logger="kpi_forecast.xapp.e2.link"):
+        run(go())
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("rmr: ")]
+    assert len(said) == 2 and said[0].startswith("rmr: no route table yet")
+    assert said[1] == "rmr: a route table is loaded: ready for E2 and A1"
 
 
 def test_an_unreachable_appmgr_is_never_fatal(model_dir: Path, tmp_path: Path) -> None:

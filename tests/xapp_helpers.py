@@ -12,6 +12,7 @@ import httpx
 
 from kpi_forecast.xapp.api import create_app
 from kpi_forecast.xapp.config import CONFIG_FILE_NAME, DEFAULT_DIR, Descriptor, load_descriptor
+from kpi_forecast.xapp.service import TransportFactory, rmr_transport
 from tests.exported_model import exported_copy
 
 CONTEXT, HORIZON = 168, 24
@@ -52,10 +53,12 @@ def descriptor(tmp: Path, model_dir: Path, **controls: object) -> Descriptor:
 
 @contextlib.asynccontextmanager
 async def running(desc: Descriptor, wait_ready: bool = True, watch: bool = False,
-                  appmgr: httpx.AsyncBaseTransport | None = None
+                  appmgr: httpx.AsyncBaseTransport | None = None,
+                  e2_transport: TransportFactory = rmr_transport,
                   ) -> AsyncIterator[httpx.AsyncClient]:
     """The app with its background tasks running, and an async client on it (no sockets)."""
-    app = create_app(desc, watch_config=watch, appmgr_transport=appmgr)
+    app = create_app(desc, watch_config=watch, appmgr_transport=appmgr,
+                     e2_transport=e2_transport)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://xapp") as client:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Callable
 
 import httpx
@@ -49,6 +50,7 @@ class E2Link:
         self.subscriber: Subscriber | None = None
         self.e2mgr: E2Manager | None = None
         self._following: asyncio.Task | None = None  # the subscriptions following ownership
+        self._ready_said = True  # what was last logged of RMR's readiness
 
     async def start(self) -> list[asyncio.Task]:
         """Listen when E2 is enabled, and subscribe in the background when the subscription
@@ -68,8 +70,20 @@ class E2Link:
         return [*tasks, asyncio.create_task(self.ingestor.run(), name="e2-writer")]
 
     def ready(self) -> bool:
-        """RMR is not used, or its transport can take messages."""
-        return self.transport is None or self.transport.ready()
+        """RMR is not used, or its transport can take messages (it has a route table). The
+        first time it has none, and when it has one again, is logged: the readiness probe
+        asks often, the log says it once."""
+        ready = self.transport is None or self.transport.ready()
+        if ready != self._ready_said:
+            if ready:
+                log.info("rmr: a route table is loaded: ready for E2 and A1")
+            else:
+                log.warning("rmr: no route table yet (from the routing manager, RMR_RTG_SVC=%s, "
+                            "or static, RMR_SEED_RT=%s): unready until one is loaded",
+                            os.environ.get("RMR_RTG_SVC", "-"),
+                            os.environ.get("RMR_SEED_RT", "-"))
+            self._ready_said = ready
+        return ready
 
     async def _on_frame(self, frame: Frame) -> None:
         if frame.msg_type == RIC_INDICATION:  # nearly every frame: straight to the ingestor

