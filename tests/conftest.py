@@ -9,6 +9,7 @@ import pytest
 
 from tests.a1_mediator import mediator_routes  # noqa: F401 - a fixture for the A1 tests
 from tests.air_gapped import gpu_bundle  # noqa: F401 - the GPU check's and the GPU graph's
+from tests.k8s_tools import helm  # noqa: F401 - a fixture for the chart and onboarding tests
 from tests.rmr_library import rmr_library  # noqa: F401 - a fixture for every test module
 from tests.system_tools import PACKAGES, USED
 

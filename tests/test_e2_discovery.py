@@ -182,8 +182,6 @@ def test_an_e2mgr_answer_that_is_not_its_api_is_retried_with_its_reason(
     async def go() -> None:
         e2mgr = E2Manager("http://e2mgr/v1", transport=httpx.MockTransport(
             lambda request: next(answers)))
-        e2mgr._retrying = lambda retry_max_s, attempts: E2Manager._retrying(  # no waiting
-            e2mgr, 0.0, attempts)
         assert (await e2mgr.listing(MEASUREMENT, retry_max_s=0.0)).nodes == {}
         await e2mgr.close()
 

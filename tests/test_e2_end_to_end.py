@@ -46,6 +46,17 @@ def one_cell_two_days(tmp_path: Path) -> Path:
 
 
 
+async def serve_node(node: MockE2Node, port: int) -> tuple[uvicorn.Server, asyncio.Task]:
+    """The mock's REST side (E2 Manager, subscription manager) served on ``port``; set the
+    server's should_exit and await the task to stop it (its lifespan closes the node)."""
+    server = uvicorn.Server(uvicorn.Config(create_app(node), host="127.0.0.1", port=port,
+                                           log_level="warning"))
+    serving = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    return server, serving
+
+
 async def subscribe_first_cell(node: MockE2Node, rmr_port: int,
                                measurements: tuple[str, ...] = (MEASUREMENT,),
                                period_ms: int = 3_600_000) -> SubscriptionResponse:
@@ -77,11 +88,7 @@ def test_replayed_cells_forecast_like_their_file(tmp_path: Path, rmr_library: Pa
         node = MockE2Node(panel, MEASUREMENT, rmr_transport(), cells_per_node=2, speed=0.0,
                           faults={"malformed": 0.05, "duplicate": 0.05, "late": 0.05}, seed=0)
         # Lost reports would leave gaps the direct forecast does not have: tested on their own.
-        server = uvicorn.Server(uvicorn.Config(create_app(node), host="127.0.0.1", port=port,
-                                               log_level="warning"))
-        serving = asyncio.create_task(server.serve())
-        while not server.started:
-            await asyncio.sleep(0.01)
+        server, serving = await serve_node(node, port)
         # The model's own calibration: the comparison below is of the history E2 delivered
         # against the same values sent directly, and a background recalibration (tested on
         # its own) would blend each with naives of its own length, landing whenever it lands.
@@ -149,11 +156,7 @@ def test_nodes_that_disconnect_and_connect_again_are_followed(
     async def go() -> None:
         node = MockE2Node(load_panel(data, "prb_util"), MEASUREMENT, rmr_transport(),
                           cells_per_node=2, speed=1.0)  # real time: the replays go on
-        server = uvicorn.Server(uvicorn.Config(create_app(node), host="127.0.0.1", port=port,
-                                               log_level="warning"))
-        serving = asyncio.create_task(server.serve())
-        while not server.started:
-            await asyncio.sleep(0.01)
+        server, serving = await serve_node(node, port)
         desc = descriptor(tmp_path, model_dir, e2={
             "enabled": True, "port": free_port(), "submgrUrl": f"http://127.0.0.1:{port}/ric/v1",
             "e2mgrUrl": f"http://127.0.0.1:{port}/v1", "kpis": {"kpi": {"measurement":

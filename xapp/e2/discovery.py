@@ -25,16 +25,9 @@ from typing import Literal
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
-from tenacity import (
-    AsyncRetrying,
-    retry_if_exception_type,
-    stop_after_attempt,
-    stop_never,
-    wait_exponential,
-)
 
 from kpi_forecast.xapp.e2 import kpm
-from kpi_forecast.xapp.failures import log_retry
+from kpi_forecast.xapp.failures import rest_retrying
 
 log = logging.getLogger(__name__)
 
@@ -205,15 +198,6 @@ class E2Manager:
         self._details: dict[str, NodebResponse] = {}  # connected nodes, read once each
         self._told: dict[str, Counter[Reason]] = {}  # what was logged of each node
 
-    def _retrying(self, retry_max_s: float, attempts: int | None) -> AsyncRetrying:
-        return AsyncRetrying(
-            wait=wait_exponential(multiplier=0.5, max=retry_max_s),
-            retry=retry_if_exception_type((httpx.HTTPError, ValueError)),
-            stop=stop_never if attempts is None else stop_after_attempt(attempts),
-            reraise=True,
-            before_sleep=log_retry(log, f"e2: E2 Manager at {self.url}"),
-        )
-
     async def _get(self, path: str) -> bytes:
         response = await self._client.get(f"{self.url}{path}")
         response.raise_for_status()
@@ -224,7 +208,8 @@ class E2Manager:
         """The connected nodes and their cells for ``measurement``; each node's details are
         asked for when it (re)connects. Failures are retried (``attempts`` in all, the last
         one's error raised; None: until they succeed), logged with their reason."""
-        async for attempt in self._retrying(retry_max_s, attempts):
+        async for attempt in rest_retrying(
+                log, f"e2: E2 Manager at {self.url}", retry_max_s, attempts):
             with attempt:
                 states = STATES.validate_json(await self._get("/nodeb/states"))
                 connected = {s.inventory_name for s in states

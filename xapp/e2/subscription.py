@@ -24,19 +24,12 @@ from typing import Annotated, Literal
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
-from tenacity import (
-    AsyncRetrying,
-    retry_if_exception_type,
-    stop_after_attempt,
-    stop_never,
-    wait_exponential,
-)
 
 from kpi_forecast.xapp.e2 import e2ap, kpm
 from kpi_forecast.xapp.e2.discovery import Cell, E2Node
 from kpi_forecast.xapp.e2.ingest import Ingestor, Route
 from kpi_forecast.xapp.e2.transport import RIC_SUB_FAILURE, RIC_SUB_RESP, Frame
-from kpi_forecast.xapp.failures import describe, log_retry
+from kpi_forecast.xapp.failures import describe, rest_retrying
 
 log = logging.getLogger(__name__)
 
@@ -138,24 +131,13 @@ class Subscriber:
         self._routes: dict[str, list[tuple[int, int]]] = {}  # node -> its cells' routes
         self._last_event = 0
 
-    def _retrying(self, retry_max_s: float, attempts: int | None) -> AsyncRetrying:
-        """Failures (HTTP, or an answer that is not submgr's) are logged with their reason
-        and retried (``attempts`` times in all, the last one's error raised; None: until
-        they succeed)."""
-        return AsyncRetrying(
-            wait=wait_exponential(multiplier=0.5, max=retry_max_s),
-            retry=retry_if_exception_type((httpx.HTTPError, ValueError)),
-            stop=stop_never if attempts is None else stop_after_attempt(attempts),
-            reraise=True,
-            before_sleep=log_retry(log, f"e2: subscription manager at {self.submgr_url}"),
-        )
-
     async def subscribe(self, node: E2Node, measurement: str, period_ms: int,
                         retry_max_s: float = 30.0, attempts: int | None = None) -> None:
         """Subscribe to every cell of ``node``."""
         body = self._request(node, measurement, period_ms)
         try:
-            async for attempt in self._retrying(retry_max_s, attempts):
+            async for attempt in rest_retrying(
+                log, f"e2: subscription manager at {self.submgr_url}", retry_max_s, attempts):
                 with attempt:
                     response = await self._client.post(f"{self.submgr_url}/subscriptions",
                                                        json=body)
