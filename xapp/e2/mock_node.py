@@ -7,7 +7,7 @@ It plays three parts, each by its published contract (O-RAN SC's REST API docume
   with its served NR cells and its RAN functions, the E2SM-KPM one with the RAN function
   description an E2 node declares at E2 setup (encoded from the same cell list and the
   measurements it has: KPM v3+, or v2 with its node list);
-- the subscription manager (``/ric/v1``): ``POST /ric/v1/subscriptions`` and
+- the subscription manager (``/ric/v1``): ``GET`` and ``POST /ric/v1/subscriptions`` and
   ``DELETE /ric/v1/subscriptions/{subscriptionId}``;
 - the E2 node: for each accepted subscription, an E2AP RICsubscriptionResponse on the
   subscriber's rmr-data endpoint, then the file's values for the subscribed cells as RIC
@@ -185,7 +185,7 @@ class MockE2Node:
         return "DISCONNECTED" if meid in self.disconnected else "CONNECTED"
 
     def _global_nb_id(self, meid: str) -> dict:
-        return {"plmnId": PLMN, "nbId": f"{list(self._nodes).index(meid):08x}"}
+        return {"plmnId": PLMN, "nbId": f"{int(meid.removeprefix('gnb-')):08x}"}
 
     def nodeb_states(self) -> list[dict]:
         """``GET /v1/nodeb/states``: e2mgr's NodebIdentity of every node."""
