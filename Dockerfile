@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 #
-# kpi-forecast images. BuildKit builds only the stages the chosen target needs.
+# kpi-forecast images. BuildKit (or podman/buildah) builds only the stages the target needs.
 #
 #   serving, CPU (default target, the last stage):
 #     docker build -t kpi-forecast:0.1.0 .
@@ -9,25 +9,36 @@
 #   training (CPU torch):
 #     docker build --target train -t kpi-forecast-train:0.1.0 .
 #
+# Where no registry or GitHub can be reached (docs/images.md): any base with Python 3.11 and
+# its venv module, e.g. Debian bookworm made with debootstrap (--build-arg PYTHON_BASE=...),
+# RMR's source from the build context (--build-arg RMR_SOURCE=archive, its git archive in
+# rmr-source/) and torch from a folder of wheels (--build-arg TORCH_INDEX= with
+# --build-arg PIP_FIND_LINKS=/wheels and the folder mounted there by podman build --volume).
+#
 # The serving image reads the packaged xApp descriptor (controls.modelDir = /opt/ric/model)
 # unless CONFIG_FILE or XAPP_DESCRIPTOR_PATH is set: the Helm chart sets CONFIG_FILE to its
 # mounted ConfigMap, so the image itself sets neither.
 #
 # GPU variant: onnxruntime is swapped for onnxruntime-gpu with its [cuda,cudnn] extras, which
 # pull the CUDA runtime, cuBLAS, cuFFT, cuRAND and cuDNN as NVIDIA's pip wheels into the venv.
-# The runtime base therefore stays the same python slim image for both variants: an
+# The runtime base therefore stays the same Python base for both variants: an
 # nvidia/cuda:*-cudnn-runtime base would only duplicate those libraries, and it has no Python
 # 3.11 (Ubuntu 24.04 ships 3.12), so the venv built here could not run on it. The driver
 # (libcuda.so.1) is not in the image on either route: the NVIDIA container toolkit mounts the
 # node's one at run time.
 
 ARG PYTHON_VERSION=3.11
-# Base of the build stages and of the training image.
+# Base of the build stages and of the training image: any with Python 3.11 as python3 and its
+# venv module (python:3.11-slim, or Debian bookworm with python3-venv).
 ARG PYTHON_BASE=python:${PYTHON_VERSION}-slim
 # Base of the serving image, e.g. the same image pinned by digest
 # (--build-arg RUNTIME_BASE=python:3.11-slim@sha256:...). It must provide the interpreter the
-# builder used at the same path (/usr/local/bin/python3.11), since the copied venv links to it.
+# builder used at the same path (/usr/local/bin/python3.11 in python:slim, /usr/bin/python3.11
+# in Debian), since the copied venv links to it.
 ARG RUNTIME_BASE=${PYTHON_BASE}
+# Where librmr's source comes from: git (cloned from GitHub) or archive (the git archive of
+# the same commit, rmr-source/ric-plt-lib-rmr-*.tar.gz in the build context).
+ARG RMR_SOURCE=git
 
 
 # --- the project's source and an empty venv, shared by both builders ---------------------------
@@ -35,7 +46,7 @@ FROM ${PYTHON_BASE} AS build-base
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_INPUT=1 \
     PATH=/opt/venv/bin:${PATH}
-RUN python -m venv /opt/venv
+RUN python3 -m venv /opt/venv
 WORKDIR /src
 # Exactly what setuptools needs (pyproject.toml: readme, the folders its package-dir maps into
 # the one import package kpi_forecast, and their package data). tests/test_image.py builds from a
@@ -79,20 +90,30 @@ RUN --mount=type=cache,target=/root/.cache/pip \
 
 
 # --- librmr, the RIC message router, built from its public source ------------------------------
-FROM ${PYTHON_BASE} AS rmr-builder
 # RMR 4.9.4 (o-ran-sc/ric-plt-lib-rmr), the release the tests run against in ../shared/rmr, built
 # the same way: SI95 transport, depends on libc only. The xApp loads librmr_si.so.4 through
-# ctypes (xapp/e2/rmr.py); the build tools stay in this stage.
-ARG RMR_COMMIT=8b9a214906a40b338def981d5c16b4ea247176fb
+# ctypes (xapp/e2/rmr.py); the build tools stay in these stages.
+FROM ${PYTHON_BASE} AS rmr-tools
 # The distribution's current toolchain: the library's ABI is libc's, not the compiler's.
 # hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends ca-certificates cmake g++ gcc git make \
     && rm -rf /var/lib/apt/lists/*
+
+FROM rmr-tools AS rmr-source-git
+ARG RMR_COMMIT=8b9a214906a40b338def981d5c16b4ea247176fb
 RUN git init -q /rmr-src \
     && git -C /rmr-src fetch -q --depth 1 https://github.com/o-ran-sc/ric-plt-lib-rmr.git "${RMR_COMMIT}" \
-    && git -C /rmr-src checkout -q FETCH_HEAD \
-    && cmake -S /rmr-src -B /rmr-build -DCMAKE_INSTALL_PREFIX=/opt/rmr \
+    && git -C /rmr-src checkout -q FETCH_HEAD
+
+FROM rmr-tools AS rmr-source-archive
+COPY rmr-source/ /rmr-archive/
+RUN mkdir /rmr-src \
+    && tar -xzf /rmr-archive/ric-plt-lib-rmr-*.tar.gz -C /rmr-src --strip-components=1
+
+# hadolint ignore=DL3006
+FROM rmr-source-${RMR_SOURCE} AS rmr-builder
+RUN cmake -S /rmr-src -B /rmr-build -DCMAKE_INSTALL_PREFIX=/opt/rmr \
     && make -C /rmr-build install \
     && rm -f /opt/rmr/lib/*.a
 
@@ -100,9 +121,13 @@ RUN git init -q /rmr-src \
 # --- the training venv: the `train` extra with the CPU build of the pinned torch --------------
 FROM build-base AS train-builder
 # The extra index offers torch==2.13.0+cpu, which pip prefers to PyPI's 2.13.0 (a local version
-# sorts higher) and which does not pull the multi-gigabyte CUDA wheels.
+# sorts higher) and which does not pull the multi-gigabyte CUDA wheels. Without the index
+# (TORCH_INDEX=""), the same wheel from a folder (PIP_FIND_LINKS, mounted into the build).
+ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
+ARG PIP_FIND_LINKS=""
 RUN --mount=type=cache,target=/root/.cache/pip \
-    pip install --extra-index-url https://download.pytorch.org/whl/cpu "/src[train]" \
+    PIP_EXTRA_INDEX_URL="${TORCH_INDEX}" PIP_FIND_LINKS="${PIP_FIND_LINKS}" \
+    pip install "/src[train]" \
     && python -I -c "import sys, torch; sys.exit(torch.version.cuda is not None)"
 
 

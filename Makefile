@@ -74,6 +74,7 @@ bench: $(VENV)/.installed-bench
 	$(BIN)/python -m benchmarks.e2_scale
 	$(BIN)/python -m benchmarks.scale_out
 	$(BIN)/python -m benchmarks.shared_history
+	$(BIN)/python -m benchmarks.images
 
 $(VENV)/.installed-bench: $(VENV)/.installed-train
 	$(INSTALL) -e ".[train,serve,bench]"

@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 PACKAGES = {"promtool": "prometheus", "prometheus": "prometheus", "redis-server": "redis-server",
-            "hey": "hey"}
+            "hey": "hey", "podman": "podman", "runc": "runc", "debootstrap": "debootstrap"}
 USED: dict[str, str] = {}  # tool -> path, once a test has run it
 
 

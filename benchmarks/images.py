@@ -1,0 +1,157 @@
+"""The container images: what building them costs, their sizes, what the serving image holds,
+and its cold start to ready against the same xApp started from a venv.
+
+The images are built with podman as docs/images.md says (``benchmarks/containers.py``), each
+build command timed. Cold start: from the command to the first 200 of /ric/v1/health/ready,
+the container (``podman run``, read-only root, the model mounted) and the venv
+(``kpi-forecast serve``) alternating, on the same model, REPEATS times each.
+
+    python -m benchmarks.images
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import pandas as pd
+
+from benchmarks.common import RAW, machine, write_section
+from benchmarks.containers import GPU, SERVING, TRAINING, Podman, missing
+from benchmarks.ports import free_port
+from tests.xapp_helpers import make_model
+
+REPEATS = 5
+COMMAND = "python -m benchmarks.images"
+BIN = Path(sys.executable).parent
+
+
+def ready_after(argv: list[str], url: str, env: dict | None) -> float:
+    """Seconds from starting ``argv`` to the first 200 of ``url``; the process is stopped."""
+    started = time.monotonic()
+    process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    try:
+        while True:
+            try:
+                if httpx.get(url, timeout=1).status_code == 200:
+                    return time.monotonic() - started
+            except httpx.TransportError:
+                pass
+            if process.poll() is not None or time.monotonic() - started > 300:
+                raise RuntimeError(f"{argv[:3]} never became ready")
+            time.sleep(0.02)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def contents(podman: Podman) -> dict[str, str]:
+    """What the serving image holds: its packages, the largest, and what it lacks."""
+    script = ("pip list --format=freeze | wc -l; du -sm /opt/venv | cut -f1;"
+              " du -sm /opt/venv/lib/python3.11/site-packages/* | sort -rn | head -5;"
+              " command -v gcc cc g++ cmake git make | wc -l;"
+              " python -c 'import importlib.util as u; print(u.find_spec(\"torch\") is None)'")
+    done = podman("run", "--rm", "--network=none", "--entrypoint", "sh", SERVING, "-c", script)
+    lines = done.stdout.split("\n")
+    largest = [line.split("\t") for line in lines[2:7]]
+    return {"packages": lines[0].strip(), "venv_mb": lines[1].strip(),
+            "largest": ", ".join(f"{Path(p).name} {mb} MB" for mb, p in largest),
+            "compilers": lines[7].strip(), "no_torch": lines[8].strip()}
+
+
+def cold_starts(podman: Podman, work: Path) -> dict[str, list[float]]:
+    model = make_model(work / "model")
+    times: dict[str, list[float]] = {"container": [], "venv": []}
+    for _ in range(REPEATS):
+        for kind in times:
+            port = free_port()
+            url = f"http://127.0.0.1:{port}/ric/v1/health/ready"
+            if kind == "container":
+                argv = ["podman", "run", "--rm", "--network=host", "--read-only", "--tmpfs",
+                        "/tmp", "-v", f"{model}:/opt/ric/model:ro", SERVING, "--host",
+                        "127.0.0.1", "--port", str(port)]
+                times[kind].append(ready_after(argv, url, podman.env))
+            else:
+                argv = [str(BIN / "kpi-forecast"), "serve", "--model", str(model), "--host",
+                        "127.0.0.1", "--port", str(port)]
+                times[kind].append(ready_after(argv, url, None))
+    return times
+
+
+def main() -> int:
+    lacking = missing()
+    if lacking:
+        print(f"the image builds need {', '.join(lacking)}", file=sys.stderr)
+        return 1
+    with tempfile.TemporaryDirectory() as tmp:
+        podman = Podman(Path(tmp) / "podman")
+        try:
+            podman.build()
+            sizes = {image: podman.size_mb(image) for image in (SERVING, GPU, TRAINING)}
+            held = contents(podman)
+            starts = cold_starts(podman, Path(tmp))
+        finally:
+            podman.close()
+    builds = pd.DataFrame({"command": list(podman.seconds),
+                           "seconds": list(podman.seconds.values())})
+    RAW.mkdir(parents=True, exist_ok=True)
+    builds.to_csv(RAW / "image_builds.csv", index=False)
+    pd.DataFrame(starts).to_csv(RAW / "image_cold_start.csv", index_label="run")
+    section = markdown(builds, sizes, held, starts)
+    print(section)
+    write_section("container-images", section)
+    return 0
+
+
+def markdown(builds: pd.DataFrame, sizes: dict[str, float], held: dict[str, str],
+             starts: dict[str, list[float]]) -> str:
+    def what(command: str) -> str:
+        for image in (GPU, TRAINING, SERVING):  # the GPU tag contains the serving one
+            if image in command:
+                return f"build {image}"
+        return command.split()[0]
+
+    rows = "\n".join(f"| {what(c)} | {s:.0f} |" for c, s in zip(builds["command"],
+                                                                builds["seconds"], strict=True))
+
+    def spread(values: list[float]) -> str:
+        return (f"{statistics.median(values):.2f} s ({min(values):.2f}-{max(values):.2f})")
+
+    ratio = statistics.median(starts["container"]) / statistics.median(starts["venv"])
+    return f"""## Container images
+
+Measured {dt.date.today().isoformat()} on {machine()}, with `{COMMAND}` (part of `make bench`):
+podman (runc) building as docs/images.md says, on a Debian bookworm base from debootstrap;
+cold starts alternating, {REPEATS} of each, on the test model.
+
+| step (docs/images.md) | seconds |
+|---|---:|
+{rows}
+| all | {builds["seconds"].sum():.0f} |
+
+| image | size |
+|---|---:|
+| {SERVING} | {sizes[SERVING]:,.0f} MB |
+| {GPU} | {sizes[GPU]:,.0f} MB |
+| {TRAINING} | {sizes[TRAINING]:,.0f} MB |
+
+The serving image's venv: {held["venv_mb"]} MB, {held["packages"]} packages, the largest
+{held["largest"]}; compilers found: {held["compilers"]}; torch absent: {held["no_torch"]}.
+
+| cold start to ready | median (min-max) |
+|---|---:|
+| container (`podman run`, read-only root, model mounted) | {spread(starts["container"])} |
+| venv (`kpi-forecast serve`) | {spread(starts["venv"])} |
+| container / venv | {ratio:.2f}x |
+"""
+
+
+if __name__ == "__main__":
+    sys.exit(main())
