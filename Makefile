@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 SAMPLE := data/sample/cells_hourly.csv.gz
 DEMO_DIR := artifacts/demo
 
-.PHONY: demo test deps schemas bench bench-peers gpu-check lint clean
+.PHONY: demo test deps docs schemas bench bench-peers gpu-check lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -46,7 +46,12 @@ test: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	$(MAKE) --no-print-directory deps
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir $(VENV)/site
 	$(BIN)/pytest -q
+
+# The documentation site (mkdocs.yml, docs/), served at http://127.0.0.1:8000 with live reload.
+docs: $(VENV)/.installed-dev
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
 # The descriptor's schema.json, the chart's copy and the controls of the chart's
 # values.schema.json, generated from the pydantic models of xapp/controls.py (a test fails when

@@ -1,5 +1,7 @@
-"""README.md as tests read it: its fenced blocks, the marker above a block that cannot run here,
-and the synopses of the commands' options."""
+"""The README and the documentation pages as tests read them: their fenced blocks, the marker
+above a block that cannot run here (or that a test of its own runs), and the synopses of the
+commands' options. The pages are read in the site's order (mkdocs.yml's nav), after the
+README, so that a page may use what an earlier one made."""
 
 from __future__ import annotations
 
@@ -10,10 +12,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+SITE = ROOT / "mkdocs.yml"
 
 FENCE = re.compile(r"^```(\w*)\s*$")
 # Above a block: <!-- not run here: what it needs; checked: how it is checked instead -->
 MARKER = re.compile(r"^<!-- not run here: (?P<needs>.+?)(?:; checked: (?P<checked>.+?))? -->$")
+# Above a block a test of its own runs (with what it needs that the page leaves to the reader):
+# <!-- run by tests/test_x.py -->
+RUN_BY = re.compile(r"^<!-- run by (?P<test>tests/\w+\.py) -->$")
 PLACEHOLDER = re.compile(r"^[A-Z][A-Z_=]*$")  # FILE, DIR, N, COLUMN=MEASUREMENT
 
 
@@ -24,6 +30,8 @@ class Block:
     text: str
     needs: str | None = None  # from the marker: what these machines lack to run it
     checked: str | None = None
+    run_by: str | None = None  # the test module that runs it, where one of its own does
+    page: str = "README"  # where it is: README or the page's path under docs/
 
     @property
     def commands(self) -> list[str]:
@@ -44,10 +52,29 @@ class Block:
     @property
     def name(self) -> str:
         first = self.commands[0] if self.commands else self.text.strip().splitlines()[0]
-        return f"line{self.line}-" + "-".join(shlex.split(first, comments=True)[:3])
+        where = "" if self.page == "README" else Path(self.page).stem + "-"
+        return f"{where}line{self.line}-" + "-".join(shlex.split(first, comments=True)[:3])
+
+
+def pages() -> list[Path]:
+    """The README, then every page of the site in its nav's order."""
+    import yaml
+
+    def walk(node: object) -> list[str]:
+        if isinstance(node, str):
+            return [node]
+        if isinstance(node, dict):
+            return [page for value in node.values() for page in walk(value)]
+        if isinstance(node, list):
+            return [page for item in node for page in walk(item)]
+        return []
+
+    nav = yaml.safe_load(SITE.read_text())["nav"]
+    return [README, *(ROOT / "docs" / page for page in walk(nav))]
 
 
 def blocks(path: Path = README) -> list[Block]:
+    page = "README" if path == README else str(path.relative_to(ROOT / "docs"))
     lines = path.read_text().splitlines()
     found: list[Block] = []
     index = 0
@@ -57,10 +84,12 @@ def blocks(path: Path = README) -> list[Block]:
             index += 1
             continue
         end = next(k for k in range(index + 1, len(lines)) if lines[k].startswith("```"))
-        marker = MARKER.match(lines[index - 1].strip()) if index else None
+        above = lines[index - 1].strip() if index else ""
+        marker, run_by = MARKER.match(above), RUN_BY.match(above)
         found.append(Block(index + 1, opening.group(1), "\n".join(lines[index + 1:end]),
                            marker.group("needs") if marker else None,
-                           marker.group("checked") if marker else None))
+                           marker.group("checked") if marker else None,
+                           run_by.group("test") if run_by else None, page))
         index = end + 1
     return found
 

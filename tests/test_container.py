@@ -7,7 +7,6 @@ and the GPU variant carries ONNX Runtime's CUDA provider and NVIDIA's libraries.
 from __future__ import annotations
 
 import json
-import shlex
 import subprocess
 import time
 from collections.abc import Iterator
@@ -18,7 +17,6 @@ import pytest
 import yaml
 
 from benchmarks.containers import (
-    DOC,
     GPU,
     SERVING,
     TOOLS,
@@ -30,7 +28,6 @@ from benchmarks.containers import (
 from benchmarks.ports import free_port
 from kpi_forecast.data.synthetic import generate
 from tests.processes import BIN, answers, running
-from tests.readme import blocks
 from tests.system_tools import system_tool
 from tests.xapp_helpers import CONTEXT, make_model, write_descriptor
 
@@ -162,20 +159,3 @@ def test_the_gpu_variant_carries_the_cuda_provider_and_libraries(podman: Podman)
     providers, *libraries = done.stdout.splitlines()
     assert "CUDAExecutionProvider" in providers
     assert {lib.split(".so")[0] for lib in libraries} >= {"libcudnn", "libcublas", "libcudart"}
-
-
-def test_the_pages_other_blocks_say_what_they_need_and_name_what_exists() -> None:
-    marked = [b for b in blocks(DOC) if b.needs]
-    assert len(marked) == 2 and all(b.checked for b in marked)
-    dockerfile = (ROOT / "Dockerfile").read_text()
-    for block in marked:
-        for command in block.commands:
-            argv = shlex.split(command)
-            if argv[1] == "build":  # docker build, podman build
-                for flag, value in zip(argv, argv[1:], strict=False):
-                    if flag == "--build-arg":
-                        assert f"ARG {value.split('=')[0]}=" in dockerfile, value
-                    if flag == "--target":
-                        assert f" AS {value}\n" in dockerfile, value
-            if argv[:2] == ["podman", "run"]:
-                assert {SERVING, TRAINING} & set(argv), command

@@ -1,20 +1,17 @@
-"""docs/deploy.md is a contract too: its dms_cli block runs as printed (O-RAN SC's onboarder
-against a stand-in chart repository, from a copy of the project's descriptor files), the
-blocks that need a cluster say so and are checked as far as these machines allow (the chart
-rendered with the same flags and validated), and the Dockerfile of a model image is linted."""
+"""docs/deploy.md's blocks that the page runner (tests/test_readme.py) leaves to this test: its
+dms_cli block runs as printed (O-RAN SC's onboarder against a stand-in chart repository, from a
+copy of the project's descriptor files), and the Dockerfile of a model image is linted."""
 
 from __future__ import annotations
 
 import json
 import os
-import shlex
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from benchmarks.ports import free_port
 from tests.chart_repository import chart_repository
@@ -26,21 +23,9 @@ PAGE = ROOT / "docs" / "deploy.md"
 BLOCKS = blocks(PAGE)
 HADOLINT = Path(sys.executable).parent / "hadolint"
 
-kubernetes_validate = pytest.importorskip("kubernetes_validate")
-from kubernetes_validate import utils as kv_utils  # noqa: E402  (only once it is known present)
-
-
-def test_every_block_runs_here_or_says_what_it_needs_and_how_it_is_checked() -> None:
-    languages = [b.language for b in BLOCKS]
-    assert languages.count("bash") == 3 and languages.count("dockerfile") == 1
-    for block in BLOCKS:
-        if block.needs:
-            assert block.checked, f"line {block.line}: say how it is checked instead"
-
-
 @pytest.mark.slow
 def test_the_onboarding_block_runs_as_printed(helm: Path, tmp_path: Path) -> None:
-    (block,) = [b for b in BLOCKS if b.language == "bash" and not b.needs]
+    (block,) = [b for b in BLOCKS if b.run_by == "tests/test_deploy_doc.py"]
     cli = dms_cli()
     shutil.copytree(ROOT / "xapp" / "descriptor", tmp_path / "xapp" / "descriptor")
     tools = tmp_path / "tools"
@@ -62,34 +47,6 @@ def test_the_onboarding_block_runs_as_printed(helm: Path, tmp_path: Path) -> Non
     created = outputs[0][outputs[0].rindex("\n{") + 1:]
     assert json.loads(created) == {"status": "Created"}  # as the page says it prints
     assert (tmp_path / "charts" / "kpi-forecast-0.1.0.tgz").is_file()
-
-
-def test_the_helm_install_block_renders_and_validates(helm: Path) -> None:
-    (block,) = [b for b in BLOCKS if b.language == "bash" and "helm install" in b.text]
-    (command,) = block.commands
-    argv = shlex.split(command)
-    assert argv[:4] == ["helm", "install", "kpi-forecast", "helm/kpi-forecast"]
-    done = subprocess.run([str(helm), "template", *argv[2:]], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    documents = [d for d in yaml.safe_load_all(done.stdout) if d]
-    newest = kv_utils.major_minor(kv_utils.latest_version())
-    for document in documents:
-        if document["kind"] not in {"ServiceMonitor", "PrometheusRule"}:
-            kubernetes_validate.validate(document, newest, strict=True)
-    (deployment,) = [d for d in documents if d["kind"] == "Deployment"]
-    volumes = deployment["spec"]["template"]["spec"]["volumes"]
-    assert {"name": "model", "persistentVolumeClaim": {"claimName": "kpi-models",
-                                                      "readOnly": True}} in volumes
-
-
-def test_the_dms_cli_install_block_names_what_was_onboarded() -> None:
-    (block,) = [b for b in BLOCKS if b.language == "bash" and "dms_cli install" in b.text]
-    assert "cluster" in block.needs
-    argv = shlex.split(block.commands[0])
-    assert "--xapp_chart_name=kpi-forecast" in argv and "--version=0.1.0" in argv
-    descriptor = json.loads((ROOT / "xapp" / "descriptor" / "config-file.json").read_text())
-    assert (descriptor["name"], descriptor["version"]) == ("kpi-forecast", "0.1.0")
 
 
 def test_the_model_image_dockerfile_lints_clean(tmp_path: Path) -> None:

@@ -1,13 +1,16 @@
-"""The README is executable: every command block runs as printed, in order, in a working
-directory holding the files it names (``kpis.csv.gz``: three cells and five weeks of the
-sample; ``recent.csv``: their last three weeks). Servers (``kpi-forecast serve``, ``e2sim``)
-start in the background, the commands after them are retried while the servers come up (as a
-user waits), and each server must exit 0 within seconds of SIGTERM at the end of its block.
+"""The README and the documentation pages are executable: every command block runs as printed,
+in order (the README, then the pages in the site's order), in a working directory holding the
+files it names (``kpis.csv.gz``: three cells and five weeks of the sample; ``recent.csv``: their
+last three weeks). Servers (``kpi-forecast serve``, ``e2sim``) start in the background, the
+commands after them are retried while the servers come up (as a user waits), and each server
+must exit 0 within seconds of SIGTERM at the end of its block.
 
 A block marked ``<!-- not run here: ... -->`` is checked as far as these machines allow: its
 commands are parsed by the CLI, the chart rendered with the same flags and validated, the
-Dockerfile read for the build's arguments and target, the routes it asks for looked up.
-``text`` blocks that start with a command are synopses: each is parsed by the CLI's parser.
+Dockerfile read for the build's arguments and target, the routes it asks for looked up. A block
+marked ``<!-- run by tests/... -->`` is run by that test, with what it needs around it (the
+images' builds, the RIC's onboarder). ``text`` blocks that start with a command are synopses:
+each is parsed by the CLI's parser.
 """
 
 from __future__ import annotations
@@ -30,12 +33,12 @@ import yaml
 
 from kpi_forecast.cli.main import build_parser
 from tests.processes import BIN, ROOT, Server, answers
-from tests.readme import Block, blocks, synopses
+from tests.readme import Block, blocks, pages, synopses
 from tests.rmr_library import RMR
 
 SAMPLE = ROOT / "data/sample/cells_hourly.csv.gz"
-BLOCKS = blocks()
-COMMANDS = [b for b in BLOCKS if b.language == "bash"]
+BLOCKS = [block for page in pages() for block in blocks(page)]
+COMMANDS = [b for b in BLOCKS if b.language == "bash" and not b.run_by]
 SYNOPSES = [b for b in BLOCKS if b.language == "text" and synopses(b)]
 SERVERS = {("kpi-forecast", "serve"), ("kpi-forecast", "e2sim")}
 WAIT_FOR_SERVERS_S = 60.0
@@ -315,6 +318,26 @@ def check_a1_request(command: str) -> None:
     ForecastPolicy.model_validate(body)
 
 
+def check_dms_cli_install(argv: list[str]) -> None:
+    """It names the chart the onboarder built from the shipped descriptor."""
+    options = dict(a.removeprefix("--").split("=", 1) for a in argv[2:])
+    descriptor = json.loads((ROOT / "xapp/descriptor/config-file.json").read_text())
+    assert (options["xapp_chart_name"], options["version"]) == (descriptor["name"],
+                                                                descriptor["version"])
+
+
+def check_podman_run(argv: list[str]) -> None:
+    """It runs an image the container tests build, the serving one as they run it."""
+    from benchmarks.containers import SERVING, TRAINING
+
+    (image,) = {SERVING, TRAINING} & set(argv)
+    if image == SERVING:
+        assert {"--read-only", "--tmpfs"} <= set(argv)
+        assert any(a.endswith(":/opt/ric/model:ro") for a in argv)
+    else:
+        parse_cli(argv[argv.index(image) + 1:])
+
+
 def check_offline(block: Block) -> None:
     documents: list[dict] = []
     secrets: dict[str, set[str]] = {}
@@ -337,6 +360,10 @@ def check_offline(block: Block) -> None:
             check_a1_request(command)
         elif argv[0] == "curl":
             check_request(command)
+        elif argv[:2] == ["dms_cli", "install"]:
+            check_dms_cli_install(argv)
+        elif argv[:2] == ["podman", "run"]:
+            check_podman_run(argv)
         else:
             raise AssertionError(f"no offline check for `{command}`: add one")
 
@@ -350,6 +377,11 @@ def test_every_command_block_runs_or_says_what_it_needs() -> None:
         assert " [--" not in block.text, f"line {block.line}: options belong in a text synopsis"
         if block.needs:
             assert block.checked, f"line {block.line}: say how it is checked instead"
+    # A block another test runs names that test, and the test reads the block's page.
+    for block in BLOCKS:
+        if block.run_by:
+            assert f"docs/{block.page}" in (ROOT / block.run_by).read_text(), \
+                f"{block.run_by} does not name docs/{block.page}"
 
 
 @pytest.mark.parametrize("block", SYNOPSES, ids=lambda b: b.name)
@@ -360,7 +392,7 @@ def test_synopses_are_what_the_cli_takes(block: Block) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("block", COMMANDS, ids=lambda b: b.name)
-def test_readme_block(block: Block, workdir: Path, tmp_path: Path) -> None:
+def test_block(block: Block, workdir: Path, tmp_path: Path) -> None:
     if block.needs:
         check_offline(block)
         return
