@@ -92,7 +92,7 @@ bench-peers: $(VENV)/.installed-bench
 	$(BIN)/python -m benchmarks.peers
 
 # On a node with an NVIDIA GPU and network: CUDA parity, fused attention, the float16 graph.
-# An air-gapped node runs the same check with its own python3 (README, "GPU nodes").
+# An air-gapped node runs the same check with its own python3 (docs/performance.md, "GPU nodes").
 gpu-check: $(VENV)/.installed-train
 	$(BIN)/python -m benchmarks.gpu_check --prepare artifacts/gpu-bundle
 	$(BIN)/python -m benchmarks.gpu_check --model artifacts/gpu-bundle/model \

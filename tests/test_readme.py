@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import tarfile
 import time
@@ -59,6 +60,8 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     stamps = pd.to_datetime(frame["timestamp"], utc=True)
     frame = frame[stamps < stamps.min() + pd.Timedelta(days=35)]
     frame.to_csv(root / "kpis.csv.gz", index=False)
+    (root / "data" / "sample").mkdir(parents=True)  # the sample, where the repository has it
+    shutil.copy2(SAMPLE, root / "data" / "sample" / SAMPLE.name)
     recent = frame[stamps[frame.index] >= stamps.min() + pd.Timedelta(days=14)]
     recent.to_csv(root / "recent.csv", index=False)
     return root
@@ -138,6 +141,22 @@ def demo(ran: list[Ran], cwd: Path) -> None:
     assert len(pd.read_csv(ROOT / "artifacts/demo/forecast.csv")) == 24 * 24
 
 
+def quick_start(ran: list[Ran], cwd: Path) -> None:
+    """Trained on the sample, served, asked: the answer has the shape the README shows."""
+    assert "model: models/sample/model.onnx" in ran[0].stdout
+    assert (cwd / "models/sample/report.md").is_file()
+    answer = json.loads(ran[-1].stdout)
+    assert set(answer) == {"cell_id", "forecasts", "model_version", "source", "reason",
+                           "latency_ms"}
+    assert answer["cell_id"] == "c1" and answer["source"] == "model"
+    assert answer["model_version"].startswith("prb_util-")
+    assert len(answer["forecasts"]) == 24
+    first = answer["forecasts"][0]
+    assert set(first) == {"timestamp", "p10", "p50", "p90"}
+    assert first["timestamp"] == "2024-04-02T00:00:00+02:00"
+    assert first["p10"] <= first["p50"] <= first["p90"]
+
+
 def trained(ran: list[Ran], cwd: Path) -> None:
     meta = json.loads((cwd / "models/prb/metadata.json").read_text())
     assert meta["target"] == "prb_util" and meta["training"]["ranks"] == 1
@@ -196,7 +215,8 @@ def packaged(ran: list[Ran], cwd: Path) -> None:
 
 
 PRODUCED = {
-    "make demo": demo, "kpi-forecast train": trained, "python -m": trained_at_scale,
+    "make demo": demo, "kpi-forecast train --data data/sample": quick_start,
+    "kpi-forecast train --data kpis.csv.gz": trained, "python -m": trained_at_scale,
     "kpi-forecast k8s train-job": train_job, "kpi-forecast backtest": evaluated,
     "kpi-forecast serve": served, "kpi-forecast e2sim": ingested,
     "kpi-forecast k8s package": packaged,
