@@ -54,10 +54,12 @@ docs: $(VENV)/.installed-dev
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
 # The descriptor's schema.json, the chart's copy and the controls of the chart's
-# values.schema.json, generated from the pydantic models of xapp/controls.py (a test fails when
-# a checked-in one differs).
+# values.schema.json, generated from the pydantic models of xapp/controls.py, and the site's
+# reference pages, generated from the models, the metrics registry and the app's OpenAPI
+# document (a test fails when a checked-in one differs).
 schemas: $(VENV)/.installed-dev
 	$(BIN)/python -m kpi_forecast.xapp.schema_files
+	$(BIN)/python -m kpi_forecast.xapp.reference
 
 # Declared dependencies equal imported ones: for the project as a whole, then for each extra
 # where its modules live (the serving path with base + serve, the training with base + train;

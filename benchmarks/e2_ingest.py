@@ -1,4 +1,4 @@
-"""E2 ingestion speed (issues 5 and 26): decode cost, indications per second,
+"""E2 ingestion speed: decode cost, indications per second,
 indication-to-forecast.
 
 1. Decode cost per indication (E2AP, KPM header, KPM message), one core, no I/O: the general
@@ -271,7 +271,7 @@ def main() -> int:
     fast_us = cost["fast_e2ap_us"] + cost["fast_kpm_us"]
     general_us = cost["e2ap_us"] + cost["kpm_header_us"] + cost["kpm_message_us"]
     lines = [
-        "## E2 ingestion (issues 5 and 26)",
+        "## E2 ingestion",
         "",
         f"Measured {dt.date.today()} on {machine()}, with `python -m benchmarks.e2_ingest` "
         f"(part of `make bench`): {len(frames)} RIC Indications ({cells} cells x {hours} "

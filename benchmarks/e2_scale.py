@@ -1,4 +1,4 @@
-"""E2 at RIC scale (issue 26): 10^4 cells reporting every second into one, then two replicas.
+"""E2 at RIC scale: 10^4 cells reporting every second into one, then two replicas.
 
 Everything real and in processes of their own, on this machine's cores: the mock E2 node
 (`kpi-forecast e2sim --wall-clock`: each cell's report leaves as its one-second period ends),
@@ -372,7 +372,7 @@ def report(table: pd.DataFrame, handover: dict, cells: int, cells_per_node: int,
     cpu_two = (two["a_cpu_ms_per_1000"] * two["a_per_s"] + two["b_cpu_ms_per_1000"]
                * two["b_per_s"]) / two["per_s"]
     lines = [
-        "## E2 at RIC scale (issue 26)",
+        "## E2 at RIC scale",
         "",
         f"Measured {dt.date.today()} on {machine()}, with `python -m benchmarks.e2_scale` "
         f"(part of `make bench`): {cells:,} cells in {-(-cells // cells_per_node)} mock E2 "

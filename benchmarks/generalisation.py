@@ -5,7 +5,7 @@ default context the cells' history holds) on all but its last test days, then fo
 days from daily origins, recalibrated as ``kpi-forecast backtest`` does by default. Beside it,
 on the same points: seasonal naive over a day and over a week, and statsforecast's MSTL
 (seasons of a day and a week, an AutoETS trend) refitted at each origin on the 8 weeks before
-it, or on what the cell has. Targets (issue 23): on every case, our MAE at most 0.95 of the
+it, or on what the cell has. Targets: on every case, our MAE at most 0.95 of the
 better seasonal naive's and at most MSTL's.
 
     python -m benchmarks.generalisation [--minutes 1.5] [--seeds 0 1] [--cases 1,6]
@@ -196,7 +196,7 @@ def main() -> int:
     seeds = " ".join(map(str, args.seeds))
     command = f"python -m benchmarks.generalisation --minutes {args.minutes:g} --seeds {seeds}"
     section = "\n".join([
-        "## Defaults on data shapes nobody tuned for (issues 2 and 23)",
+        "## Defaults on data shapes nobody tuned for",
         "",
         f"Measured {dt.date.today()} on {machine()}, with `{command}`. Synthetic KPIs from "
         "`data/synthetic.py`, electricity-load-like series from `data/load_like.py`, each "

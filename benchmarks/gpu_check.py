@@ -1,4 +1,4 @@
-"""The GPU check (issues 3 and 28): one script for a node with an NVIDIA GPU, air-gapped ones
+"""The GPU check: one script for a node with an NVIDIA GPU, air-gapped ones
 included, in under 8 minutes. It needs the node's own python3 with a CUDA build of torch,
 numpy, pandas and ONNX Runtime's CPU build; this source tree; and the bundle that
 ``--prepare`` writes on a machine with the project installed (three small pure-Python wheels,
@@ -225,7 +225,7 @@ def timed_attention(layer: SelfAttention, x: torch.Tensor, device: str) -> tuple
 
 
 def scaling_targets(tokens: tuple[int, ...], speeds: dict, memory: dict, device: str) -> list:
-    """Issue 28's targets: fused at least SPEED_UP x faster from FAST_FROM_TOKENS on; memory
+    """The GPU targets: fused at least SPEED_UP x faster from FAST_FROM_TOKENS on; memory
     linear in the tokens for fused kernels, quadratic for math (doubling the tokens: about
     2x against about 4x). They are a GPU's: a dry run on the CPU is held to none."""
     rows: list[dict] = []

@@ -1,4 +1,4 @@
-"""Long-context mode (issue 28): short patches, many tokens per window, against the default.
+"""Long-context mode: short patches, many tokens per window, against the default.
 
 The default model reads a two-week hourly window as 14 tokens of a day each; with
 ``--patch-len 4`` it reads 84, with ``--patch-len 1`` one token per step (336). Attention's
@@ -96,7 +96,7 @@ def write_docs(rows: pd.DataFrame, minutes: float, seed: int) -> None:
     default = rows.iloc[0]
     whole = [".0f" if pd.api.types.is_integer_dtype(rows[c]) else ".3f" for c in rows.columns]
     section = "\n".join([
-        "## Long-context mode: many tokens per window (issue 28)",
+        "## Long-context mode: many tokens per window",
         "",
         f"Measured {dt.date.today()} on {machine()} with `python -m benchmarks.long_context "
         f"--minutes {minutes:g}` (part of `make bench`): the embedded sample "

@@ -1,4 +1,4 @@
-"""Accuracy on the real Milan traffic data (../shared/data/milan), both protocols of issue 2.
+"""Accuracy on the real Milan traffic data (../shared/data/milan), in two protocols.
 
 1. Day-ahead: horizon 24 h, context two weeks, trained on everything before the last 14 days,
    then origins every 24 h over those 14 days.
@@ -80,7 +80,7 @@ def main() -> int:
         return 0
     command = f"python -m benchmarks.milan_accuracy --minutes {args.minutes:g} --seed {args.seed}"
     lines = [
-        "## Accuracy on the Milan data (issue 2)",
+        "## Accuracy on the Milan data",
         "",
         f"Measured {dt.date.today()} on {machine()}, with `{command}` (part of `make bench`).",
         "Coverage is P10-P90; `train_s` is our training wall time (the baselines need none).",

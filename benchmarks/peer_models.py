@@ -1,4 +1,4 @@
-"""The models of the peer comparison (issue 7), each behind one contract.
+"""The models of the peer comparison, each behind one contract.
 
 A runner takes a :class:`Task` (one data set, one protocol) and returns an :class:`Outcome`:
 P10/P50/P90 forecasts for every fold and cell, and what they cost. Everything a peer sees is

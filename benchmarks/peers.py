@@ -1,4 +1,4 @@
-"""Our forecaster against the peers a user would pick instead (issue 7), side by side.
+"""Our forecaster against the peers a user would pick instead, side by side.
 
 Every model trains on the same steps and forecasts the same folds of the same data; all are
 scored by the same code (``training.metrics``) on the observed values only. Each model runs
@@ -244,7 +244,7 @@ def score(task: Task, outcomes: dict[str, Outcome]) -> tuple[pd.DataFrame, pd.Da
 
 
 def verdict(table: pd.DataFrame) -> list[str]:
-    """Issue 7's targets, checked on one protocol's table."""
+    """The peer comparison's targets, checked on one protocol's table."""
     others = table.drop(index=list(OUR_RUNS), errors="ignore")
     if others.empty:
         return ["- no peer result is kept for this protocol: run without `--models`"]
@@ -288,7 +288,7 @@ def report(sections: list[tuple[Task, pd.DataFrame]], command: str) -> str:
     budgets = ", ".join(f"{name} {spec.budget_s / 60:g} min" for name, spec in DATASETS.items())
     holidays = ", ".join(f"{name} {spec.holidays}" for name, spec in DATASETS.items())
     lines = [
-        "## Against the peers (issue 7)",
+        "## Against the peers",
         "",
         f"Measured {dt.date.today()} on {machine()}, with `{command}` (`make bench-peers`).",
         "",

@@ -1,4 +1,4 @@
-"""Inference speed and attention memory on this CPU (issue 3), measured side by side in one run.
+"""Inference speed and attention memory on this CPU, measured side by side in one run.
 
 1. Latency p50/p99 of the same model in ONNX Runtime and in torch eager at batch 1, 64, 512:
    the bare graph (``session.run``) and the whole ``forecast`` call (calendar features
@@ -234,7 +234,7 @@ def main() -> int:
     command = "python -m benchmarks.runtime" + (" --quick" if args.quick else "") + (
         f" --threads {args.threads}" if args.threads != 2 else "")
     lines = [
-        "## Inference speed and attention memory (issue 3)",
+        "## Inference speed and attention memory",
         "",
         f"Measured {dt.date.today()} on {machine()}, {args.threads} threads for both runtimes, "
         f"onnxruntime {described['onnxruntime']} ({described['provider']}), "

@@ -1,4 +1,4 @@
-"""Scale-out figures of issue 8 on this machine: reading a partitioned Parquet dataset rank by
+"""Scale-out figures on this machine: reading a partitioned Parquet dataset rank by
 rank, and data-parallel training throughput for 1 and 2 gloo ranks.
 
 The dataset is 10^4 synthetic cells x 8 weeks of hourly KPIs (13 million rows) in 32 files,
@@ -112,7 +112,7 @@ def main() -> int:
     command = "python -m benchmarks.scale_out" + (
         f" --cells {args.cells}" if args.cells != 10_000 else "")
     section = "\n".join([
-        "## Scale-out: partitioned data and data-parallel training (issue 8)",
+        "## Scale-out: partitioned data and data-parallel training",
         "",
         f"Measured {dt.date.today()} on {machine()}, with `{command}` (part of `make bench`).",
         f"Data: {args.cells} synthetic cells x {DAYS} days hourly in {FILES} Parquet files "

@@ -1,4 +1,4 @@
-"""The xApp over HTTP under a real load generator (issues 4 and 22), on this machine.
+"""The xApp over HTTP under a real load generator, on this machine.
 
 Starts `kpi-forecast serve` with the default-size model (context 14 days, horizon 24 h) and a
 10 ms latency budget; `hey` runs on the same machine. Every figure is measured in this run and
@@ -485,7 +485,7 @@ def write_results(results: dict, args: argparse.Namespace) -> None:
     arrow = batches.iloc[0]
 
     lines = [
-        "## The xApp over HTTP, under load (issues 4 and 22)",
+        "## The xApp over HTTP, under load",
         "",
         f"Measured {dt.date.today()} on {machine()}, with `{command}` (part of `make bench`): "
         f"`kpi-forecast serve` (uvicorn with uvloop and httptools, one process) with the "

@@ -1,4 +1,4 @@
-"""Serving many cells (issue 8): per-cell history in memory against Redis (the RIC's SDL).
+"""Serving many cells: per-cell history in memory against Redis (the RIC's SDL).
 
 For 10^4 cells with four weeks of hourly history (672 steps, the default historyLength):
 
@@ -199,7 +199,7 @@ def markdown(table: pd.DataFrame) -> str:
         return f"| {label} | {a:,.{digits}f}{unit} | {b:,.{digits}f}{unit} | {b / a:.2f}x |"
 
     return "\n".join([
-        "## Serving many cells: in-memory against shared Redis history (issue 8)",
+        "## Serving many cells: in-memory against shared Redis history",
         "",
         f"Measured {dt.date.today()} on {machine()}, with `python -m benchmarks.shared_history` "
         f"(part of `make bench`): {CELLS:,} cells x {LENGTH} hourly steps, the default model "

@@ -38,10 +38,7 @@ class ModelConfig:
     # Width of the bottleneck of the linear path from the context to the level (the skip)
     # where it is at most a quarter of both the context and the horizon; 0 = full rank, as in
     # artifacts written before this field; -1 = d_model. Full rank, its weights grow with the
-    # square of the steps per day: a 7-day context at 2 minutes forecasting a day is 3.6 M
-    # weights, where hourly data needs 8 k, more than a first export of a few cells can fit
-    # (issue 23). The head stays full rank: through the same bottleneck it cost Milan's
-    # week-ahead forecast 5 %.
+    # square of the steps per day; the head stays full rank (docs/decisions/low-rank-skip.md).
     skip_rank: int = -1
 
     def __post_init__(self) -> None:

@@ -11,8 +11,7 @@ training like the Sundays it saw every week. Training chooses it where the horiz
 calendar tokens of its own (``ModelConfig.horizon_tokens``) and records it
 (``ModelMetadata.holiday_as_sunday``: models trained before read the weekday). Without those
 tokens the horizon's days follow from the window's last one, and a window ending on a holiday
-read as Sunday would make the next day a Monday (docs/benchmarks.md, "Holidays read as
-Sundays").
+read as Sunday would make the next day a Monday (docs/decisions/holidays.md).
 A model without those tokens keeps the weekday's reading, and its forecast of such a holiday in
 the horizon is taken from its forecast of the horizon's nearest Sunday, at the same time of day
 (``sunday_sources``; ``ModelMetadata.holiday_from_sunday``). The recalibration's simple

@@ -69,11 +69,10 @@ def weekly_profile(history: np.ndarray, horizon: int, steps_per_day: int,
     first block is a whole day and no calendar is needed (across a DST switch the history is
     read on the wall clock first: ``naive_forecasts``). Averaged over weeks, the profile
     keeps little of any one day's noise, which seasonal naive copies; scaled to the last day,
-    the forecast follows a drift of level that a week-old copy misses (on the smooth
-    load-like series of the generalisation suite, close to statsforecast's MSTL:
-    docs/benchmarks.md). A level is the ratio of the observed values' sum to the profile's
-    over the same steps, so a gap does not bias it by the part of the day it took. With
-    ``sources``, the forecast reads the profile at their phases.
+    the forecast follows a drift of level that a week-old copy misses
+    (docs/decisions/weekly-profile.md). A level is the ratio of the observed values' sum to
+    the profile's over the same steps, so a gap does not bias it by the part of the day it
+    took. With ``sources``, the forecast reads the profile at their phases.
     """
     batch, n_steps = history.shape
     week = 7 * steps_per_day
@@ -93,7 +92,7 @@ def weekly_profile(history: np.ndarray, horizon: int, steps_per_day: int,
     # Each week's level, first against a flat profile, then twice against the profile itself:
     # on a week with a gap that settles it to float rounding (tests/test_naive.py). Sums and
     # counts rather than nanmean: a one-cell forecast spends its time in numpy's per-call
-    # overhead (docs/benchmarks.md, "The weekly profile without nanmean").
+    # overhead.
     weekly = ratio(totals, observed.sum(axis=-1).astype(np.float64))  # [B, weeks]
     for settled in (False, False, True):
         has_level = weekly > 0

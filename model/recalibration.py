@@ -1,64 +1,19 @@
 """Recalibration of the quantiles on the most recent windows of history. Torch-free.
 
-The offsets fitted at training time (``training.calibrate``) hold for data like the validation
-span. When the data drift (a holiday week, a new traffic pattern) the forecasts stop holding:
-on the Milan data a P10-P90 band calibrated to 0.80 on its validation span covered 0.73 of the
-following two weeks, which hold Christmas and New Year. As statsforecast's conformal intervals
-do, we forecast the last few horizons of the history the caller already has, where the actuals
-are known, and adjust the forecast so that it holds there again, in two steps (and a third where
-the band is zero wide):
+As statsforecast's conformal intervals do, the caller's own recent horizons, where the actuals
+are known, correct the forecast (why: docs/decisions/recalibration.md):
 
-1. The median is blended with the simple forecasts of ``model.naive`` (the values one day
-   and one week before each step, and a weekly profile carried at the last day's level) at
-   the shares, on a grid 0.05 apart from the model alone to any one of them alone, that gave
-   the lowest absolute error on those windows; the other quantiles move with it. A network
-   fitted on weeks of ordinary days follows a sudden change of level (the day after a
-   holiday began) more slowly than yesterday's values do; on a series whose weeks repeat,
-   last week's values are the forecast to beat, and on a short smooth history that cannot
-   teach a network much, a seasonal decomposition is. A user could have made any of them.
-   Where the model is better, on ordinary days of well-known data, the grid keeps it alone
-   or nearly so. Where the model has a holiday calendar, the simple forecasts read a holiday
-   on a working day as the network's calendar does, as a Sunday: they take that step from
-   the most recent day off and from the profile's Sunday (``model.features.naive_sources``),
-   and a working day whose week-old value fell on such a holiday reads the week before.
-   Across a DST switch of the model's calendar they read the history on its wall clock, as
-   the network's calendar features do. Calendar-blind, they forecast Milan's Christmas and
-   New Year's Day as working days from working days, and the blend took the network's
-   holiday forecast back towards them
-   (docs/benchmarks.md, "The blend's simple forecasts read holidays as Sundays").
-2. Each quantile level except the median is moved to hold on the windows:
-   ``q_i + k_i * width``, where ``width`` is the forecast's own outermost band (P10-P90 by
-   default) and ``k_i`` is a quantile of the recent residuals ``(actual - q_i) / width``
-   (at ``q_i`` or further out, below). Scaling by the band keeps one set of offsets valid
-   for cells of any size and for every step of the horizon. A level moved past its neighbour
-   nearer the median stops there, so quantiles never cross.
+1. The median is blended with the simple forecasts of ``model.naive`` (a day and a week
+   before, a weekly profile) at the shares, 0.05 apart, that gave the lowest absolute error on
+   those windows; the other quantiles move with it. With a holiday calendar the simple
+   forecasts read a holiday on a working day as a Sunday, as the network does.
+2. Each quantile but the median moves by ``k_i`` times the forecast's outermost band, ``k_i``
+   read from the residuals as far into the tail as leave-one-window-out cross-validation says
+   a window not seen needs; quantiles never cross.
+3. Where the band is zero wide, points get offsets of their own, in units of the cell's mean
+   day-to-day change.
 
-   Each tail is read as far out as it must be for a window it has not seen to be covered as
-   its level says: the windows are left out in turn, each against the quantile of the
-   others' residuals, and the level read is the nearest to ``q_i`` (on a grid of 40 steps
-   from it to the tail's end) at which the held-out windows were covered: cross-validation
-   over windows, as cross-conformal prediction does it. A window's errors share its day
-   (the weather, a holiday, a shift of level), so a week of one series is seven draws, not
-   336: read at ``q_i`` its residuals' quantiles covered 0.72-0.76 of the next 14 weeks of a
-   smooth load series at 0.80 asked, 0.79-0.81 cross-validated (docs/benchmarks.md). Across
-   many cells the windows agree and the levels stay at or next to the ones asked. A single
-   window (a week-ahead model's week) has nothing to hold out: it is read as asked.
-
-3. Where the band is zero wide (every quantile the same: clipped at zero, or a model that has
-   not learnt a spread, as the long-context mode after under one epoch), no offset in band
-   units can open it. Those points get offsets of their own, ``q_i + z_i * change``, where
-   ``change`` is the cell's mean absolute change from one day to the next over the last week
-   of its context, and ``z_i`` is read from the recent residuals of such points alone, in
-   those units, as in step 2. Kept apart, the two kinds of point never mix units in one
-   quantile: a cell's quiet hours over its day-to-day change would be ratios that widen every
-   busy hour's band. Where no point of the recent windows had a zero-wide band (every case of
-   the generalisation suite and Milan, docs/benchmarks.md), nothing changes.
-
-The adjustment comes from all the cells passed together, one per call: the forecasts it
-corrects can be for any of those cells, at any later time, until the next refresh. Past
-``MAX_CELLS`` cells it is fitted on a fixed random sample of them: a week of windows per cell
-made `kpi-forecast predict` on 10^4 cells 4.4x the work of the forecasts themselves, and a
-thousand cells' residuals already fix the offsets' quantiles.
+The offsets come from all the cells passed together (past ``MAX_CELLS``, a fixed sample).
 """
 
 from __future__ import annotations

@@ -80,3 +80,25 @@ def test_the_chart_leaves_out_what_it_sets_and_requires_what_may_not_be_null() -
     assert e2.is_valid({"enabled": False, "kpis": {"k": {"measurement": "m"}}, "clientHost": "",
                         "e2mgrUrl": "http://e2mgr:3800/v1"})
     assert not e2.is_valid({"enabled": False, "kpis": {}})
+
+
+def test_the_reference_pages_are_the_generated_ones() -> None:
+    done = subprocess.run([sys.executable, "-m", "kpi_forecast.xapp.reference", "--check",
+                           "--root", str(ROOT)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_reference_pages_name_every_control_metric_and_route() -> None:
+    from kpi_forecast.xapp import reference
+    from kpi_forecast.xapp.routes import ROUTES
+
+    configuration = reference.configuration_page()
+    for name in ("modelDir", "e2.e2mgrUrl", "registration.enabled", "historyStore.backend"):
+        assert f"| `{name}` |" in configuration, name
+    metrics = reference.metrics_page()
+    for name in ("kpi_forecast_requests_total", "kpi_forecast_e2_cells_skipped",
+                 "kpi_forecast_request_duration_seconds", "kpi_forecast_model_info"):
+        assert f"| `{name}` |" in metrics, name
+    api = reference.api_page()
+    for route in ROUTES:
+        assert f"## `{route.method} {route.path}`" in api, route

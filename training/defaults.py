@@ -28,9 +28,8 @@ def default_context(panel: Panel, horizon: int, validation_fraction: float) -> t
     their spans together, while each window lies within one cell's.
 
     Twice: a window model learns only from the steps after each cell's first context, so a
-    context that takes most of a short history leaves a few days to learn from. Three 2-minute
-    cells of one to three weeks did better with 3 days than with the 7 that fit once (issue 23,
-    docs/benchmarks.md); a day-ahead history of 36 days or more keeps two weeks.
+    context that takes most of a short history leaves a few days to learn from
+    (docs/decisions/default-context.md).
     """
     spans = panel.spans[panel.spans > 0]
     typical = int(np.median(spans)) if len(spans) else 0

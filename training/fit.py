@@ -33,9 +33,8 @@ log = logging.getLogger(__name__)
 
 # The work after training that does not grow with the data (writing the trained weights into
 # the traced graphs, optimising and quantising them, the report's plots) is reckoned as a share
-# of tracing the graphs, which fit times before training: it took 0.22-0.36 of the trace on
-# 2 cores (the sample and Milan, with and without the float16 graph, a process's first trace
-# and a later one; docs/benchmarks.md). Half keeps room where the two compare otherwise.
+# of tracing the graphs, which fit times before training: a ratio of two pieces of work of
+# the same run, so that it holds on any machine (docs/decisions/time-budget.md).
 FINISH_PER_TRACE = 0.5
 LIBRARIES = ["torch", "numpy", "pandas", "onnx", "onnxruntime", "onnxscript"]
 
@@ -57,13 +56,8 @@ def horizon_tokens_wanted(panel: Panel, model_cfg: ModelConfig, train_cfg: Train
     Where a public holiday on a working day falls among the steps training windows forecast,
     the tokens learn what a holiday ahead does. Where none does, a horizon of one patch (a
     day-ahead model) still gets its one token: a holiday ahead reads there as a Sunday
-    (``model.features``), which the network learns from every week. On Milan (no such
-    holiday before its validation span) day-ahead MAE 0.746 -> 0.727 of weekly naive at seed
-    0, 0.744 -> 0.724 at seed 1; a token with the weekday's calendar, not Sunday's, 0.745.
-    Longer horizons' tokens cost more than they tell, holidays read as Sundays or not: on
-    Milan's 55 -> 7 day protocol (7 tokens beside 14) 0.800 -> 0.812 and 0.789 -> 0.799 (as
-    weekdays, MAE 2.911 -> 2.942 and 2.869 -> 2.931), on synthetic cells forecasting a week
-    holding 14 July 0.869 -> 0.877 (docs/benchmarks.md, "Holidays read as Sundays").
+    (``model.features``), which the network learns from every week. Longer horizons' tokens
+    cost more than they tell (docs/decisions/holidays.md).
     """
     if not panel.holidays:
         return False

@@ -5,10 +5,8 @@ on that wall clock (``model.features.wall_clock_places``): the hour a clock skip
 missing step, of an hour it repeats the later reading is kept. Load follows people's hours,
 so a window a week after a switch then holds days that line up with its calendar features,
 as the runtime reads a window across a switch (``model.features.wall_clock_windows``).
-Read in UTC steps, the days before the switch were an hour off: in the two weeks after
-either switch, 24 synthetic French cells were forecast by the network alone with 1.3-1.4
-times the error of one that reads its window on the wall clock (docs/benchmarks.md, "The
-network reads its window on the wall clock").
+Read in UTC steps, the days before the switch were an hour off
+(docs/decisions/wall-clock-windows.md).
 """
 
 from __future__ import annotations

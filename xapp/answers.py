@@ -4,8 +4,8 @@ again.
 
 The answers have the shape of ``schemas.ForecastResponse`` and ``BatchResponse`` (the OpenAPI
 document's, and what the contract tests validate them against) but are plain dicts encoded by
-orjson: building the pydantic models and dumping them took twice as long, and every
-single-cell forecast pays it (docs/benchmarks.md, issue 22).
+orjson: building the pydantic models and dumping them is slower, and every single-cell
+forecast pays it (docs/decisions/hot-path.md).
 """
 
 from __future__ import annotations

@@ -80,8 +80,8 @@ class Boundary:
 class ForecastApp(FastAPI):
     """FastAPI with admission control in front of all of it: a forecast refused for overload
     never enters the framework. Under overload most requests are refusals, and in front of
-    FastAPI's layers one costs a third to a quarter of what it costs inside them
-    (docs/benchmarks.md), time the admitted requests then have."""
+    FastAPI's layers one costs a fraction of what it costs inside them, time the admitted
+    requests then have (docs/decisions/hot-path.md)."""
 
     async def __call__(self, scope, receive, send) -> None:
         route = find(scope["method"], scope["path"]) if scope["type"] == "http" else None

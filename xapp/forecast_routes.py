@@ -39,9 +39,12 @@ def forecast_handlers(service: Service) -> Handlers:
     decider, gate, policies = service.decider, service.gate, service.policies
 
     async def forecast(request: Request) -> Response:
+        """One cell's recent history in, its forecast out: timestamped quantiles, the model
+        version, whether the model or the seasonal-naive fallback answered, and the server's
+        latency."""
         # The hot route parses and validates its body in one pass of pydantic-core's JSON
-        # parser: FastAPI's json.loads, then validation of the Python objects, cost twice as
-        # much (the profile of the loaded xApp, docs/benchmarks.md).
+        # parser, rather than FastAPI's json.loads and then validation of the Python objects
+        # (docs/decisions/hot-path.md).
         arrival = request.state.arrival
         try:
             body = ForecastRequest.model_validate_json(await request.body())
@@ -65,6 +68,8 @@ def forecast_handlers(service: Service) -> Handlers:
                                              "Arrow body and for JSON items that give none; at "
                                              "most the model's horizon")] = None,
     ) -> Response:
+        """Many cells' forecasts in one call: JSON items (each its own history, start and
+        horizon), or an Arrow IPC stream of cell_id, start and values, answered in Arrow."""
         arrival = request.state.arrival
         body = await request.body()
         if request.headers.get("content-type", "").startswith(binary.ARROW_STREAM):
@@ -80,6 +85,8 @@ def forecast_handlers(service: Service) -> Handlers:
         horizon: Annotated[int | None, Query(ge=1, description="steps to forecast; at most "
                                              "the model's horizon")] = None,
     ) -> Response:
+        """A held cell's forecast, from the history the xApp holds for it (404: unknown cell,
+        409: too little history)."""
         arrival = request.state.arrival
         store = service.holder.store()
         [steer] = policies.for_cells([cell_id])

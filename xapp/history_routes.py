@@ -30,6 +30,8 @@ def history_handlers(service: Service) -> Handlers:
     decider = service.decider
 
     async def cells() -> CellsResponse:
+        """The cells whose history the xApp holds (from E2 or written here), with how much of
+        it."""
         store = service.holder.store()
         infos = await store.cells()
         return CellsResponse(
@@ -39,6 +41,7 @@ def history_handlers(service: Service) -> Handlers:
         )
 
     async def add_history(cell_id: CellIdPath, body: SeriesIn) -> HistoryAccepted:
+        """Write a cell's history: the values from a start time on the model's grid."""
         store = service.holder.store()
         model, _ = decider.check_request(body.freq, None)
         try:

@@ -17,11 +17,14 @@ def model_handlers(service: Service) -> Handlers:
     """Each route's handler and OpenAPI options, by the route table's name."""
 
     async def model_info() -> ModelOut:
+        """The model served: its version, data contract, runtime and recalibration in force."""
         if service.model is None:
             raise Shed("not_ready", "no model loaded yet")
         return _model_out(service)
 
     async def reload(body: ReloadRequest | None = None) -> ModelOut:
+        """Load a model directory (by default the configured one), verify and warm it up, then
+        swap it in; on any failure the current model keeps serving."""
         model_dir = confined(body.model_dir, service) if body and body.model_dir else None
         if model_dir and not os.path.isdir(model_dir):
             raise ClientError(404, f"model_dir {body.model_dir!r}: no such directory")

@@ -17,9 +17,12 @@ def ric_handlers(service: Service) -> Handlers:
     """Each route's handler and OpenAPI options, by the route table's name."""
 
     async def alive() -> dict:
+        """Liveness: the process is up and answering."""
         return {"status": "alive"}
 
     async def ready() -> JSONResponse:
+        """Readiness: a model is loaded, verified and warmed up, and RMR (where E2 or A1 is on)
+        has a route table; 503 with the reason until then."""
         if service.model is None:
             why = service.holder.problem or "loading it"
             return JSONResponse({"error": f"no model loaded and warmed up yet: {why}"},
@@ -32,11 +35,13 @@ def ric_handlers(service: Service) -> Handlers:
                              "model_version": service.model.metadata.model_version})
 
     async def config() -> list[dict]:
+        """The xApp descriptor in force, as O-RAN SC's xApp frameworks serve it."""
         descriptor = service.descriptor
         return [{"metadata": {"xappName": descriptor.name, "configType": "json"},
                  "config": descriptor.raw}]
 
     async def metrics() -> Response:
+        """Prometheus metrics, prefixed kpi_forecast_."""
         try:
             held = await service.history.count() if service.history else 0
         except HistoryUnavailable:

@@ -205,15 +205,13 @@ class ModelOut(BaseModel):
     holidays: str = Field(description="public-holiday calendar of the calendar features; "
                           "empty for none")
     holiday_as_sunday: bool = Field(description="whether a holiday on a working day is read as "
-                                    "a Sunday (models trained since 2026-12-03 with horizon "
-                                    "tokens)")
+                                    "a Sunday (models with horizon tokens)")
     holiday_from_sunday: bool = Field(description="whether the forecast of a holiday on a "
                                       "working day in the horizon is the model's forecast of "
                                       "the horizon's nearest Sunday (models without horizon "
-                                      "tokens trained since 2026-12-04)")
+                                      "tokens)")
     wall_clock: bool = Field(description="whether the network reads its window and horizon on "
-                             "the calendar's wall clock across a DST switch (models trained "
-                             "since 2026-12-04)")
+                             "the calendar's wall clock across a DST switch")
     load_seconds: float
     runtime: dict
     recalibration: RecalibrationOut

@@ -9,9 +9,9 @@ librmr's calls block, so they run on threads of their own: one receives (with a 
 that it notices a stop), sends run in a worker thread. The receiving thread never waits for
 the event loop: it drains librmr's receive ring into a queue of the xApp's own, which the
 event loop empties in turns of ``RECEIVE_BATCH`` frames (so that forecasts are served between
-them). librmr drops what arrives while its ring is full, and counts none of it; a waiting
-receiver lost 10,656 of a burst of 16,800 that way (docs/benchmarks.md). The xApp's queue is
-larger, and what it cannot hold is counted (``kpi_forecast_e2_indications_rejected_total``,
+them). librmr drops what arrives while its ring is full, and counts none of it
+(docs/decisions/e2-receive-queue.md). The xApp's queue is larger, and what it cannot hold is
+counted (``kpi_forecast_e2_indications_rejected_total``,
 reason ``receive-queue-full``). RMR health checks (RIC_HEALTH_CHECK_REQ, 100) are
 answered on the receiving thread with RIC_HEALTH_CHECK_RESP (101), as O-RAN SC xApps do, so
 that ``rmr_probe`` can serve as a probe.
