@@ -45,9 +45,10 @@ def write_descriptor(directory: Path, model_dir: Path, **controls: object) -> Pa
 
 
 def descriptor(tmp: Path, model_dir: Path, **controls: object) -> Descriptor:
-    """A descriptor for tests: a 1 s budget unless given, so that a busy test machine does
-    not turn a contract test into a latency test."""
-    controls.setdefault("latencyBudgetMs", 1000)
+    """A descriptor for tests: a 5 s budget unless given, so that a busy test machine (two
+    cores shared with other work: a 1 s stall of the event loop has been seen) does not turn a
+    contract test into a latency test."""
+    controls.setdefault("latencyBudgetMs", 5000)
     return load_descriptor(write_descriptor(tmp / "config", model_dir, **controls))
 
 
