@@ -128,7 +128,7 @@ def markdown(builds: pd.DataFrame, sizes: dict[str, float], held: dict[str, str]
     return f"""## Container images
 
 Measured {dt.date.today().isoformat()} on {machine()}, with `{COMMAND}` (part of `make bench`):
-podman (runc) building as docs/images.md says, on a Debian bookworm base from debootstrap;
+podman (runc) building as docs/images.md says, on a Debian bookworm base from debootstrap; \
 cold starts alternating, {REPEATS} of each, on the test model.
 
 | step (docs/images.md) | seconds |

@@ -11,9 +11,7 @@ are known, correct the forecast (why: docs/decisions/recalibration.md):
    read from the residuals as far into the tail as leave-one-window-out cross-validation says
    a window not seen needs; quantiles never cross.
 3. Where the band is zero wide, points get offsets of their own, in units of the cell's mean
-   day-to-day change.
-
-The offsets come from all the cells passed together (past ``MAX_CELLS``, a fixed sample).
+   day-to-day change. The offsets pool every cell passed (past ``MAX_CELLS``, a fixed sample).
 """
 
 from __future__ import annotations

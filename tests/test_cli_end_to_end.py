@@ -233,8 +233,8 @@ def test_backtest_recalibrates_the_quantiles_on_the_week_before_each_origin(
     printed = capsys.readouterr().out
     assert "not recalibrated" in printed and "recalibrated on the last 7 window(s)" in printed
     # Two epochs on six cells leave the validation-fitted band too wide for the data in order
-    # (0.88) and too narrow for the shuffled days (0.75); the recent week brings both within
-    # issue 2's 0.80 +- 0.05.
+    # and too narrow for the shuffled days; the recent week brings both within 0.05 of the
+    # nominal 0.80.
     off_before, off_after = (abs(scores[o]["coverage"] - 0.8) for o in ("0", "auto"))
     assert off_after < 0.05 and off_after < off_before
     if data == "data_file":

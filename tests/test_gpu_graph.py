@@ -1,4 +1,4 @@
-"""The float16 graph for GPUs (issue 28): what the export writes and records, its parity with
+"""The float16 graph for GPUs: what the export writes and records, its parity with
 the float32 graph on ONNX Runtime's CPU provider, and when the runtime serves it."""
 
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""The int8 graph for CPUs (issue 22): what the export writes and records, its distance from the
+"""The int8 graph for CPUs: what the export writes and records, its distance from the
 float32 graph, and when the runtime and the xApp's controls serve it."""
 
 import asyncio

@@ -36,6 +36,7 @@ from kpi_forecast.cli.main import build_parser
 from tests.processes import BIN, ROOT, Server, answers
 from tests.readme import Block, blocks, pages, synopses
 from tests.rmr_library import RMR
+from tests.system_tools import system_tool
 
 SAMPLE = ROOT / "data/sample/cells_hourly.csv.gz"
 BLOCKS = [block for page in pages() for block in blocks(page)]
@@ -43,6 +44,7 @@ COMMANDS = [b for b in BLOCKS if b.language == "bash" and not b.run_by]
 SYNOPSES = [b for b in BLOCKS if b.language == "text" and synopses(b)]
 SERVERS = {("kpi-forecast", "serve"), ("kpi-forecast", "e2sim")}
 WAIT_FOR_SERVERS_S = 60.0
+REPOSITORY_TOOLS = ("promtool",)  # system tools a page runs on the repository's files
 
 
 @dataclass
@@ -119,7 +121,10 @@ def run_block(block: Block, cwd: Path, logs: Path) -> list[Ran]:
                 ran.append(run("make -n test", ROOT, 0))
                 assert "make test" in (ROOT / ".ci/run").read_text()
             else:
-                where = ROOT if argv[0] == "make" else cwd
+                if argv[0] in REPOSITORY_TOOLS:
+                    system_tool(argv[0])
+                # make and promtool read the repository's own files
+                where = ROOT if argv[0] in ("make", *REPOSITORY_TOOLS) else cwd
                 ran.append(run(command, where, WAIT_FOR_SERVERS_S if servers else 0))
     except BaseException:
         for server in servers:
@@ -201,6 +206,20 @@ def served(ran: list[Ran], cwd: Path) -> None:
     assert answer["source"] == "model" and len(answer["forecasts"]) == 24
 
 
+def watched(ran: list[Ran], cwd: Path) -> None:
+    """Operating: both probes answer, and the metrics say a model is ready within its budget."""
+    assert json.loads(ran[0].stdout) == {"status": "alive"}
+    ready = json.loads(ran[1].stdout)
+    assert ready["status"] == "ready" and ready["model_version"].startswith("prb_util-")
+    samples = dict(line.split() for line in ran[2].stdout.splitlines())
+    assert float(samples["kpi_forecast_model_ready"]) == 1
+    assert float(samples["kpi_forecast_latency_budget_seconds"]) > 0
+
+
+def rules_checked(ran: list[Ran], cwd: Path) -> None:
+    assert "SUCCESS" in ran[0].stdout and "SUCCESS" in ran[1].stdout
+
+
 def ingested(ran: list[Ran], cwd: Path) -> None:
     answer = json.loads(ran[0].stdout)  # the file's first cell, named as e2mgr names it
     assert answer["cell_id"] == "00f110:0000000000" and len(answer["forecasts"]) == 24
@@ -214,7 +233,9 @@ def packaged(ran: list[Ran], cwd: Path) -> None:
         assert {"model.onnx", "metadata.json"} <= {Path(n).name for n in archive.getnames()}
 
 
+# What a block's first command starts with (a page's own blocks first: "page.md:command").
 PRODUCED = {
+    "operating.md:kpi-forecast serve": watched, "promtool check rules": rules_checked,
     "make demo": demo, "kpi-forecast train --data data/sample": quick_start,
     "kpi-forecast train --data kpis.csv.gz": trained, "python -m": trained_at_scale,
     "kpi-forecast k8s train-job": train_job, "kpi-forecast backtest": evaluated,
@@ -225,7 +246,8 @@ PRODUCED = {
 
 def produced(block: Block) -> Callable[[list[Ran], Path], None]:
     first = " ".join(words(block.commands[0]))
-    matches = [check for start, check in PRODUCED.items() if first.startswith(start)]
+    own = [check for start, check in PRODUCED.items() if f"{block.page}:{first}".startswith(start)]
+    matches = own or [check for start, check in PRODUCED.items() if first.startswith(start)]
     assert len(matches) == 1, f"no check of what {first!r} produces: add one to PRODUCED"
     return matches[0]
 

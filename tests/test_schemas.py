@@ -102,3 +102,23 @@ def test_the_reference_pages_name_every_control_metric_and_route() -> None:
     api = reference.api_page()
     for route in ROUTES:
         assert f"## `{route.method} {route.path}`" in api, route
+
+
+def test_the_alerts_page_gives_every_alert_what_to_do_and_every_panel() -> None:
+    import yaml
+
+    from kpi_forecast.xapp import reference
+
+    page = reference.alerts_page(ROOT)
+    groups = yaml.safe_load((ROOT / reference.RULES).read_text())["groups"]
+    alerts = [rule["alert"] for group in groups for rule in group["rules"] if "alert" in rule]
+    assert alerts
+    sections = page.split("\n### ")[1:]
+    assert [section.split("\n", 1)[0] for section in sections] == alerts
+    for section in sections:
+        what_to_do = section.split("**What to do.** ", 1)[1].split("\n", 1)[0]
+        assert len(what_to_do.split()) >= 10, section.split("\n", 1)[0]
+    panels = json.loads((ROOT / reference.DASHBOARD).read_text())["panels"]
+    for panel in panels:
+        if panel["type"] != "row":
+            assert f"| {panel['title']} |" in page, panel["title"]

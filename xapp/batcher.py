@@ -3,8 +3,8 @@ its first request has waited ``max_queue_delay``, or as soon as no more requests
 way, whichever comes first. While a batch runs, newcomers queue and leave together as the next.
 
 Concurrent single-cell requests arrive in bursts. A burst in one model call pays the call's
-fixed cost and the hand-off to the worker thread once, not once per request (the default model:
-0.3 ms for one row, 8 ms for 64), so that under load each request waits for one call. The
+fixed cost and the hand-off to the worker thread once, not once per request, so that under
+load each request waits for one call. The
 queue is bounded (a full queue refuses at once rather than queue without bound), the model
 runs in one worker thread (ONNX Runtime releases the GIL, so the event loop keeps serving), and
 a request whose caller has given up (timed out to the fallback) is skipped, not computed.

@@ -73,8 +73,8 @@ _MESSAGES: dict[tuple[str, int], tuple[str, Kind]] = {
 _lock = threading.Lock()
 
 
-# Not frozen: a frozen dataclass sets each field through object.__setattr__, which made its
-# construction 1.4 us of the 25 us an indication cost to ingest.
+# Not frozen: a frozen dataclass sets each field through object.__setattr__, a cost paid on
+# every indication ingested.
 @dataclass(slots=True)
 class E2apMessage:
     """A decoded E2AP PDU: the subscription it belongs to and the fields of its kind."""

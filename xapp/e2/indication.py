@@ -1,12 +1,12 @@
 """The fast path for what arrives most: a RIC Indication carrying an E2SM-KPM format-1 report.
 
 The general decoders (pycrate's E2AP tables, asn1tools over ``kpm.asn``) walk a schema for
-every field and cost 170-280 us per indication, a ceiling of a few thousand indications per
-second per core. A KPM report has one usual shape, and this reads that shape straight off the
-aligned-PER octets: the E2AP RICindication and its IEs (all octet-aligned), the indication
-header with its 8-octet (v3+) or 4-octet (v2) colletStartTime, and the indication message's
-integer, real and noValue records, incompleteFlag, measInfoList of measurement names without
-labels, and granulPeriod.
+every field, which caps ingestion at a few thousand indications per second per core
+(docs/benchmarks.md, E2 ingestion, has both paths' costs). A KPM report has one usual shape,
+and this reads that shape straight off the aligned-PER octets: the E2AP RICindication and its
+IEs (all octet-aligned), the indication header with its 8-octet (v3+) or 4-octet (v2)
+colletStartTime, and the indication message's integer, real and noValue records,
+incompleteFlag, measInfoList of measurement names without labels, and granulPeriod.
 
 Anything outside that shape (another PDU, an IE or extension it does not know, labels, a
 decimal REAL, a fragmented length, trailing octets) is ``NotFast``, and ``decode_*`` hand the

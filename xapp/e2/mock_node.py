@@ -313,8 +313,8 @@ class MockE2Node:
         held: list[Frame] = []  # late reports, sent after the next one
         for first in range(start, end, per_report):
             steps = range(first, min(first + per_report, end))
-            # Encoded before the period ends, as a node has its report ready when it does (a
-            # third of this Python node's CPU at 10^4 cells, py-spy).
+            # Encoded before the period ends, as a node has its report ready when it does
+            # (encoding is a large share of this Python node's CPU at many cells).
             frames = [self._indication(stream, steps) for stream in subscription.streams]
             if self.wall_clock:
                 ends_ns = self._index_ns[first] + len(steps) * self.step_ms * 1_000_000

@@ -127,11 +127,9 @@ class RmrTransport:
         self.port = port
         self._on_broken = on_broken or (lambda reason: None)
         self._lib = load(library or LIBRARY)
-        # A ctypes call gives up the GIL and takes it back after: behind an event loop busy
-        # decoding, each take waits for the loop's switch interval (5 ms), so a receiving
-        # thread that drained librmr's ring one message per take fell behind a burst of 10^4
-        # reports and librmr dropped what its ring (4,096) could not hold. The drain's calls
-        # never block (timeout 0: a pop from the ring), so they keep the GIL.
+        # A ctypes call gives up the GIL and, behind a busy event loop, waits a switch interval
+        # to take it back; the drain's calls never block (timeout 0: a pop from the ring), so
+        # they keep it and the ring never overflows (docs/decisions/e2-receive-queue.md).
         self._polling = load(library or LIBRARY, hold_gil=True)
         self._stop = threading.Event()
         self._receiver: threading.Thread | None = None
@@ -268,13 +266,11 @@ class RmrTransport:
             if wormhole < 0:
                 raise RmrError(f"cannot open an RMR wormhole to {target}")
             self._wormholes[target] = wormhole
-        # Allocating, filling, freeing and a wormhole send keep the GIL (as the receiving
-        # thread's drain does): each call that gives it up waits, to take it back, for a busy
-        # event loop's switch interval. Beside a loop encoding the next reports, 1,000 sends
-        # of three such calls each took 428 ms, holding the GIL 11 ms. A send to a socket
-        # that would block does not wait on it: SI95 polls it (1 us) and librmr gives up
-        # after a bounded number of tries (RMR_ERR_RETRY). A send by the route table gives
-        # the GIL up: it may connect to an endpoint first.
+        # Allocating, filling, freeing and a wormhole send keep the GIL, as the receiving
+        # thread's drain does (docs/decisions/e2-receive-queue.md). A send to a socket that
+        # would block does not wait on it: SI95 polls it and librmr gives up after a bounded
+        # number of tries (RMR_ERR_RETRY). A send by the route table gives the GIL up: it may
+        # connect to an endpoint first.
         quick = self._polling
         message = quick.rmr_alloc_msg(context, max(len(frame.payload), 1))
         try:

@@ -123,8 +123,8 @@ class Subscriber:
         self.submgr_url = submgr_url.rstrip("/")
         self.client = ClientEndpoint(host=client_host, http_port=http_port, rmr_port=rmr_port)
         self.ingestor = ingestor
-        # One client for the replica's life: each new one built an SSL context (40 ms of CPU
-        # here), and the node list is asked for every lease round.
+        # One client for the replica's life: each new one builds an SSL context, costly in
+        # CPU, and the node list is asked for every lease round.
         self._client = httpx.AsyncClient(timeout=TIMEOUT_S, transport=transport)
         self.subscription_ids: dict[str, str] = {}  # node (meid) -> its SubscriptionId
         self._pending: dict[int, Pending] = {}  # XappEventInstanceId -> the cell it is for
