@@ -83,14 +83,16 @@ bench: $(VENV)/.installed-bench
 	$(BIN)/python -m benchmarks.scale_out
 	$(BIN)/python -m benchmarks.shared_history
 	$(BIN)/python -m benchmarks.images
+	$(BIN)/python -m benchmarks.reliability
 
 $(VENV)/.installed-bench: $(VENV)/.installed-train
 	$(INSTALL) -e ".[train,serve,bench]"
 	$(COMPILE)
 	touch $@
 
-# Side by side with neuralforecast and statsforecast on Milan and the sample (37 min measured;
-# resumable: kept results in artifacts/bench-peers are reused, --fresh recomputes them).
+# Side by side with neuralforecast and statsforecast on Milan and the sample (it trains every
+# peer: the longest benchmark; resumable: kept results in artifacts/bench-peers are reused,
+# --fresh recomputes them).
 bench-peers: $(VENV)/.installed-bench
 	$(BIN)/python -m benchmarks.peers
 

@@ -73,9 +73,10 @@ def machine() -> str:
     return f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}"
 
 
-def write_section(name: str, section: str) -> None:
-    """Replace (or append) the section between this benchmark's markers in benchmarks.md."""
-    path = DOCS / "benchmarks.md"
+def write_section(name: str, section: str, page: str = "benchmarks.md") -> None:
+    """Replace (or append) the section between this benchmark's markers in ``page`` (of
+    docs/)."""
+    path = DOCS / page
     start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
     text = path.read_text() if path.exists() else "# Benchmarks\n"
     block = f"{start}\n{section.rstrip()}\n{end}"

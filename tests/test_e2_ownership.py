@@ -105,3 +105,28 @@ def test_subscription_event_ids_wrap_at_16_bits_and_skip_those_waiting() -> None
     cell = "00f110:0000000010"
     subscriber._pending[1] = Pending(Cell(cell, parse_cell_id(cell)), 1000, "gnb-000")
     assert [subscriber._event_id() for _ in range(2)] == [MAX_EVENT_ID, 2]
+
+
+def test_a_subscription_the_manager_no_longer_lists_for_this_endpoint_is_made_again() -> None:
+    """Listed with this replica's endpoint: kept. Gone, listed for another endpoint, or its
+    id now another node's (a restarted manager numbers from 1 again): forgotten."""
+    import asyncio
+
+    from kpi_forecast.xapp.e2.subscription import Subscriber
+
+    listed = [
+        {"SubscriptionId": 1, "Meid": "gnb-a", "ClientEndpoint": ["10.0.0.5:4560"]},
+        {"SubscriptionId": 2, "Meid": "gnb-b", "ClientEndpoint": ["10.0.0.9:4560"]},
+        {"SubscriptionId": 3, "Meid": "gnb-x", "ClientEndpoint": ["10.0.0.5:4560"]},
+    ]
+
+    def submgr(request: httpx.Request) -> httpx.Response:
+        assert (request.method, request.url.path) == ("GET", "/ric/v1/subscriptions")
+        return httpx.Response(200, json=listed)
+
+    subscriber = Subscriber("http://submgr/ric/v1", "10.0.0.5", 4560, 8080, ingestor=None,
+                            transport=httpx.MockTransport(submgr))
+    subscriber.subscription_ids.update({"gnb-a": "1", "gnb-b": "2", "gnb-c": "3",
+                                        "gnb-d": "4"})
+    assert asyncio.run(subscriber.lost()) == {"gnb-b", "gnb-c", "gnb-d"}
+    assert subscriber.subscription_ids == {"gnb-a": "1"}

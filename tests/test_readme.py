@@ -1,9 +1,11 @@
 """The README and the documentation pages are executable: every command block runs as printed,
 in order (the README, then the pages in the site's order), in a working directory holding the
 files it names (``kpis.csv.gz``: three cells and five weeks of the sample; ``recent.csv``: their
-last three weeks). Servers (``kpi-forecast serve``, ``e2sim``) start in the background, the
-commands after them are retried while the servers come up (as a user waits), and each server
-must exit 0 within seconds of SIGTERM at the end of its block.
+last three weeks). Servers (``kpi-forecast serve``, ``e2sim``) start in the background; the
+commands after them run once each, when the servers are ready and what they do in the
+background has happened (a mock E2 node's replay taken in by the xApp: a condition, with a
+bound from the replay's length); each server must exit 0 within seconds of SIGTERM at the end
+of its block.
 
 A block marked ``<!-- not run here: ... -->`` is checked as far as these machines allow: its
 commands are parsed by the CLI, the chart rendered with the same flags and validated, the
@@ -21,12 +23,12 @@ import shlex
 import shutil
 import subprocess
 import tarfile
-import time
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import jsonschema
 import pandas as pd
 import pytest
@@ -91,21 +93,59 @@ def ready_check(argv: list[str]) -> Callable[[], bool]:
     return answers(f"http://{option('--listen', '127.0.0.1:8090')}/v1/nodeb/states")
 
 
-def run(command: str, cwd: Path, retry_s: float) -> Ran:
-    """``command`` through bash, retried for ``retry_s`` while it fails (servers coming up)."""
-    deadline = time.monotonic() + retry_s
-    while True:
-        done = subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=cwd,
-                              env=environment(), capture_output=True, text=True, timeout=900)
-        if done.returncode == 0:
-            return Ran(command, done.stdout, done.stderr)
-        if time.monotonic() > deadline:
-            raise AssertionError(f"`{command}` exited {done.returncode}:\n"
-                                 f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-        time.sleep(0.5)
+def run(command: str, cwd: Path) -> Ran:
+    """``command`` through bash, once: a command that fails fails the block."""
+    done = subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=cwd,
+                          env=environment(), capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        raise AssertionError(f"`{command}` exited {done.returncode}:\n"
+                             f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return Ran(command, done.stdout, done.stderr)
+
+
+def replayed(node: list[str], xapp: list[str], cwd: Path) -> tuple[Callable[[], bool], float]:
+    """The mock E2 node has replayed its file to every subscription and the xApp has taken
+    every report it sent; the bound is the replay's own length at its speed (with room for a
+    busy machine) plus the xApp's first rounds of finding and subscribing to the nodes."""
+    from kpi_forecast.data.ingest import load_panel
+    from kpi_forecast.xapp.e2.ownership import ROUND_S
+
+    def option(argv: list[str], name: str, default: str) -> str:
+        return argv[argv.index(name) + 1] if name in argv else default
+
+    node_url = f"http://{option(node, '--listen', '127.0.0.1:8090')}"
+    xapp_url = f"http://127.0.0.1:{option(xapp, '--port', '8080')}"
+    column = option(node, "--kpi", "").split("=", 1)[0]
+    panel = load_panel(cwd / option(node, "--data", ""), column)
+    speed = float(option(node, "--speed", "1"))
+    replay_s = panel.n_steps * panel.step.total_seconds() / speed if speed else 0.0
+
+    def done() -> bool:
+        try:
+            stats = httpx.get(f"{node_url}/stats", timeout=5).json()
+            metrics = httpx.get(f"{xapp_url}/ric/v1/metrics", timeout=5).text.splitlines()
+        except httpx.TransportError:
+            return False
+        subscriptions = sum(len(ends) for ends in stats["subscribers"].values())
+        taken = next(float(line.split()[1]) for line in metrics
+                     if line.startswith("kpi_forecast_e2_indications_total "))
+        return (subscriptions > 0 and stats.get("replays_done", 0) == subscriptions
+                and taken == stats.get("indications", 0))
+
+    return done, 3 * replay_s + 5 * ROUND_S
+
+
+def settled(servers: list[tuple[list[str], Server]], cwd: Path) -> None:
+    """Wait, before the block's next command, for what its servers do in the background: a
+    mock E2 node's replay into the xApp. Readiness was waited for as each started."""
+    kinds = {argv[1]: argv for argv, _ in servers}
+    if "e2sim" in kinds and "serve" in kinds:
+        condition, bound = replayed(kinds["e2sim"], kinds["serve"], cwd)
+        servers[-1][1].wait_until(condition, bound)
 
 
 def run_block(block: Block, cwd: Path, logs: Path) -> list[Ran]:
+    started: list[tuple[list[str], Server]] = []
     servers: list[Server] = []
     ran: list[Ran] = []
     try:
@@ -116,16 +156,21 @@ def run_block(block: Block, cwd: Path, logs: Path) -> list[Ran]:
                                 cwd, environment())
                 servers.append(server)
                 server.wait_until(ready_check(argv), WAIT_FOR_SERVERS_S)
-            elif argv == ["make", "test"]:
+                started.append((argv, server))
+                continue
+            if started:
+                settled(started, cwd)
+                started = []
+            if argv == ["make", "test"]:
                 # The suite cannot run itself: its recipe must exist, and CI runs it.
-                ran.append(run("make -n test", ROOT, 0))
+                ran.append(run("make -n test", ROOT))
                 assert "make test" in (ROOT / ".ci/run").read_text()
             else:
                 if argv[0] in REPOSITORY_TOOLS:
                     system_tool(argv[0])
                 # make and promtool read the repository's own files
                 where = ROOT if argv[0] in ("make", *REPOSITORY_TOOLS) else cwd
-                ran.append(run(command, where, WAIT_FOR_SERVERS_S if servers else 0))
+                ran.append(run(command, where))
     except BaseException:
         for server in servers:
             if server.process.poll() is None:

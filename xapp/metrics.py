@@ -132,6 +132,10 @@ class Metrics:
         )
         for direction in ("given", "taken"):
             self.e2_handovers.labels(direction=direction)
+        self.e2_subscriptions_lost = Counter(
+            f"{PREFIX}_e2_subscriptions_lost", "Subscriptions the subscription manager no "
+            "longer listed (it or the E2 node restarted), made again.", registry=r,
+        )
         self.model = Info(f"{PREFIX}_model", "The model being served.", registry=r)
         self.model_load = Gauge(
             f"{PREFIX}_model_load_seconds", "Time to load, verify and warm up the model.",

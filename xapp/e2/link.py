@@ -28,6 +28,10 @@ from kpi_forecast.xapp.metrics import Metrics
 log = logging.getLogger(__name__)
 
 CONCURRENT_REQUESTS = 8  # to the subscription manager, when many nodes change hands at once
+# Every this many rounds the subscriptions held are checked against the subscription manager's
+# list: a restart of it, or of an E2 node, loses them without a word to the xApp.
+CHECK_ROUNDS = 5
+RESUBSCRIBE_BOUND_S = (CHECK_ROUNDS + 1) * ROUND_S  # from the loss to the request made again
 
 
 class E2Link:
@@ -121,8 +125,10 @@ class E2Link:
         # The first list is waited for; later ones are tried once a round.
         listing = await self.e2mgr.listing(measurement)
         following: asyncio.Task | None = None
+        rounds = 0
         try:
             while True:
+                rounds += 1
                 self._show(listing)
                 owned = await self.ownership.round(sorted(listing.nodes),
                                                    set(self.subscriber.subscription_ids))
@@ -133,7 +139,8 @@ class E2Link:
                                     "again", describe(failure))
                     following = asyncio.create_task(self._follow(
                         owned, self.ownership.handed_over, listing.nodes, measurement,
-                        period_ms, initial=following is None))
+                        period_ms, initial=following is None,
+                        check=rounds % CHECK_ROUNDS == 0))
                 await asyncio.sleep(ROUND_S)
                 try:
                     listing = await self.e2mgr.listing(measurement, attempts=1)
@@ -151,10 +158,19 @@ class E2Link:
 
     async def _follow(self, owned: set[str], handed_over: set[str],
                       listing: dict[str, E2Node], measurement: str, period_ms: int,
-                      initial: bool) -> None:
+                      initial: bool, check: bool = False) -> None:
         """Unsubscribe from the nodes handed over (or gone) and subscribe to those taken, a
-        few requests to the subscription manager at a time."""
+        few requests to the subscription manager at a time; with ``check``, first forget the
+        subscriptions it no longer lists, so that they are made again."""
         subscriber, metrics = self.subscriber, self._metrics
+        if check:
+            try:
+                lost = await subscriber.lost()
+            except (httpx.HTTPError, ValueError) as exc:
+                log.warning("e2: checking the subscriptions at %s failed (%s); the next check "
+                            "tries again", subscriber.submgr_url, describe(exc))
+            else:
+                metrics.e2_subscriptions_lost.inc(len(lost))
         held = set(subscriber.subscription_ids)
         done_with = (held - owned) & (handed_over | (held - set(listing)))
         slots = asyncio.Semaphore(CONCURRENT_REQUESTS)

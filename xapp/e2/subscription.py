@@ -13,6 +13,9 @@ the E2 Manager (``discovery.py``).
    cell's indications will carry, so they become the ingestor's route.
 3. ``DELETE {submgr}/subscriptions/{SubscriptionId}`` for a node given up (or gone), and for
    all on shutdown; the routes of its cells go with it.
+4. ``GET {submgr}/subscriptions`` now and then: a subscription it no longer lists for this
+   replica's endpoint (the subscription manager or the E2 node restarted and lost it) is
+   forgotten here, so that the next round makes it again.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from dataclasses import dataclass
 from typing import Annotated, Literal
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from kpi_forecast.xapp.e2 import e2ap, kpm
 from kpi_forecast.xapp.e2.discovery import Cell, E2Node
@@ -105,6 +108,19 @@ class SubscriptionResponse(BaseModel):
     instances: list[SubscriptionInstance] = Field(alias="SubscriptionInstances")
 
 
+class SubscriptionData(BaseModel):
+    """An entry of ``GET /subscriptions``' SubscriptionList."""
+
+    model_config = _REST
+
+    subscription_id: int = Field(alias="SubscriptionId")
+    meid: str = Field(alias="Meid")
+    client_endpoint: list[str] = Field(alias="ClientEndpoint")
+
+
+SubscriptionList = TypeAdapter(list[SubscriptionData])
+
+
 @dataclass
 class Pending:
     cell: Cell
@@ -148,6 +164,24 @@ class Subscriber:
             raise
         self.subscription_ids[node.meid] = answer.subscription_id
         log.info("e2: subscribed to %d cell(s) of %s", len(node.cells), node.meid)
+
+    async def lost(self) -> set[str]:
+        """The nodes this replica holds a subscription to that the subscription manager no
+        longer lists for its endpoint, forgotten here so that they are subscribed to again."""
+        response = await self._client.get(f"{self.submgr_url}/subscriptions")
+        response.raise_for_status()
+        endpoint = f"{self.client.host}:{self.client.rmr_port}"
+        listed = {(str(entry.subscription_id), entry.meid)
+                  for entry in SubscriptionList.validate_json(response.content)
+                  if endpoint in entry.client_endpoint}
+        gone = {meid for meid, subscription_id in self.subscription_ids.items()
+                if (subscription_id, meid) not in listed}
+        for meid in sorted(gone):
+            log.warning("e2: the subscription manager no longer lists subscription %s of %s "
+                        "(it or the E2 node restarted): subscribing again",
+                        self.subscription_ids[meid], meid)
+            self._forget(meid)
+        return gone
 
     def _event_id(self) -> int:
         """The next XappEventInstanceId not waiting for an outcome (they wrap at 16 bits:
