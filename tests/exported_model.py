@@ -17,10 +17,11 @@ from kpi_forecast.model.runtime import OnnxForecaster, RuntimeOptions
 
 def exported(
     model_dir: Path, context: int, horizon: int, attention: str = "fused",
-    options: RuntimeOptions | None = None, **config: object,
+    options: RuntimeOptions | None = None, seed: int = 0, **config: object,
 ) -> tuple[Forecaster, OnnxForecaster]:
-    """The float32 graph only: the float16 graph's tests use the GPU check's bundle."""
-    torch.manual_seed(0)
+    """The float32 graph only: the float16 graph's tests use the GPU check's bundle; weights
+    drawn from ``seed``."""
+    torch.manual_seed(seed)
     network = Forecaster(ModelConfig(context=context, horizon=horizon, attention=attention,
                                      **config))
     with torch.no_grad():
@@ -36,15 +37,16 @@ def exported(
 
 
 @functools.cache
-def _exported_once(context: int, horizon: int) -> Path:
+def _exported_once(context: int, horizon: int, seed: int) -> Path:
     folder = Path(tempfile.mkdtemp(prefix="kpi-forecast-model-"))
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    exported(folder / "model", context, horizon)
+    exported(folder / "model", context, horizon, seed=seed)
     return folder / "model"
 
 
-def exported_copy(model_dir: Path, context: int, horizon: int) -> Path:
-    """``exported(model_dir, context, horizon)``'s directory, exported once per test process:
-    the exporter takes seconds, and with the same seed it writes the same graph every time."""
-    shutil.copytree(_exported_once(context, horizon), model_dir)
+def exported_copy(model_dir: Path, context: int, horizon: int, seed: int = 0) -> Path:
+    """``exported(model_dir, context, horizon, seed=seed)``'s directory, exported once per test
+    process: the exporter takes seconds, and with the same seed it writes the same graph every
+    time."""
+    shutil.copytree(_exported_once(context, horizon, seed), model_dir)
     return model_dir

@@ -18,9 +18,10 @@ from tests.exported_model import exported_copy
 CONTEXT, HORIZON = 168, 24
 
 
-def make_model(path: Path, version: str = "test") -> Path:
-    """A model directory at ``path`` (a copy of the process's one export), as ``version``."""
-    exported_copy(path, CONTEXT, HORIZON)
+def make_model(path: Path, version: str = "test", seed: int = 0) -> Path:
+    """A model directory at ``path`` (a copy of the process's one export of weights drawn
+    from ``seed``), as ``version``."""
+    exported_copy(path, CONTEXT, HORIZON, seed)
     meta = json.loads((path / "metadata.json").read_text())
     meta["model_version"] = version
     (path / "metadata.json").write_text(json.dumps(meta))
