@@ -2,17 +2,24 @@
 
     DIR/metadata.json   schema version, data contract (freq, context, horizon, quantiles,
                         target, calendar zone, holiday calendar), config, training-data fingerprint,
-                        validation metrics, library versions, sha256 of both graphs
+                        validation metrics, library versions, sha256 of the weights and graphs
     DIR/weights.pt      torch state_dict (loaded with weights_only=True)
     DIR/model.onnx      the exported graph served by ONNX Runtime
     DIR/model.fp16.onnx the same graph with its Transformer in float16, for CUDA
     DIR/report.md       the training report, with plots in DIR/plots/
+
+Each file is written whole or not at all (``replaced_atomically``), metadata.json last: a
+write killed or out of disk leaves the files as they were, or new files whose checksums the
+old metadata.json refuses, never a torn file that passes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -65,6 +72,8 @@ class ModelMetadata:
     # and "int8" (the quantised CPU graph): each one's file and sha256, absent in artifacts
     # exported without it or before it existed.
     onnx: dict[str, Any] = field(default_factory=dict)
+    # weights.pt's sha256: a re-export (`kpi-forecast export`) takes the weights it describes.
+    weights_sha256: str = ""
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -94,7 +103,33 @@ class ModelMetadata:
         return json.dumps(payload, indent=2, sort_keys=True)
 
     def save(self, model_dir: Path) -> None:
-        (Path(model_dir) / METADATA_FILE).write_text(self.to_json() + "\n")
+        with replaced_atomically(Path(model_dir) / METADATA_FILE) as partial:
+            partial.write_text(self.to_json() + "\n")
+
+
+@contextlib.contextmanager
+def replaced_atomically(path: Path) -> Iterator[Path]:
+    """A file beside ``path`` to write in; once written and on disk it is renamed over
+    ``path`` in one step, so that a reader, or a run killed meanwhile, sees the old file or the
+    new one, never part of one. A failed write (a full disk) is an ArtifactError naming
+    ``path``, the old file untouched."""
+    path = Path(path)
+    partial = path.with_name(f".{path.name}.partial-{os.getpid()}")
+    try:
+        yield partial
+        with open(partial, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(partial, path)
+        folder = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(folder)  # the rename itself on disk
+        finally:
+            os.close(folder)
+    except OSError as exc:
+        raise ArtifactError(f"{path}: cannot write it ({exc.strerror or exc}); what was there "
+                            "is left as it was") from exc
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def load_metadata(model_dir: str | Path) -> ModelMetadata:

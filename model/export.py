@@ -23,6 +23,7 @@ from kpi_forecast.model.artifact import (
     INT8_ONNX_FILE,
     ONNX_FILE,
     ModelMetadata,
+    replaced_atomically,
     sha256_file,
 )
 from kpi_forecast.model.features import N_CALENDAR
@@ -83,17 +84,14 @@ def _quiet_quantiser() -> Iterator[None]:
 
 def _quantised(source: Path, path: Path) -> None:
     """Write the int8 form of the float32 graph at ``source``: weights int8 with a scale per
-    output channel, activations quantised at run time (ONNX Runtime's dynamic quantisation).
-    A scale per channel rather than per matrix cut the largest error on trained networks of
-    the generalisation suite from 0.074 to 0.042 of a window's scale, at the same speed.
+    output channel (nearer the float32 graph than one per matrix, at the same speed),
+    activations quantised at run time (ONNX Runtime's dynamic quantisation).
 
     Weights take 7 bits (``reduce_range``), as ONNX Runtime advises for CPUs without VNNI: their
     AVX2 kernels add pairs of uint8 x int8 products in int16, which full-range weights
-    overflow. With 8 bits the untrained default network was 0.30-0.38 of a window's scale off
-    the float32 graph on an AVX2-only AMD EPYC (0.034 with 7), though within 0.05 on the
-    machines of earlier runs."""
-    with _quiet_quantiser():
-        quantize_dynamic(source, path, weight_type=QuantType.QInt8,
+    overflow, far off the float32 graph on such CPUs (docs/decisions/precision-bounds.md)."""
+    with _quiet_quantiser(), replaced_atomically(path) as partial:
+        quantize_dynamic(source, partial, weight_type=QuantType.QInt8,
                          op_types_to_quantize=QUANTISED_OPS, per_channel=True, reduce_range=True)
 
 
@@ -124,7 +122,8 @@ def _write(program: ONNXProgram, network: Forecaster, path: Path) -> str:
     with _quiet_exporter():
         program.apply_weights(network.state_dict())
         program.optimize()
-        program.save(str(path))
+        with replaced_atomically(path) as partial:
+            program.save(str(partial))
     ops = {node.op_type for node in program.model.graph}  # as saved, without reading it back
     return "onnx-attention" if "Attention" in ops else "decomposed"
 

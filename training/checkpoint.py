@@ -4,26 +4,30 @@ A run that dies (a killed rank, a preempted node) starts again from its last epo
 restarts the ranks (``--max-restarts``) or the user reruns the same command, and training
 resumes with the weights, optimiser, schedule, early-stopping state and random streams it had,
 so the result is the one an uninterrupted run gives. The file is removed once training ends.
-Loading uses ``weights_only=True``: tensors and plain values, never pickled code.
+It is written whole or not at all, and opens with the sha256 of what follows: a checkpoint
+that does not match (a torn or damaged file) is ignored, never resumed from. Loading uses
+``weights_only=True``: tensors and plain values, never pickled code.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from kpi_forecast.model.artifact import replaced_atomically
+
 log = logging.getLogger(__name__)
 
 CHECKPOINT_FILE = "checkpoint.pt"
 # Part of every key: a checkpoint written in another layout is ignored, not misread.
-# 2: the weight average saved as {"updates", "module"}.
-FORMAT = 2
+# 3: the file opens with its payload's sha256.
+FORMAT = 3
 
 
 @dataclass
@@ -37,18 +41,27 @@ class Checkpoint:
         return hashlib.sha256(json.dumps(keyed, sort_keys=True, default=str).encode()).hexdigest()
 
     def save(self, state: dict) -> None:
-        """Write atomically: a run killed while writing leaves the previous epoch's file."""
+        """Write whole or not at all: a run killed while writing, or out of disk, leaves the
+        previous epoch's file."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        partial = self.path.with_suffix(".partial")
-        torch.save({"key": self.key, **state}, partial)
-        os.replace(partial, self.path)
+        buffer = io.BytesIO()
+        torch.save({"key": self.key, **state}, buffer)
+        payload = buffer.getvalue()
+        with replaced_atomically(self.path) as partial:
+            partial.write_bytes(hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload)
 
     def load(self) -> dict | None:
-        """The saved state of this same run, or None (none saved, or one of another run)."""
+        """The saved state of this same run, or None (none saved, one of another run, or one
+        whose checksum does not match)."""
         if not self.path.is_file():
             return None
         try:
-            state = torch.load(self.path, map_location="cpu", weights_only=True)
+            digest, _, payload = self.path.read_bytes().partition(b"\n")
+            if hashlib.sha256(payload).hexdigest().encode() != digest:
+                log.warning("ignoring checkpoint %s: its sha256 does not match (a torn or "
+                            "damaged file)", self.path)
+                return None
+            state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
         except (OSError, RuntimeError, EOFError) as exc:
             log.warning("ignoring unreadable checkpoint %s: %s", self.path, exc)
             return None

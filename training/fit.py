@@ -6,6 +6,7 @@ import dataclasses
 import datetime as dt
 import hashlib
 import importlib.metadata
+import io
 import logging
 import threading
 import time
@@ -15,7 +16,14 @@ import numpy as np
 import torch
 
 from kpi_forecast.data.panel import Panel
-from kpi_forecast.model.artifact import WEIGHTS_FILE, ArtifactError, ModelMetadata, load_metadata
+from kpi_forecast.model.artifact import (
+    WEIGHTS_FILE,
+    ArtifactError,
+    ModelMetadata,
+    load_metadata,
+    replaced_atomically,
+    sha256_file,
+)
 from kpi_forecast.model.config import ModelConfig
 from kpi_forecast.model.export import TracedGraphs, export_onnx
 from kpi_forecast.model.features import calendar_zone, holiday_flags
@@ -124,7 +132,7 @@ def fit(
     if graphs is None:
         return None
     out_dir.mkdir(parents=True, exist_ok=True)
-    torch.save(result.network.state_dict(), out_dir / WEIGHTS_FILE)
+    weights_sha256 = save_weights(result.network, out_dir)
     created = dt.datetime.now(dt.UTC).replace(microsecond=0)
     data_fingerprint = fingerprint(panel)
     meta = ModelMetadata(
@@ -155,6 +163,7 @@ def fit(
             "context_choice": context_choice or f"context {model_cfg.context} steps, as asked",
         },
         libraries=library_versions(),
+        weights_sha256=weights_sha256,
     )
     graphs.write(result.network, out_dir, meta)
     meta.save(out_dir)
@@ -170,12 +179,25 @@ def fit(
     return meta, validation
 
 
+def save_weights(network: Forecaster, model_dir: Path) -> str:
+    """Write DIR/weights.pt whole or not at all; its sha256."""
+    buffer = io.BytesIO()
+    torch.save(network.state_dict(), buffer)
+    with replaced_atomically(Path(model_dir) / WEIGHTS_FILE) as partial:
+        partial.write_bytes(buffer.getvalue())
+    return hashlib.sha256(buffer.getvalue()).hexdigest()
+
+
 def load_network(model_dir: Path) -> tuple[Forecaster, ModelMetadata]:
-    """The trained network of a model directory; weights load as tensors only."""
+    """The trained network of a model directory, once weights.pt's checksum matches
+    metadata.json; weights load as tensors only."""
     meta = load_metadata(model_dir)
     path = Path(model_dir) / WEIGHTS_FILE
     if not path.is_file():
         raise ArtifactError(f"{path}: missing")
+    if sha256_file(path) != meta.weights_sha256:
+        raise ArtifactError(f"{path}: sha256 does not match metadata.json (the weights of "
+                            "another training, or a replaced file?)")
     network = Forecaster(meta.config)
     try:
         network.load_state_dict(torch.load(path, weights_only=True))

@@ -3,6 +3,8 @@ Arrow in ``arrow_route``), and the cells whose history the xApp holds (one, or m
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -19,7 +21,7 @@ from kpi_forecast.xapp.answers import batch_response, cell_response, json_respon
 from kpi_forecast.xapp.arrow_route import forecast_arrow
 from kpi_forecast.xapp.decision import quantile_name
 from kpi_forecast.xapp.errors import ERRORS, ClientError, validation_error
-from kpi_forecast.xapp.history import History
+from kpi_forecast.xapp.history import History, HistoryUnavailable
 from kpi_forecast.xapp.routes import BY_NAME, Handlers
 from kpi_forecast.xapp.schemas import (
     FREQ_DESCRIPTION,
@@ -92,7 +94,8 @@ def forecast_handlers(service: Service) -> Handlers:
         [steer] = policies.for_cells([cell_id])
         horizon = horizon or steer.horizon
         model, _ = decider.check_request(store.freq, horizon)
-        values, last = await _held(store, model, [cell_id])
+        budget_s = steer.budget_s or service.budget.seconds
+        values, last = await _held(store, model, [cell_id], arrival + budget_s)
         answer = await decider.forecast(values, last.as_unit("ns").asi8, horizon, arrival,
                                         store.freq, steer.quantiles, steer.budget_s)
         latency = gate.observe(BY_NAME["cell_forecast"], arrival, answer,
@@ -107,7 +110,8 @@ def forecast_handlers(service: Service) -> Handlers:
         store = service.holder.store()
         model = decider.served()
         plan = _plan(service, model, body.cell_ids, [body.horizon] * len(body.cell_ids))
-        values, last = await _held(store, model, body.cell_ids)
+        values, last = await _held(store, model, body.cell_ids, arrival + service.budget.for_rows(
+            len(body.cell_ids), plan.budget_s))
         answer = await decider.forecast(values, last.as_unit("ns").asi8, max(plan.horizons),
                                         arrival, store.freq, plan.quantiles, plan.budget_s)
         latency = gate.observe(BY_NAME["cells_forecast"], arrival, answer, len(body.cell_ids),
@@ -175,11 +179,18 @@ def _plan(service: Service, model: OnnxForecaster, cell_ids: list[str],
                  [names[s.quantiles] for s in steering], budget_s)
 
 
-async def _held(store: History, model: OnnxForecaster, cell_ids: list[str]
+async def _held(store: History, model: OnnxForecaster, cell_ids: list[str], deadline: float
                 ) -> tuple[np.ndarray, pd.DatetimeIndex]:
     """The cells' windows [cells, length] and last steps, or the client's error: a cell not
-    held (404), or one with less than a patch of samples (409)."""
-    windows = await store.windows(cell_ids)
+    held (404), or one with less than a patch of samples (409). A store that has not answered
+    by ``deadline`` (``time.monotonic``: the request's latency budget) is a 503: a hung Redis
+    holds no request past its budget."""
+    try:
+        async with asyncio.timeout(deadline - time.monotonic()):
+            windows = await store.windows(cell_ids)
+    except TimeoutError:
+        raise HistoryUnavailable("history store: no answer within the request's latency "
+                                 "budget") from None
     needed = model.metadata.config.patch_len
     for cell_id, held in zip(cell_ids, windows, strict=True):
         if held is None:
