@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import uvicorn
 import yaml
 from fastapi import FastAPI
+
+from tests.waiting import until
 
 
 def kubeconfig(path: Path, server: str) -> Path:
@@ -30,8 +31,7 @@ def serving(app: FastAPI, tmp_path: Path) -> Iterator[Path]:
     http = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
     thread = threading.Thread(target=http.run, daemon=True)
     thread.start()
-    while not http.started:
-        time.sleep(0.01)
+    until(lambda: http.started, 10, "the stand-in API server started")
     port = http.servers[0].sockets[0].getsockname()[1]
     try:
         yield kubeconfig(tmp_path / "kubeconfig", f"http://127.0.0.1:{port}")

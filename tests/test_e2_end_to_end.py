@@ -32,9 +32,11 @@ from kpi_forecast.xapp.metrics import Metrics
 from tests.processes import ROOT
 from tests.rmr_library import rmr_transport
 from tests.tolerance import answer_tolerance
+from tests.waiting import until_async
 from tests.xapp_helpers import CONTEXT, HORIZON, descriptor, make_model, running
 
 MEASUREMENT = "RRU.PrbUsedDl"
+SERVER_START_S = 10.0
 
 
 def one_cell_two_days(tmp_path: Path) -> Path:
@@ -52,8 +54,7 @@ async def serve_node(node: MockE2Node, port: int) -> tuple[uvicorn.Server, async
     server = uvicorn.Server(uvicorn.Config(create_app(node), host="127.0.0.1", port=port,
                                            log_level="warning"))
     serving = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.01)
+    await until_async(lambda: server.started, SERVER_START_S, "the mock's REST side started")
     return server, serving
 
 
@@ -172,7 +173,14 @@ def test_nodes_that_disconnect_and_connect_again_are_followed(
                 raise AssertionError(f"never {expected} nodes owned: {text[-3000:]}")
 
             if not subscribed:
-                await asyncio.sleep(3)  # a lease round and more
+                # The round that read the node's cells has counted them skipped: none is
+                # ever subscribed to.
+                for _ in range(600):
+                    text = (await client.get("/ric/v1/metrics")).text
+                    if metric(text, 'kpi_forecast_e2_cells_skipped{reason='
+                              '"measurement-not-reported"}') == 4:
+                        break
+                    await asyncio.sleep(0.02)
                 text = await owned(0)
                 assert metric(text, 'kpi_forecast_e2_cells_skipped{reason='
                               '"measurement-not-reported"}') == 4
@@ -263,16 +271,17 @@ def test_an_xapp_restarted_mid_replay_misses_only_what_was_sent_while_it_was_dow
         await node.open()
         xapp = await asyncio.to_thread(receiver, port, first)
         await subscribe_first_cell(node, port)
-        while len(sequence_numbers(first)) < 40:
-            await asyncio.sleep(0.005)
+        replay_s = 3 * panel.n_steps * 0.005 + 10  # paced 5 ms a report, room for a busy box
+        await until_async(lambda: len(sequence_numbers(first)) >= 40, replay_s, "40 received")
         xapp.kill()  # the xApp dies mid-replay...
         await asyncio.to_thread(xapp.wait)
-        while node.sent["undelivered"] < 10:
-            await asyncio.sleep(0.005)
+        await until_async(lambda: node.sent["undelivered"] >= 10, replay_s, "10 undelivered")
         xapp = await asyncio.to_thread(receiver, port, second)  # ...and comes back
-        while node.sent["replays_done"] < 1:
+        await until_async(lambda: node.sent["replays_done"] >= 1, replay_s, "the replay done")
+        deadline = time.monotonic() + 10  # all sent: what is on its way lands at once
+        while (sequence_numbers(second) or [-1])[-1] < panel.n_steps - 1:
+            assert time.monotonic() < deadline, sequence_numbers(second)[-5:]
             await asyncio.sleep(0.01)
-        await asyncio.sleep(0.3)
         xapp.kill()
         await asyncio.to_thread(xapp.wait)
         await node.close()
@@ -298,7 +307,8 @@ def test_lost_reports_leave_gaps_in_the_history(tmp_path: Path, rmr_library: Pat
         await node.open()
         store = MemoryHistory("1h", length=48)
         source = KpiSource(measurement=MEASUREMENT)
-        ingestor = Ingestor(lambda: store, Metrics(0.1, 8), lambda: source)
+        metrics = Metrics(0.1, 8)
+        ingestor = Ingestor(lambda: store, metrics, lambda: source)
         writer = asyncio.create_task(ingestor.run())
         xapp = rmr_transport()
         await xapp.start(ingestor.handle)
@@ -306,9 +316,11 @@ def test_lost_reports_leave_gaps_in_the_history(tmp_path: Path, rmr_library: Pat
         answer = await subscribe_first_cell(node, xapp.port)
         instance = answer.instances[0].e2_event_instance_id
         ingestor.add_route(instance, 1, Route(cell, 3_600_000))
-        while node.sent["replays_done"] < 1:
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.2)
+        await until_async(lambda: node.sent["replays_done"] >= 1, 10, "the replay done")
+        # Everything sent has been written.
+        await until_async(lambda: metrics.registry.get_sample_value(
+            "kpi_forecast_e2_indications_total") >= node.sent["indications"], 10,
+            "every indication sent written")
         await ingestor.flush()
         writer.cancel()
         held = ~np.isnan((await store.window(cell))[0])
@@ -339,9 +351,8 @@ def test_live_mode_catches_up_on_the_past_at_its_rate_then_paces(tmp_path: Path,
         await xapp.start(stamp)
         started = time.monotonic()
         await subscribe_first_cell(node, xapp.port)
-        while node.sent["replays_done"] < 1:
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.05)
+        await until_async(lambda: node.sent["replays_done"] >= 1, 30, "the replay done")
+        await until_async(lambda: len(arrivals) >= 49, 10, "the response and 48 reports")
         reports = [t - started for t in arrivals[1:]]  # the first frame is the response
         assert len(reports) == 48
         # The past: no faster than the rate (a report every 5 ms), the first at once.

@@ -78,7 +78,13 @@ scrape_configs:
             return any(r["value"][1] == "1" for r in query(prom, 'up{job="kpi-forecast"}'))
 
         eventually(target_up, 60)
-        time.sleep(2.5)  # a few scrapes before the traffic, so that rates see it start
+
+        def scraped_before_traffic() -> bool:
+            """three scrapes of the xApp before the traffic, so that rates see it start"""
+            return any(float(r["value"][1]) >= 3 for r in query(
+                prom, 'count_over_time(up{job="kpi-forecast"}[1m])'))
+
+        eventually(scraped_before_traffic)
         request = {"cell_id": "c1", "start": "2024-01-01T00:00:00+00:00", "freq": "1h",
                    "values": [float(i % 24) for i in range(CONTEXT)]}
         # How many at a time make the model late depends on the machine: alone, a slow one

@@ -205,9 +205,16 @@ def test_while_redis_is_away_cell_routes_answer_503_and_the_rest_keeps_serving(
 
     async def go() -> None:
         async with running(desc, wait_ready=False) as client:
-            # Redis is not up yet: the xApp waits for it, unready, as xApps wait for the SDL.
-            await asyncio.sleep(1.0)
-            assert (await client.get("/ric/v1/health/ready")).status_code == 503
+            # Redis is not up yet: the xApp waits for it, unready, as xApps wait for the SDL,
+            # and its readiness says so once its first try has failed.
+            for _ in range(200):
+                ready = await client.get("/ric/v1/health/ready")
+                assert ready.status_code == 503
+                if "waiting for the history store" in ready.json()["error"]:
+                    break
+                await asyncio.sleep(0.05)
+            else:
+                raise AssertionError(f"not waiting for the history store: {ready.text}")
             with redis_server(tmp_path, port):
                 for _ in range(200):
                     if (await client.get("/ric/v1/health/ready")).status_code == 200:

@@ -118,8 +118,7 @@ def test_train_stops_on_sigterm_and_writes_the_model_it_has(tmp_path: Path) -> N
     command = [str(BIN / "kpi-forecast"), "train", "--data", str(SAMPLE), "--target",
                "traffic_mb", "--out", str(out), "--max-minutes", "5", "--quiet"]
     trainer = Server(command, tmp_path / "train.log", ROOT, None)
-    trainer.wait_until(lambda: "training windows" in trainer.log, 120)
-    time.sleep(2)  # into the first epoch
+    trainer.wait_until(lambda: "training windows" in trainer.log, 120)  # training begins
     # Longer than a server: the epoch's validation, the calibration, writing the weights into
     # the graphs traced before training (both: the float16 one was traced before the signal)
     # and the report still run: 4.9 s, measured with a second test run on the machine.

@@ -505,8 +505,14 @@ def test_not_ready_is_503_and_a_bad_reload_keeps_the_old_model(model_dir: Path,
         async with running(descriptor(tmp_path, tmp_path / "nowhere",
                                       modelRoot=str(tmp_path.parent)), wait_ready=False
                            ) as client:
-            await asyncio.sleep(0.2)
-            assert (await client.get("/ric/v1/health/ready")).status_code == 503
+            for _ in range(100):  # until the load has failed and says why
+                ready = await client.get("/ric/v1/health/ready")
+                assert ready.status_code == 503
+                if "model load rejected" in ready.json()["error"]:
+                    break
+                await asyncio.sleep(0.02)
+            else:
+                raise AssertionError(ready.text)
             response = await client.post("/v1/forecast", json=body())
             assert response.status_code == 503 and response.headers["retry-after"] == "1"
             response = await client.post("/v1/model/reload", json={"model_dir": str(model_dir)})
@@ -716,14 +722,21 @@ def test_unready_while_rmr_has_no_route_table_and_said_once(
 
 
 def test_an_unreachable_appmgr_is_never_fatal(model_dir: Path, tmp_path: Path) -> None:
+    tries: list[httpx.Request] = []
+
     def down(request: httpx.Request) -> httpx.Response:
+        tries.append(request)
         raise httpx.ConnectError("connection refused", request=request)
 
     async def go() -> None:
         desc = descriptor(tmp_path, model_dir, registration={
             "enabled": True, "retrySeconds": 0.05})
         async with running(desc, appmgr=httpx.MockTransport(down)) as client:
-            await asyncio.sleep(0.2)
+            for _ in range(200):  # until registration has failed and been retried
+                if len(tries) >= 2:
+                    break
+                await asyncio.sleep(0.01)
+            assert len(tries) >= 2
             assert (await client.post("/v1/forecast", json=body())).status_code == 200
 
     run(go())

@@ -202,6 +202,9 @@ def _one_line(text: str) -> str:
 # --- watching ----------------------------------------------------------------------------------
 
 
+WATCH_INTERVAL_S = 1.0  # how often the descriptor file is read for a change
+
+
 class ConfigWatcher:
     """Polls a descriptor and hands each valid change to on_change; invalid ones are logged once
     and ignored, so a bad ConfigMap edit never takes down a running xApp."""
@@ -210,7 +213,7 @@ class ConfigWatcher:
         self,
         path: Path,
         on_change: Callable[[Descriptor], None],
-        interval: float = 1.0,
+        interval: float = WATCH_INTERVAL_S,
         overrides: Mapping[str, object] | None = None,
     ) -> None:
         if interval <= 0:

@@ -29,6 +29,7 @@ from kpi_forecast.model.artifact import (
 from kpi_forecast.training.checkpoint import CHECKPOINT_FILE
 from tests.faults.conftest import Report
 from tests.processes import BIN, answers, running
+from tests.waiting import until
 from tests.xapp_helpers import write_descriptor
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
@@ -154,8 +155,7 @@ def test_a_full_disk_while_the_model_is_written_fails_with_one_line_keeping_the_
     # The disk fills once training is over (its last checkpoint removed): the export's
     # writes fail from then on.
     wait_for_file(old_model, CHECKPOINT_FILE, training, poll_s=0.01)
-    while checkpoint.exists():
-        time.sleep(0.001)
+    until(lambda: not checkpoint.exists(), TRAINED_WITHIN_S, "training never ended")
     resource.prlimit(training.pid, resource.RLIMIT_FSIZE, (limit, limit))
     full = time.monotonic()
     stdout, stderr = training.communicate(timeout=TRAINED_WITHIN_S)
