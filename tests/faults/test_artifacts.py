@@ -8,10 +8,12 @@ from __future__ import annotations
 import json
 import os
 import resource
+import select
 import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -28,13 +30,14 @@ from kpi_forecast.model.artifact import (
 )
 from kpi_forecast.training.checkpoint import CHECKPOINT_FILE
 from tests.faults.conftest import Report
-from tests.processes import BIN, answers, running
+from tests.processes import BIN, Server, answers, running
 from tests.waiting import until
 from tests.xapp_helpers import write_descriptor
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 TRAINED_WITHIN_S = 300.0  # a few epochs of a small panel, and the export
+STARTS_WITHIN_S = 60.0  # an xApp's start: imports and the model's load
 
 
 @pytest.fixture(scope="module")
@@ -126,6 +129,24 @@ def test_a_training_killed_while_it_exports_leaves_a_model_refused_with_one_line
             "values": [float(10 + h % 24) for h in range(old.context)]})
         assert forecast.json()["model_version"] == old.model_version
         refused = time.monotonic() - killed
+    # A fresh `serve` on the mix stays unready, saying why in one line and on its probe.
+    fresh_port = free_port()
+    fresh = Server([str(BIN / "kpi-forecast"), "serve", "--model", str(old_model), "--host",
+                    "127.0.0.1", "--port", str(fresh_port)], tmp_path / "fresh.log", tmp_path,
+                   None)
+
+    def refused_on_the_probe() -> bool:
+        try:
+            probe = httpx.get(f"http://127.0.0.1:{fresh_port}/ric/v1/health/ready", timeout=2)
+        except httpx.TransportError:
+            return False
+        return probe.status_code == 503 and "model load rejected" in probe.json()["error"]
+
+    fresh.wait_until(refused_on_the_probe, STARTS_WITHIN_S)
+    assert ONNX_FILE in httpx.get(f"http://127.0.0.1:{fresh_port}/ric/v1/health/ready").text
+    fresh.stop()
+    rejected = [line for line in fresh.log.splitlines() if "model load rejected" in line]
+    assert len(rejected) == 1 and "sha256" in rejected[0], fresh.log[-2000:]
     one_line_error(subprocess.run(
         [str(BIN / "kpi-forecast"), "predict", "--model", str(old_model), "--data", str(data),
          "--out", str(tmp_path / "forecast.csv")], capture_output=True, text=True, timeout=120),
@@ -138,7 +159,8 @@ def test_a_training_killed_while_it_exports_leaves_a_model_refused_with_one_line
     report.row(fault="Training killed while it exports", injected="SIGKILL to `kpi-forecast "
                "train` writing into the served model directory, mid int8 graph",
                load="an xApp serving that directory", lost="nothing: the xApp keeps the old "
-               "model; reload, predict and export refuse the mix with one line naming the file",
+               "model; serve, reload, predict and export refuse the mix with one line naming "
+               "the file",
                recovery_s=refused, recovered="the reload refused, the old model answering")
 
 
@@ -175,7 +197,7 @@ def test_a_full_disk_while_the_model_is_written_fails_with_one_line_keeping_the_
                recovery_s=took, recovered="the training's exit, from the disk filling")
 
 
-def test_a_full_disk_at_a_checkpoint_fails_with_one_line_and_a_rerun_starts_clean(
+def test_a_full_disk_at_a_checkpoint_fails_with_one_line_and_leaves_nothing_torn(
         data: Path, old_model: Path, tmp_path: Path, report: Report) -> None:
     """The limit comes from the model's weights: a checkpoint holds them, their average and
     the optimiser's two moments, so it is over three times their size."""
@@ -190,17 +212,11 @@ def test_a_full_disk_at_a_checkpoint_fails_with_one_line_and_a_rerun_starts_clea
     line = one_line_error(done, out / CHECKPOINT_FILE)
     assert "File too large" in line
     took = time.monotonic() - started
-    assert not (out / CHECKPOINT_FILE).exists()
-    assert not [p.name for p in out.iterdir() if p.name.startswith(".")]
-
-    # The rerun finds no checkpoint to resume from, and trains from its start.
-    rerun = train(data, out, seed=3)
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert "resuming from" not in rerun.stderr
-    assert json.loads((out / "metadata.json").read_text())["training"]["epochs"] == 2
+    # Nothing torn is left for a rerun to resume from: it starts clean.
+    assert [p.name for p in out.iterdir()] == [], sorted(p.name for p in out.iterdir())
     report.row(fault="Disk full at a checkpoint", injected="RLIMIT_FSIZE on `kpi-forecast "
                "train` below a checkpoint's size", load="training", lost="the run: one line "
-               "naming checkpoint.pt, exit 2, no torn file; the rerun starts clean",
+               "naming checkpoint.pt, exit 2, no file left for a rerun to resume from",
                recovery_s=took, recovered="the training's exit")
 
 
@@ -218,3 +234,69 @@ def test_a_checkpoint_that_does_not_match_its_checksum_is_not_resumed_from(
     saver.path.write_bytes(bytes(damaged[: len(damaged) // 2]))  # torn
     assert saver.load() is None
     assert os.listdir(tmp_path) == [CHECKPOINT_FILE]
+
+
+class Creations:
+    """inotify on a folder: each file created in it, as it is created (before it is written)."""
+
+    IN_CREATE = 0x100
+
+    def __init__(self, folder: Path) -> None:
+        import ctypes
+
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        self._fd = self._libc.inotify_init()
+        assert self._fd >= 0, ctypes.get_errno()
+        watch = self._libc.inotify_add_watch(self._fd, str(folder).encode(), self.IN_CREATE)
+        assert watch >= 0, ctypes.get_errno()
+
+    def names(self, bound_s: float) -> Iterator[str]:
+        """Each created file's name, as the kernel reports it, for ``bound_s`` at most."""
+        deadline = time.monotonic() + bound_s
+        while True:
+            ready, _, _ = select.select([self._fd], [], [], max(0.0, deadline - time.monotonic()))
+            assert ready, f"no file created within {bound_s:.0f} s"
+            events = os.read(self._fd, 4096)
+            offset = 0
+            while offset < len(events):  # struct inotify_event: wd, mask, cookie, len, name
+                length = int.from_bytes(events[offset + 12:offset + 16], "little")
+                yield events[offset + 16:offset + 16 + length].rstrip(b"\0").decode()
+                offset += 16 + length
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+def test_a_training_killed_while_it_writes_a_checkpoint_resumes_from_the_last_whole_one(
+        data: Path, tmp_path: Path, report: Report) -> None:
+    out = tmp_path / "run"
+    out.mkdir()
+    creations = Creations(out)
+    training = subprocess.Popen(train_command(data, out, seed=4, epochs=2),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        # The second (last) checkpoint's file is created, then written: killed in between.
+        partial = f".{CHECKPOINT_FILE}.partial-{training.pid}"
+        writes = 0
+        for name in creations.names(TRAINED_WITHIN_S):
+            writes += name == partial
+            if writes == 2:
+                break
+        training.send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        training.wait(10)
+    finally:
+        creations.close()
+        if training.poll() is None:
+            training.kill()
+    assert (out / partial).exists(), "the kill came after the write: nothing torn to test"
+    rerun = subprocess.run(train_command(data, out, seed=4, epochs=2), capture_output=True,
+                           text=True, timeout=TRAINED_WITHIN_S)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "after epoch 1" in rerun.stderr, rerun.stderr[-3000:]  # the whole one, not the torn
+    assert json.loads((out / "metadata.json").read_text())["training"]["epochs"] == 2
+    report.row(fault="Training killed at a checkpoint", injected="SIGKILL to `kpi-forecast "
+               "train` between the creation of its second checkpoint's file and its rename",
+               load="training", lost="the epoch under way: the rerun resumes after epoch 1, "
+               "from the whole checkpoint", recovery_s=time.monotonic() - killed,
+               recovered="the rerun's end, from the kill")

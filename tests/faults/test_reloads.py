@@ -27,7 +27,7 @@ from tests.xapp_helpers import CONTEXT, HORIZON, make_model, write_descriptor
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
-LOAD_S = 8
+LOAD_S = 6
 BODY = {"cell_id": "c1", "start": "2024-03-01T00:00:00Z", "freq": "1h",
         "values": [float(10 + h % 24 + (h // 24) % 3) for h in range(CONTEXT)]}
 
