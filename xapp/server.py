@@ -12,7 +12,7 @@ from starlette.types import ASGIApp
 
 from kpi_forecast.xapp.api import create_app
 from kpi_forecast.xapp.config import descriptor_path, load_descriptor
-from kpi_forecast.xapp.connections import READ_TIMEOUT_S, BoundedHttpProtocol, max_connections
+from kpi_forecast.xapp.connections import READ_TIMEOUT_S, BoundedHttpProtocol
 
 log = logging.getLogger(__name__)
 
@@ -60,5 +60,5 @@ def run(app: ASGIApp, host: str, port: int, graceful_s: float = GRACEFUL_SHUTDOW
     # between requests, a kept-alive connection waits READ_TIMEOUT_S as well.
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False,
                 timeout_graceful_shutdown=graceful_s, lifespan="on", http=BoundedHttpProtocol,
-                timeout_keep_alive=int(READ_TIMEOUT_S), backlog=min(2048, max_connections()))
+                timeout_keep_alive=int(READ_TIMEOUT_S))
     log.info("stopped")
