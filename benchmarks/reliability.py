@@ -17,10 +17,10 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.common import machine, write_section
+from tests.faults.conftest import REPORT_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMAND = "python -m benchmarks.reliability"
-REPORT_ENV = "KPI_FORECAST_FAULTS_REPORT"  # read by tests/faults/conftest.py
 
 
 def table(rows: list[dict]) -> str:

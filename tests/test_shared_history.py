@@ -24,6 +24,7 @@ from kpi_forecast.xapp.smoke import wait_ready
 from tests.redis_server import redis_server
 from tests.test_xapp_process import NO_TORCH
 from tests.tolerance import answer_tolerance
+from tests.waiting import unready_saying
 from tests.xapp_helpers import (
     CONTEXT,
     HORIZON,
@@ -207,14 +208,7 @@ def test_while_redis_is_away_cell_routes_answer_503_and_the_rest_keeps_serving(
         async with running(desc, wait_ready=False) as client:
             # Redis is not up yet: the xApp waits for it, unready, as xApps wait for the SDL,
             # and its readiness says so once its first try has failed.
-            for _ in range(200):
-                ready = await client.get("/ric/v1/health/ready")
-                assert ready.status_code == 503
-                if "waiting for the history store" in ready.json()["error"]:
-                    break
-                await asyncio.sleep(0.05)
-            else:
-                raise AssertionError(f"not waiting for the history store: {ready.text}")
+            await unready_saying(client, "waiting for the history store", 10)
             with redis_server(tmp_path, port):
                 for _ in range(200):
                     if (await client.get("/ric/v1/health/ready")).status_code == 200:

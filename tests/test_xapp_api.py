@@ -20,6 +20,7 @@ from kpi_forecast.model.runtime import OnnxForecaster
 from kpi_forecast.xapp import binary
 from kpi_forecast.xapp.overload import WINDOW_ANSWERS
 from tests.tolerance import ANSWER_ROUNDING, answer_tolerance, network_tolerance
+from tests.waiting import unready_saying
 from tests.xapp_helpers import CONTEXT, HORIZON, descriptor, make_model, running
 
 START = "2013-12-01T00:00:00+01:00"
@@ -505,14 +506,7 @@ def test_not_ready_is_503_and_a_bad_reload_keeps_the_old_model(model_dir: Path,
         async with running(descriptor(tmp_path, tmp_path / "nowhere",
                                       modelRoot=str(tmp_path.parent)), wait_ready=False
                            ) as client:
-            for _ in range(100):  # until the load has failed and says why
-                ready = await client.get("/ric/v1/health/ready")
-                assert ready.status_code == 503
-                if "model load rejected" in ready.json()["error"]:
-                    break
-                await asyncio.sleep(0.02)
-            else:
-                raise AssertionError(ready.text)
+            await unready_saying(client, "model load rejected", 10)  # the load failed
             response = await client.post("/v1/forecast", json=body())
             assert response.status_code == 503 and response.headers["retry-after"] == "1"
             response = await client.post("/v1/model/reload", json={"model_dir": str(model_dir)})

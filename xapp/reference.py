@@ -22,7 +22,7 @@ from prometheus_client import Counter, Gauge, Histogram, Info
 from kpi_forecast.xapp.api import create_app
 from kpi_forecast.xapp.config import CONFIG_FILE_NAME, DEFAULT_DIR, load_descriptor
 from kpi_forecast.xapp.metrics import Metrics
-from kpi_forecast.xapp.schema_files import controls_schema
+from kpi_forecast.xapp.schema_files import controls_schema, sync_files
 
 PAGES = Path("docs/reference")
 RULES = Path("helm/kpi-forecast/files/prometheus-rules.yaml")
@@ -211,20 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.root / "mkdocs.yml").is_file():
         print(f"{args.root}: not the repository's root (no mkdocs.yml)", file=sys.stderr)
         return 2
-    stale = []
-    for path, text in expected_files(args.root).items():
-        if path.is_file() and path.read_text() == text:
-            continue
-        stale.append(path)
-        if not args.check:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-            print(f"wrote {path}")
-    if args.check and stale:
-        print("generated pages differ from the code (run make schemas): "
-              + ", ".join(map(str, stale)), file=sys.stderr)
-        return 1
-    return 0
+    return sync_files(expected_files(args.root), args.check,
+                      "generated pages differ from the code (run make schemas)")
 
 
 if __name__ == "__main__":

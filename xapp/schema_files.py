@@ -160,17 +160,24 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.root / VALUES_SCHEMA).is_file():
         print(f"{args.root}: not the repository's root (no {VALUES_SCHEMA})", file=sys.stderr)
         return 2
+    return sync_files(expected_files(args.root), args.check, "generated schemas differ from "
+                      "the models (run make schemas)")
+
+
+def sync_files(expected: dict[Path, str], check: bool, stale_said: str) -> int:
+    """Write each generated file whose text differs, or with ``check`` write nothing and
+    exit 1 naming those that differ (after ``stale_said``)."""
     stale = []
-    for path, text in expected_files(args.root).items():
+    for path, text in expected.items():
         if path.is_file() and path.read_text() == text:
             continue
         stale.append(path)
-        if not args.check:
+        if not check:
+            path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
             print(f"wrote {path}")
-    if args.check and stale:
-        print("generated schemas differ from the models (run make schemas): "
-              + ", ".join(map(str, stale)), file=sys.stderr)
+    if check and stale:
+        print(f"{stale_said}: " + ", ".join(map(str, stale)), file=sys.stderr)
         return 1
     return 0
 

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,24 +25,11 @@ from kpi_forecast.xapp.smoke import wait_ready
 from tests.processes import ROOT, STOP_WITHIN_S
 from tests.redis_server import RedisServer
 from tests.test_xapp_process import NO_TORCH
+from tests.waiting import wait_for
 from tests.xapp_helpers import write_descriptor
 
 MEASUREMENT = "RRU.PrbUsedDl"
 NAMESPACE = "kpi-forecast"
-
-
-def wait_for(check: Callable[[], object], bound_s: float, what: Callable[[], str]) -> object:
-    """``check()``'s first true result, polled until ``bound_s``; a server not answering yet
-    counts as not yet."""
-    deadline = time.monotonic() + bound_s
-    while time.monotonic() < deadline:
-        try:
-            if result := check():
-                return result
-        except httpx.TransportError:
-            pass
-        time.sleep(0.05)
-    raise AssertionError(f"not within {bound_s:.0f} s: {what()}")
 
 
 def metric(url: str, name: str) -> float:

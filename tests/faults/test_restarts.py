@@ -54,6 +54,17 @@ def replay_bound_s(ric: Ric, speed: float) -> float:
     return 3 * panel.n_steps * panel.step.total_seconds() / speed + 5 * ROUND_S
 
 
+def whole(ric: Ric, speed: float) -> np.ndarray:
+    """The shared history once it holds every step of the file (within a replay's bound),
+    checked equal to the file."""
+    panel, cells = the_file(ric.data)
+    wait_for(lambda: not np.isnan(held(ric.redis.port, panel, cells)).any(),
+             replay_bound_s(ric, speed), ric.tail)
+    history = held(ric.redis.port, panel, cells)
+    np.testing.assert_allclose(history, panel.values, rtol=VALUE_RTOL)
+    return history
+
+
 def keyspace(port: int) -> dict[str, object]:
     """Every key of the namespace and its value, as Redis holds it (leases with their TTL
     left out: a renewal moves it)."""
@@ -175,12 +186,9 @@ def test_an_xapp_killed_mid_replay_loses_nothing_it_kept_and_subscribes_again(
 
         # The new subscriptions replay the file from its start: the history ends up whole,
         # and what was kept before the kill is there unchanged.
-        wait_for(lambda: not np.isnan(held(ric.redis.port, panel, cells)).any(),
-                 replay_bound_s(ric, speed), ric.tail)
-        after = held(ric.redis.port, panel, cells)
+        after = whole(ric, speed)
         np.testing.assert_allclose(after[~np.isnan(kept)], kept[~np.isnan(kept)],
                                    rtol=VALUE_RTOL)
-        np.testing.assert_allclose(after, panel.values, rtol=VALUE_RTOL)
         report.row(fault="xApp killed mid-replay", injected="SIGKILL to the only replica, "
                    "restarted on its ports", load="E2 replay of 6 cells into Redis",
                    lost="nothing kept before the kill; the history whole after the new "
@@ -213,11 +221,7 @@ def test_a_restarted_e2_node_and_subscription_manager_are_subscribed_to_again(
         assert replica.metric("kpi_forecast_e2_subscriptions_lost_total") == 2
         assert "no longer lists subscription" in ric.log.read_text()
         # The restarted node replays its file from the start: the history ends up whole.
-        panel, cells = the_file(ric.data)
-        wait_for(lambda: not np.isnan(held(ric.redis.port, panel, cells)).any(),
-                 replay_bound_s(ric, speed), ric.tail)
-        np.testing.assert_allclose(held(ric.redis.port, panel, cells), panel.values,
-                                   rtol=VALUE_RTOL)
+        whole(ric, speed)
         report.row(fault="E2 node and subscription manager restarted",
                    injected="the mock E2 node (its E2 Manager and subscription manager) "
                    "stopped and started: every subscription lost", load="E2 replay of 6 cells",
