@@ -29,7 +29,7 @@ $(VENV)/.installed-train: $(BIN)/python pyproject.toml
 
 # One resolution for everything make test needs, rather than one per extra.
 $(VENV)/.installed-dev: $(BIN)/python pyproject.toml
-	$(INSTALL) -e ".[train,serve,dev]"
+	$(INSTALL) -e ".[train,serve,ops,dev]"
 	$(COMPILE)
 	touch $@ $(VENV)/.installed-train
 
@@ -37,7 +37,7 @@ demo: $(VENV)/.installed-train
 	$(BIN)/kpi-forecast train --data $(SAMPLE) --target traffic_mb --tz Europe/Paris --holidays FR \
 		--out $(DEMO_DIR) --max-minutes 1
 	$(BIN)/kpi-forecast predict --model $(DEMO_DIR) --data $(SAMPLE) --out $(DEMO_DIR)/forecast.csv
-	$(BIN)/python -m kpi_forecast.xapp.smoke $(DEMO_DIR) $(SAMPLE)
+	$(BIN)/python -m kpi_forecast.cli.smoke $(DEMO_DIR) $(SAMPLE)
 	@echo "artifacts: $(DEMO_DIR)/ (model.onnx, metadata.json, weights.pt)"
 	@echo "report:    $(DEMO_DIR)/report.md"
 	@echo "forecasts: $(DEMO_DIR)/forecast.csv"
@@ -54,22 +54,22 @@ docs: $(VENV)/.installed-dev
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
 # The descriptor's schema.json, the chart's copy and the controls of the chart's
-# values.schema.json, generated from the pydantic models of xapp/controls.py, and the site's
+# values.schema.json, generated from the pydantic models of xapp/descriptor/controls.py, and the site's
 # reference pages, generated from the models, the metrics registry, the app's OpenAPI
 # document and the chart's alerts and dashboard (a test fails when a checked-in one differs).
 schemas: $(VENV)/.installed-dev
-	$(BIN)/python -m kpi_forecast.xapp.schema_files
-	$(BIN)/python -m kpi_forecast.xapp.reference
+	$(BIN)/python -m kpi_forecast.cli.schema_files
+	$(BIN)/python -m kpi_forecast.cli.reference
 
 # Declared dependencies equal imported ones: for the project as a whole, then for each extra
 # where its modules live (the serving path with base + serve, the training with base + train;
-# the other extras count as not installed, so importing from them fails). xapp/reference.py
-# writes the documentation's reference pages (make schemas) in the dev venv, not on that path.
+# the other extras count as not installed, so importing from them fails). The command line's
+# tools (cli/) use several extras and are checked with the whole project.
 deps: $(VENV)/.installed-dev
 	$(BIN)/deptry .
-	$(BIN)/deptry cli data model xapp --optional-dependencies-dev-groups dev,bench,train \
-		--ignore DEP002 --extend-exclude 'model/(network|export)\.py|xapp/reference\.py'
-	$(BIN)/deptry cli training --optional-dependencies-dev-groups dev,bench,serve --ignore DEP002
+	$(BIN)/deptry data model xapp --optional-dependencies-dev-groups dev,bench,train,ops \
+		--ignore DEP002 --extend-exclude 'model/(network|export)\.py'
+	$(BIN)/deptry training --optional-dependencies-dev-groups dev,bench,serve,ops --ignore DEP002
 
 # The bench extra: the generalisation suite scores statsforecast's MSTL beside every case.
 bench: $(VENV)/.installed-bench

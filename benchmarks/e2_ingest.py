@@ -2,7 +2,7 @@
 indication-to-forecast.
 
 1. Decode cost per indication (E2AP, KPM header, KPM message), one core, no I/O: the general
-   decoders (pycrate, asn1tools) and the fast indication path (``xapp/e2/indication.py``).
+   decoders (pycrate, asn1tools) and the fast indication path (``xapp/ric/e2/indication.py``).
 2. Ingestion rate: indications decoded and written to history per second, in process on one
    core (into the in-memory store, and into a real redis-server on loopback where Debian's
    package is installed), and into a running xApp over the RIC's librmr (``../shared/rmr``)
@@ -34,18 +34,18 @@ import pandas as pd
 from benchmarks.common import RAW, machine, write_section
 from benchmarks.ports import free_port
 from benchmarks.runtime import CONTEXT, default_model
-from kpi_forecast.xapp.api import create_app
-from kpi_forecast.xapp.config import CONFIG_FILE_NAME, DEFAULT_DIR, load_descriptor
-from kpi_forecast.xapp.controls import HistoryStore, KpiSource
-from kpi_forecast.xapp.e2 import e2ap, kpm, rmr
-from kpi_forecast.xapp.e2.indication import fast_e2ap, fast_header_stamp, fast_message
-from kpi_forecast.xapp.e2.ingest import Ingestor, Route
-from kpi_forecast.xapp.e2.rmr import RmrTransport
-from kpi_forecast.xapp.e2.transport import RIC_INDICATION, Frame, Transport
-from kpi_forecast.xapp.history import History, MemoryHistory
+from kpi_forecast.xapp.app import create_app
+from kpi_forecast.xapp.descriptor.config_file import CONFIG_FILE_NAME, DEFAULT_DIR, load_descriptor
+from kpi_forecast.xapp.descriptor.controls import HistoryStore, KpiSource
 from kpi_forecast.xapp.metrics import Metrics
-from kpi_forecast.xapp.sdl import RedisHistory
+from kpi_forecast.xapp.ric.e2 import e2ap, kpm, rmr
+from kpi_forecast.xapp.ric.e2.indication import fast_e2ap, fast_header_stamp, fast_message
+from kpi_forecast.xapp.ric.e2.ingest import Ingestor, Route
+from kpi_forecast.xapp.ric.e2.rmr import RmrTransport
+from kpi_forecast.xapp.ric.e2.transport import RIC_INDICATION, Frame, Transport
 from kpi_forecast.xapp.service import rmr_transport
+from kpi_forecast.xapp.store.history import History, MemoryHistory
+from kpi_forecast.xapp.store.sdl import RedisHistory
 from tests.redis_server import redis_server
 from tests.rmr_library import RMR
 from tests.tcp_transport import TcpTransport, encode_frame

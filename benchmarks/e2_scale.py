@@ -44,11 +44,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from benchmarks.common import RAW, machine, write_section
 from benchmarks.ports import free_port
 from benchmarks.runtime import default_model
-from kpi_forecast.xapp.controls import HistoryStore
-from kpi_forecast.xapp.e2.mock_node import cell_id
-from kpi_forecast.xapp.e2.ownership import TAKEOVER_BOUND_S
-from kpi_forecast.xapp.sdl import RedisHistory
-from kpi_forecast.xapp.smoke import wait_ready
+from kpi_forecast.cli.mock_e2_node import cell_id
+from kpi_forecast.cli.smoke import wait_ready
+from kpi_forecast.xapp.descriptor.controls import HistoryStore
+from kpi_forecast.xapp.ric.e2.ownership import TAKEOVER_BOUND_S
+from kpi_forecast.xapp.store.sdl import RedisHistory
 from tests.redis_server import redis_server
 from tests.rmr_library import RMR
 from tests.xapp_helpers import write_descriptor

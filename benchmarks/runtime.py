@@ -81,6 +81,7 @@ def default_model(model_dir: Path, freq: str = "1h") -> tuple[Forecaster, float]
     meta = ModelMetadata(
         model_version="bench", target="traffic", freq=freq, calendar_tz="Europe/Rome",
         config=network.cfg, data_fingerprint="0" * 64, created=dt.datetime.now(dt.UTC).isoformat(),
+        holidays="", holiday_reading="none", weights_sha256="",  # no weights.pt
     )
     started = time.perf_counter()
     export_onnx(network, model_dir, meta)

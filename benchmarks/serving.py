@@ -50,12 +50,12 @@ import pandas as pd
 
 from benchmarks.common import RAW, machine, write_section
 from benchmarks.ports import free_port
+from kpi_forecast.cli.smoke import wait_ready
 from kpi_forecast.model.artifact import load_metadata
 from kpi_forecast.model.features import forecast_calendar
 from kpi_forecast.model.runtime import OnnxForecaster, RuntimeOptions
-from kpi_forecast.xapp import binary
-from kpi_forecast.xapp.config import CONFIG_FILE_NAME, DEFAULT_DIR
-from kpi_forecast.xapp.smoke import wait_ready
+from kpi_forecast.xapp.descriptor.config_file import CONFIG_FILE_NAME, DEFAULT_DIR
+from kpi_forecast.xapp.http import arrow_ipc
 
 ROOT = Path(__file__).resolve().parents[1]
 BUDGET_MS = 10.0
@@ -212,7 +212,7 @@ def serving(command: list[str]) -> Iterator[tuple[str, int]]:
 
 def arrow_body(cells: int, context: int) -> bytes:
     rng = np.random.default_rng(0)
-    return binary.write_request(
+    return arrow_ipc.write_request(
         [f"cell-{i:05d}" for i in range(cells)],
         [pd.Timestamp("2024-03-01", tz="UTC")] * cells,
         list(rng.gamma(2.0, 10.0, (cells, context)).astype(np.float32)))

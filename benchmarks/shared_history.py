@@ -35,15 +35,15 @@ import redis
 from benchmarks.common import RAW, machine, write_section
 from benchmarks.e2_ingest import MEASUREMENT
 from benchmarks.runtime import default_model
-from kpi_forecast.xapp.api import create_app
-from kpi_forecast.xapp.config import CONFIG_FILE_NAME, DEFAULT_DIR, load_descriptor
-from kpi_forecast.xapp.controls import HistoryStore, KpiSource
-from kpi_forecast.xapp.e2 import e2ap, kpm
-from kpi_forecast.xapp.e2.ingest import Ingestor, Route
-from kpi_forecast.xapp.e2.transport import RIC_INDICATION, Frame
-from kpi_forecast.xapp.history import History, MemoryHistory
+from kpi_forecast.xapp.app import create_app
+from kpi_forecast.xapp.descriptor.config_file import CONFIG_FILE_NAME, DEFAULT_DIR, load_descriptor
+from kpi_forecast.xapp.descriptor.controls import HistoryStore, KpiSource
 from kpi_forecast.xapp.metrics import Metrics
-from kpi_forecast.xapp.sdl import RedisHistory
+from kpi_forecast.xapp.ric.e2 import e2ap, kpm
+from kpi_forecast.xapp.ric.e2.ingest import Ingestor, Route
+from kpi_forecast.xapp.ric.e2.transport import RIC_INDICATION, Frame
+from kpi_forecast.xapp.store.history import History, MemoryHistory
+from kpi_forecast.xapp.store.sdl import RedisHistory
 from tests.redis_server import redis_server
 
 CELLS, LENGTH = 10_000, 672

@@ -10,11 +10,10 @@ import argparse
 import logging
 import sys
 
+from kpi_forecast.cli import e2sim, k8s, serve
 from kpi_forecast.model.errors import UserError
 from kpi_forecast.training import commands as training_commands
 from kpi_forecast.training import evaluation_commands, job_commands
-from kpi_forecast.xapp import commands as serving_commands
-from kpi_forecast.xapp.e2 import commands as e2_commands
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,13 +21,13 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     training_commands.add_commands(commands)
     evaluation_commands.add_commands(commands)
-    serving_commands.add_commands(commands)
+    serve.add_commands(commands)
     ops = commands.add_parser("k8s", help="Kubernetes: the xApp's status, package, rollout; "
                               "distributed training jobs")
-    k8s = ops.add_subparsers(dest="k8s_command", required=True)
-    serving_commands.add_k8s_commands(k8s)
-    job_commands.add_k8s_commands(k8s)
-    e2_commands.add_commands(commands)
+    k8s_commands = ops.add_subparsers(dest="k8s_command", required=True)
+    k8s.add_commands(k8s_commands)
+    job_commands.add_k8s_commands(k8s_commands)
+    e2sim.add_commands(commands)
     return parser
 
 

@@ -27,7 +27,7 @@ from typing import Any, Literal
 from kpi_forecast.model.config import ModelConfig
 from kpi_forecast.model.errors import UserError
 
-SCHEMA_VERSION = 2  # 2: the graph takes the horizon's calendar and a holiday flag
+SCHEMA_VERSION = 3  # 3: one holiday_reading; the window read on the wall clock always
 METADATA_FILE = "metadata.json"
 WEIGHTS_FILE = "weights.pt"
 ONNX_FILE = "model.onnx"
@@ -38,6 +38,12 @@ REPORT_FILE = "report.md"
 
 
 Precision = Literal["float32", "float16", "int8"]
+# How the model reads a public holiday on a working day (model.features): "as_sunday", its
+# day-of-week features are Sunday's (the horizon has tokens, so the network sees it coming);
+# "from_sunday", it takes the forecast of the horizon's nearest Sunday (sunday_sources: the
+# horizon has no tokens); "none", no holiday calendar.
+HolidayReading = Literal["none", "as_sunday", "from_sunday"]
+HOLIDAY_READINGS = ("none", "as_sunday", "from_sunday")
 
 
 class ArtifactError(UserError, ValueError):
@@ -53,18 +59,10 @@ class ModelMetadata:
     config: ModelConfig
     data_fingerprint: str
     created: str
-    holidays: str = ""  # public-holiday calendar of the calendar features; "" = none
-    # Whether a holiday's day-of-week features are Sunday's (model.features): where the
-    # horizon has tokens; False in artifacts trained before, whose networks learnt the weekday's.
-    holiday_as_sunday: bool = False
-    # Whether a holiday on a working day in the horizon takes the forecast of the horizon's
-    # nearest Sunday (model.features.sunday_sources): where the horizon has no tokens, so the
-    # network cannot see it coming; False in artifacts trained before.
-    holiday_from_sunday: bool = False
-    # Whether the network reads its window and horizon on the calendar's wall clock where a
-    # DST switch falls in them (model.features.wall_clock_windows), as it was trained; False
-    # in artifacts trained before, whose networks read UTC steps.
-    wall_clock: bool = False
+    holidays: str  # public-holiday calendar of the calendar features; "" = none
+    holiday_reading: HolidayReading
+    # weights.pt's sha256: a re-export (`kpi-forecast export`) takes the weights it describes.
+    weights_sha256: str
     validation: dict[str, float] = field(default_factory=dict)
     training: dict[str, float | int | str] = field(default_factory=dict)
     libraries: dict[str, str] = field(default_factory=dict)
@@ -72,8 +70,6 @@ class ModelMetadata:
     # and "int8" (the quantised CPU graph): each one's file and sha256, absent in artifacts
     # exported without it or before it existed.
     onnx: dict[str, Any] = field(default_factory=dict)
-    # weights.pt's sha256: a re-export (`kpi-forecast export`) takes the weights it describes.
-    weights_sha256: str = ""
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -87,6 +83,10 @@ class ModelMetadata:
     @property
     def quantiles(self) -> list[float]:
         return self.config.quantiles
+
+    @property
+    def holiday_as_sunday(self) -> bool:
+        return self.holiday_reading == "as_sunday"
 
     @property
     def precisions(self) -> list[Precision]:
@@ -132,7 +132,10 @@ def replaced_atomically(path: Path) -> Iterator[Path]:
         partial.unlink(missing_ok=True)
 
 
-def load_metadata(model_dir: str | Path) -> ModelMetadata:
+def load_metadata(model_dir: str | Path, *, reexport: bool = False) -> ModelMetadata:
+    """A model directory's metadata.json. An artifact of an older schema version is refused,
+    naming the command that exports it anew from its weights; ``reexport`` (that command)
+    reads the one version before this one."""
     path = Path(model_dir) / METADATA_FILE
     if not Path(model_dir).is_dir():
         raise ArtifactError(f"{model_dir}: not a model directory")
@@ -142,17 +145,41 @@ def load_metadata(model_dir: str | Path) -> ModelMetadata:
         payload = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise ArtifactError(f"{path}: unreadable metadata ({exc})") from exc
-    version = payload.get("schema_version")
-    if version != SCHEMA_VERSION:
+    version = payload.get("schema_version") if isinstance(payload, dict) else None
+    if reexport and version == SCHEMA_VERSION - 1:
+        payload = _from_version_2(path, payload)
+    elif version != SCHEMA_VERSION:
         raise ArtifactError(
-            f"{path}: schema version {version!r}, this kpi-forecast reads {SCHEMA_VERSION}"
-        )
+            f"{path}: schema version {version!r}, this kpi-forecast reads {SCHEMA_VERSION}; "
+            f"export it anew from its weights.pt: kpi-forecast export --model {model_dir}")
     try:
-        # Artifacts from before skip_rank existed have a full-rank skip.
-        payload["config"] = ModelConfig(**{"skip_rank": 0, **payload["config"]})
-        return ModelMetadata(**payload)
+        payload["config"] = ModelConfig(**payload["config"])
+        meta = ModelMetadata(**payload)
     except (TypeError, ValueError, KeyError) as exc:
         raise ArtifactError(f"{path}: invalid metadata ({exc})") from exc
+    if meta.holiday_reading not in HOLIDAY_READINGS:
+        raise ArtifactError(f"{path}: holiday_reading {meta.holiday_reading!r} is not one of "
+                            f"{', '.join(HOLIDAY_READINGS)}")
+    return meta
+
+
+def _from_version_2(path: Path, payload: dict[str, Any]) -> dict[str, Any]:
+    """Version 2's metadata as version 3 says it: its two holiday flags as one reading. Only
+    what version 3 can say the same: a network trained on the wall clock, with the skip's rank
+    and the weights' checksum recorded."""
+    if not (payload.get("wall_clock") and payload.get("weights_sha256")
+            and "skip_rank" in payload.get("config", {})):
+        raise ArtifactError(f"{path}: schema version 2 from before the wall clock, the skip's "
+                            "rank or the weights' checksum were recorded; train it anew")
+    payload = dict(payload)
+    as_sunday = payload.pop("holiday_as_sunday", False)
+    from_sunday = payload.pop("holiday_from_sunday", False)
+    del payload["wall_clock"]
+    payload["holiday_reading"] = ("none" if not payload.get("holidays") else
+                                  "as_sunday" if as_sunday else
+                                  "from_sunday" if from_sunday else "none")
+    payload["schema_version"] = SCHEMA_VERSION
+    return payload
 
 
 def sha256_file(path: Path) -> str:

@@ -36,8 +36,8 @@ class ModelConfig:
     # and those tokens would only cost time (on Milan's week-ahead protocol, 21 tokens not 14).
     horizon_tokens: bool = False
     # Width of the bottleneck of the linear path from the context to the level (the skip)
-    # where it is at most a quarter of both the context and the horizon; 0 = full rank, as in
-    # artifacts written before this field; -1 = d_model. Full rank, its weights grow with the
+    # where it is at most a quarter of both the context and the horizon; 0 = full rank;
+    # -1 = d_model. Full rank, its weights grow with the
     # square of the steps per day; the head stays full rank (docs/decisions/low-rank-skip.md).
     skip_rank: int = -1
 

@@ -9,16 +9,15 @@ With ``holiday_as_sunday`` a holiday on a working day takes Sunday's place in th
 classical load forecasting treats one: a network then forecasts a holiday it never saw in
 training like the Sundays it saw every week. Training chooses it where the horizon has
 calendar tokens of its own (``ModelConfig.horizon_tokens``) and records it
-(``ModelMetadata.holiday_as_sunday``: models trained before read the weekday). Without those
+(``ModelMetadata.holiday_reading``). Without those
 tokens the horizon's days follow from the window's last one, and a window ending on a holiday
 read as Sunday would make the next day a Monday (docs/decisions/holidays.md).
 A model without those tokens keeps the weekday's reading, and its forecast of such a holiday in
 the horizon is taken from its forecast of the horizon's nearest Sunday, at the same time of day
-(``sunday_sources``; ``ModelMetadata.holiday_from_sunday``). The recalibration's simple
+(``sunday_sources``; ``holiday_reading`` "from_sunday"). The recalibration's simple
 forecasts read such a holiday as a Sunday too, and read the history on the wall clock where a
 DST switch falls within it (``naive_sources``). So does the network, in the windows it is
-trained on (``wall_clock_places``) and in those it forecasts from (``wall_clock_windows``),
-where the model's metadata says so (``ModelMetadata.wall_clock``).
+trained on (``wall_clock_places``) and in those it forecasts from (``wall_clock_windows``).
 """
 
 from __future__ import annotations

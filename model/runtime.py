@@ -266,7 +266,7 @@ class OnnxForecaster:
         """The most steps of history a forecast reads: the model's context (and a day before
         it, where a clock gone back makes a wall-clock window longer), or the weeks the
         recalibration's weekly profile averages, if longer."""
-        day = int(pd.Timedelta("1D") // self.step) if self.metadata.wall_clock else 0
+        day = int(pd.Timedelta("1D") // self.step)
         return max(self.metadata.context + day,
                    PROFILE_WEEKS * int(pd.Timedelta("7D") // self.step))
 
@@ -285,9 +285,8 @@ class OnnxForecaster:
         blocks = [np.asarray(block, dtype=np.float32) for block in (
             [history] if isinstance(history, np.ndarray) else history)]
         validate(blocks, last)
-        wall = (wall_clock_windows(last, context, horizon, self.step, meta.calendar_tz,
-                                   meta.holidays, meta.holiday_as_sunday)
-                if meta.wall_clock else None)
+        wall = wall_clock_windows(last, context, horizon, self.step, meta.calendar_tz,
+                                  meta.holidays, meta.holiday_as_sunday)
         width = context if wall is None else wall.reach
         window = np.concatenate([fit_to_width(block, width) for block in blocks])
         if wall is not None:
@@ -303,7 +302,7 @@ class OnnxForecaster:
             else:
                 out[chunk] = wall.to_utc(
                     self.run(window[chunk], wall.place_calendar(calendar, chunk)), chunk)
-            if meta.holiday_from_sunday:
+            if meta.holiday_reading == "from_sunday":
                 sources = sunday_sources(last[chunk], horizon, self.step, meta.calendar_tz,
                                          meta.holidays)
                 out[chunk] = np.take_along_axis(out[chunk], sources[..., None], axis=1)

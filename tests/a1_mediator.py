@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 
 from benchmarks.ports import free_port
-from kpi_forecast.xapp.a1.policy import (
+from kpi_forecast.xapp.ric.a1.policy_type import (
     A1_POLICY_QUERY,
     A1_POLICY_REQ,
     A1_POLICY_RESP,
     POLICY_TYPE_ID,
 )
-from kpi_forecast.xapp.e2.rmr import RmrTransport
-from kpi_forecast.xapp.e2.transport import Frame
+from kpi_forecast.xapp.ric.e2.rmr import RmrTransport
+from kpi_forecast.xapp.ric.e2.transport import Frame
 
 
 class Mediator:

@@ -29,6 +29,7 @@ def exported(
     meta = ModelMetadata(
         model_version="test", target="kpi", freq="1h", calendar_tz="Europe/Paris",
         config=network.cfg, data_fingerprint="0" * 64, created="2026-01-01T00:00:00+00:00",
+        holidays="", holiday_reading="none", weights_sha256="",  # no weights.pt
     )
     model_dir.mkdir()
     export_onnx(network, model_dir, meta, gpu_graph=False)

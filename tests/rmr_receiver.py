@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from kpi_forecast.xapp.e2 import e2ap
-from kpi_forecast.xapp.e2.rmr import RmrTransport
-from kpi_forecast.xapp.e2.transport import RIC_INDICATION, Frame
+from kpi_forecast.xapp.ric.e2 import e2ap
+from kpi_forecast.xapp.ric.e2.rmr import RmrTransport
+from kpi_forecast.xapp.ric.e2.transport import RIC_INDICATION, Frame
 
 
 async def receive(port: int) -> None:

@@ -18,7 +18,7 @@ import pandas as pd
 import schemathesis
 from hypothesis import strategies as st
 
-from kpi_forecast.xapp import binary
+from kpi_forecast.xapp.http import arrow_ipc
 
 _rows = st.lists(
     st.tuples(
@@ -32,12 +32,12 @@ _rows = st.lists(
 
 
 def _arrow(rows: list[tuple[str, dt.datetime, list[float | None]]]) -> bytes:
-    return binary.write_request([cell for cell, _, _ in rows],
+    return arrow_ipc.write_request([cell for cell, _, _ in rows],
                                 [pd.Timestamp(start) for _, start, _ in rows],
                                 [values for _, _, values in rows])
 
 
-schemathesis.openapi.media_type(binary.ARROW_STREAM, st.binary(max_size=512) | _rows.map(_arrow))
+schemathesis.openapi.media_type(arrow_ipc.ARROW_STREAM, st.binary(max_size=512) | _rows.map(_arrow))
 
 _offsets = st.integers(-(23 * 60 + 59), 23 * 60 + 59).map(
     lambda minutes: dt.timezone(dt.timedelta(minutes=minutes)))

@@ -15,8 +15,8 @@ import logging
 import struct
 from collections.abc import Callable, Sequence
 
-from kpi_forecast.xapp.e2.transport import Frame, Handler
 from kpi_forecast.xapp.failures import describe
+from kpi_forecast.xapp.ric.e2.transport import Frame, Handler
 
 log = logging.getLogger(__name__)
 

@@ -17,11 +17,11 @@ import jsonschema
 import pytest
 
 from benchmarks.ports import free_port
-from kpi_forecast.xapp.a1.policy import (
+from kpi_forecast.cli.schema_files import A1_POLICY_TYPE
+from kpi_forecast.xapp.ric.a1.policy_type import (
     A1_POLICY_QUERY,
     POLICY_TYPE_ID,
 )
-from kpi_forecast.xapp.schema_files import A1_POLICY_TYPE
 from tests.a1_mediator import Mediator
 from tests.processes import ROOT
 from tests.redis_server import redis_server
@@ -212,10 +212,10 @@ def test_replicas_on_one_redis_steer_alike_and_a_restarted_one_at_once(
 def test_the_instances_in_force_move_to_the_store_of_a_model_on_another_grid() -> None:
     """With the memory store, a model on another grid gets a store of its own: the instances
     in force are written to it rather than dropped because it holds none."""
-    from kpi_forecast.xapp.a1.handler import STORE_NAME, PolicyHandler
-    from kpi_forecast.xapp.a1.policies import Policies
-    from kpi_forecast.xapp.history import MemoryHistory
     from kpi_forecast.xapp.metrics import Metrics
+    from kpi_forecast.xapp.ric.a1.handler import STORE_NAME, PolicyHandler
+    from kpi_forecast.xapp.ric.a1.policies import Policies
+    from kpi_forecast.xapp.store.history import MemoryHistory
 
     async def go() -> None:
         hourly, quarterly = MemoryHistory("1h", 24), MemoryHistory("15min", 96)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kpi_forecast.xapp.config import CONFIG_FILE_NAME, DEFAULT_DIR, load_descriptor
-from kpi_forecast.xapp.controls import API_KEY_ENV, API_KEY_HEADER
+from kpi_forecast.xapp.descriptor.config_file import CONFIG_FILE_NAME, DEFAULT_DIR, load_descriptor
+from kpi_forecast.xapp.descriptor.controls import API_KEY_ENV, API_KEY_HEADER
 from tests.xapp_helpers import CONTEXT, descriptor, make_model, running
 
 KEY = "s3cret-key-for-the-test"

@@ -14,11 +14,11 @@ import pytest
 from openapi_spec_validator import validate
 
 from kpi_forecast.model.kpi import MAX_KPI_VALUE
-from kpi_forecast.xapp import binary
+from kpi_forecast.xapp.http import arrow_ipc
 from tests.xapp_helpers import CONTEXT, HORIZON, descriptor, make_model, running
 
 START = "2024-03-01T00:00:00+01:00"
-ARROW = {"content-type": binary.ARROW_STREAM}
+ARROW = {"content-type": arrow_ipc.ARROW_STREAM}
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +75,7 @@ def test_the_document_is_valid_and_every_reference_resolves(model_dir: Path,
             ref = batch["application/json"]["schema"]["$ref"]
             assert resolve(document, ref)["properties"]["items"]["items"]["$ref"] == (
                 "#/components/schemas/ForecastRequest")
-            assert batch[binary.ARROW_STREAM]["schema"] == {"type": "string", "format": "binary"}
+            assert batch[arrow_ipc.ARROW_STREAM]["schema"] == {"type": "string", "format": "binary"}
 
     asyncio.run(go())
 
@@ -162,7 +162,7 @@ def test_a_series_whose_forecast_ends_past_2262_is_refused(tmp_path: Path) -> No
                 response = await client.post(route, json=sent)
                 assert response.status_code == 422, response.text
                 assert response.json()["error"].startswith("values: 3400 steps of 7D")
-            body = binary.write_request(["c1"], [start], [[1.0] * 3400])
+            body = arrow_ipc.write_request(["c1"], [start], [[1.0] * 3400])
             response = await client.post("/v1/forecast/batch", content=body, headers=ARROW)
             assert response.status_code == 422 and "end past 2262" in response.json()["error"]
             short = item(freq="7D", start=start.isoformat(), values=[1.0] * 100)
@@ -182,11 +182,11 @@ def test_arrow_values_and_starts_outside_the_range_are_422(model_dir: Path,
     async def go() -> None:
         async with running(descriptor(tmp_path, model_dir)) as client:
             for start, values, words in cases:
-                body = binary.write_request(["c1"], [start], [values])
+                body = arrow_ipc.write_request(["c1"], [start], [values])
                 response = await client.post("/v1/forecast/batch", content=body, headers=ARROW)
                 assert response.status_code == 422 and words in response.json()["error"]
             # Without ?freq the model's own step is meant.
-            body = binary.write_request(["c1"], [pd.Timestamp("2024-03-01", tz="UTC")],
+            body = arrow_ipc.write_request(["c1"], [pd.Timestamp("2024-03-01", tz="UTC")],
                                         [[1.0] * CONTEXT])
             response = await client.post("/v1/forecast/batch", content=body, headers=ARROW)
             assert response.status_code == 200 and response.headers["x-source"] == "model"

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.ports import free_port
-from kpi_forecast.xapp.controls import API_KEY_ENV, API_KEY_HEADER
+from kpi_forecast.xapp.descriptor.controls import API_KEY_ENV, API_KEY_HEADER
 from tests.processes import BIN, ROOT, answers, running
 from tests.xapp_helpers import make_model, write_descriptor
 

@@ -184,6 +184,39 @@ def test_tampered_onnx_is_refused(model_dir: Path, data_file: Path, tmp_path: Pa
     assert load_metadata(broken).target == "traffic_mb"
 
 
+def as_version_2(metadata: dict, wall_clock: bool = True) -> dict:
+    """Metadata as the previous schema version wrote it: two holiday flags, a wall-clock flag."""
+    old = {k: v for k, v in metadata.items() if k != "holiday_reading"}
+    return {**old, "schema_version": 2, "holiday_as_sunday": True, "holiday_from_sunday": False,
+            "wall_clock": wall_clock}
+
+
+def test_an_artifact_of_the_previous_version_is_refused_until_exported_anew(
+        model_dir: Path, data_file: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    old = tmp_path / "old"
+    old.mkdir()
+    for name in ("metadata.json", "weights.pt", "model.onnx"):
+        (old / name).write_bytes((model_dir / name).read_bytes())
+    metadata = json.loads((model_dir / "metadata.json").read_text())
+    (old / "metadata.json").write_text(json.dumps({**as_version_2(metadata), "holidays": "FR"}))
+    predict = ["predict", "--model", str(old), "--data", str(data_file),
+               "--out", str(tmp_path / "f.csv")]
+    assert main(predict) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"kpi-forecast: error: {old / 'metadata.json'}: schema version 2, this "
+                   "kpi-forecast reads 3; export it anew from its weights.pt: kpi-forecast "
+                   f"export --model {old}"]
+    assert main(["export", "--model", str(old)]) == 0
+    exported = load_metadata(old)
+    assert exported.schema_version == 3 and exported.holiday_reading == "as_sunday"
+    assert main(predict) == 0
+    # Version 2 from before the network read the wall clock: nothing to export it as.
+    (old / "metadata.json").write_text(json.dumps(as_version_2(metadata, wall_clock=False)))
+    assert main(["export", "--model", str(old)]) == 2
+    assert "schema version 2 from before the wall clock" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("args", "expected"),
     [

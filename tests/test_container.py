@@ -69,11 +69,12 @@ def test_the_images_build_as_docs_images_md_says(podman: Podman) -> None:
 def test_the_serving_image_holds_the_xapp_and_no_torch_or_compilers(podman: Podman) -> None:
     done = in_image(podman, SERVING, (
         "id -u; command -v gcc cc g++ cmake git make || true; ldconfig -p | grep -c librmr_si;"
-        " python -c 'import importlib.util as u; print(u.find_spec(\"torch\") is None)';"
-        " python -c 'from kpi_forecast.xapp.config import descriptor_path, load_descriptor;"
-        " print(load_descriptor(descriptor_path(environ={})).controls.model_dir)'"))
+        " python -c 'import importlib.util as u; print(u.find_spec(\"torch\") is None,"
+        " u.find_spec(\"kubernetes\") is None)';"
+        " python -c 'from kpi_forecast.xapp.descriptor import config_file as c;"
+        " print(c.load_descriptor(c.descriptor_path(environ={})).controls.model_dir)'"))
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["10001", "2", "True", "/opt/ric/model"], done.stdout
+    assert done.stdout.split() == ["10001", "2", "True", "True", "/opt/ric/model"], done.stdout
     (image,) = json.loads(podman("image", "inspect", SERVING).stdout)
     config = image["Config"]
     assert config["User"] == "10001:10001" and config["StopSignal"] == "SIGTERM"

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from kpi_forecast.xapp.e2 import e2ap, kpm
-from kpi_forecast.xapp.e2.kpm import (
+from kpi_forecast.xapp.ric.e2 import e2ap, kpm
+from kpi_forecast.xapp.ric.e2.kpm import (
     ActionDefinition,
     CellId,
     DecodeError,

@@ -15,19 +15,19 @@ from pathlib import Path
 import httpx
 import pytest
 
+from kpi_forecast.cli.mock_e2_node import PLMN, RAN_FUNCTION_ID, MockE2Node, create_app
 from kpi_forecast.data.ingest import load_panel
 from kpi_forecast.data.synthetic import generate
-from kpi_forecast.xapp.e2 import kpm
-from kpi_forecast.xapp.e2.discovery import (
+from kpi_forecast.xapp.ric.e2 import kpm
+from kpi_forecast.xapp.ric.e2.discovery import (
     E2Manager,
     NodebResponse,
     format_cell_id,
     parse_cell_id,
     subscribable,
 )
-from kpi_forecast.xapp.e2.mock_node import PLMN, RAN_FUNCTION_ID, MockE2Node, create_app
-from kpi_forecast.xapp.e2.subscription import Subscriber
-from kpi_forecast.xapp.e2.transport import Frame
+from kpi_forecast.xapp.ric.e2.subscription import Subscriber
+from kpi_forecast.xapp.ric.e2.transport import Frame
 from tests import oran_api
 
 MEASUREMENT = "RRU.PrbUsedDl"
@@ -165,7 +165,7 @@ def test_cells_left_out_are_counted_and_logged_once_by_node(
         await e2mgr.close()
         return found
 
-    with caplog.at_level(logging.WARNING, logger="kpi_forecast.xapp.e2.discovery"):
+    with caplog.at_level(logging.WARNING, logger="kpi_forecast.xapp.ric.e2.discovery"):
         found = asyncio.run(go())
     assert found == [Counter({"measurement-not-reported": 5})] * 2
     lines = [r.getMessage() for r in caplog.records]
@@ -185,7 +185,7 @@ def test_an_e2mgr_answer_that_is_not_its_api_is_retried_with_its_reason(
         assert (await e2mgr.listing(MEASUREMENT, retry_max_s=0.0)).nodes == {}
         await e2mgr.close()
 
-    with caplog.at_level(logging.WARNING, logger="kpi_forecast.xapp.e2.discovery"):
+    with caplog.at_level(logging.WARNING, logger="kpi_forecast.xapp.ric.e2.discovery"):
         asyncio.run(go())
     assert "e2: E2 Manager at http://e2mgr/v1: ValidationError: " in caplog.text
 

@@ -17,18 +17,18 @@ import pytest
 import uvicorn
 
 from benchmarks.ports import free_port
+from kpi_forecast.cli.mock_e2_node import RAN_FUNCTION_ID, MockE2Node, create_app
 from kpi_forecast.data.ingest import load_panel
 from kpi_forecast.data.synthetic import generate
 from kpi_forecast.model.config import ModelConfig
-from kpi_forecast.xapp.controls import KpiSource
-from kpi_forecast.xapp.e2 import e2ap, kpm
-from kpi_forecast.xapp.e2.discovery import parse_cell_id
-from kpi_forecast.xapp.e2.ingest import Ingestor, Route
-from kpi_forecast.xapp.e2.mock_node import RAN_FUNCTION_ID, MockE2Node, create_app
-from kpi_forecast.xapp.e2.subscription import SubscriptionRequest, SubscriptionResponse
-from kpi_forecast.xapp.e2.transport import RIC_INDICATION, RIC_SUB_FAILURE, Frame
-from kpi_forecast.xapp.history import MemoryHistory
+from kpi_forecast.xapp.descriptor.controls import KpiSource
 from kpi_forecast.xapp.metrics import Metrics
+from kpi_forecast.xapp.ric.e2 import e2ap, kpm
+from kpi_forecast.xapp.ric.e2.discovery import parse_cell_id
+from kpi_forecast.xapp.ric.e2.ingest import Ingestor, Route
+from kpi_forecast.xapp.ric.e2.subscription import SubscriptionRequest, SubscriptionResponse
+from kpi_forecast.xapp.ric.e2.transport import RIC_INDICATION, RIC_SUB_FAILURE, Frame
+from kpi_forecast.xapp.store.history import MemoryHistory
 from tests.processes import ROOT
 from tests.rmr_library import rmr_transport
 from tests.tolerance import answer_tolerance

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from kpi_forecast.xapp.e2 import e2ap, indication, kpm
-from kpi_forecast.xapp.e2.indication import NotFast
-from kpi_forecast.xapp.e2.kpm import DecodeError
+from kpi_forecast.xapp.ric.e2 import e2ap, indication, kpm
+from kpi_forecast.xapp.ric.e2.indication import NotFast
+from kpi_forecast.xapp.ric.e2.kpm import DecodeError
 from tests.test_e2_codec import PROJECT_ASN, mutations, ref, ref_message  # noqa: F401
 
 DIFFERENTIAL = settings(max_examples=400, deadline=None, database=None)

@@ -13,12 +13,12 @@ import pytest
 
 from benchmarks.ports import free_port
 from kpi_forecast.model.config import ModelConfig
-from kpi_forecast.xapp.controls import KpiSource
-from kpi_forecast.xapp.e2 import e2ap, kpm
-from kpi_forecast.xapp.e2.ingest import Ingestor, Route
-from kpi_forecast.xapp.e2.transport import RIC_INDICATION, RIC_SUB_RESP, Frame
-from kpi_forecast.xapp.history import HistoryUnavailable, MemoryHistory
+from kpi_forecast.xapp.descriptor.controls import KpiSource
 from kpi_forecast.xapp.metrics import Metrics
+from kpi_forecast.xapp.ric.e2 import e2ap, kpm
+from kpi_forecast.xapp.ric.e2.ingest import Ingestor, Route
+from kpi_forecast.xapp.ric.e2.transport import RIC_INDICATION, RIC_SUB_RESP, Frame
+from kpi_forecast.xapp.store.history import HistoryUnavailable, MemoryHistory
 from tests.rmr_library import rmr_transport
 from tests.tolerance import answer_tolerance
 from tests.xapp_helpers import CONTEXT, HORIZON, descriptor, make_model, running

@@ -14,9 +14,9 @@ import httpx
 import pytest
 
 from benchmarks.ports import free_port
+from kpi_forecast.cli.smoke import wait_ready
 from kpi_forecast.data.synthetic import generate
-from kpi_forecast.xapp.e2.ownership import TAKEOVER_BOUND_S
-from kpi_forecast.xapp.smoke import wait_ready
+from kpi_forecast.xapp.ric.e2.ownership import TAKEOVER_BOUND_S
 from tests.redis_server import redis_server
 from tests.test_shared_history import MEASUREMENT, counter, eventually, redis_store, serve
 from tests.xapp_helpers import make_model, write_descriptor
@@ -97,8 +97,8 @@ def test_each_node_is_owned_by_one_replica_and_a_killed_ones_are_taken_over(
 
 
 def test_subscription_event_ids_wrap_at_16_bits_and_skip_those_waiting() -> None:
-    from kpi_forecast.xapp.e2.discovery import Cell, parse_cell_id
-    from kpi_forecast.xapp.e2.subscription import MAX_EVENT_ID, Pending, Subscriber
+    from kpi_forecast.xapp.ric.e2.discovery import Cell, parse_cell_id
+    from kpi_forecast.xapp.ric.e2.subscription import MAX_EVENT_ID, Pending, Subscriber
 
     subscriber = Subscriber("http://127.0.0.1:1", "127.0.0.1", 4560, 8080, ingestor=None)
     subscriber._last_event = MAX_EVENT_ID - 1
@@ -112,7 +112,7 @@ def test_a_subscription_the_manager_no_longer_lists_for_this_endpoint_is_made_ag
     id now another node's (a restarted manager numbers from 1 again): forgotten."""
     import asyncio
 
-    from kpi_forecast.xapp.e2.subscription import Subscriber
+    from kpi_forecast.xapp.ric.e2.subscription import Subscriber
 
     listed = [
         {"SubscriptionId": 1, "Meid": "gnb-a", "ClientEndpoint": ["10.0.0.5:4560"]},

@@ -8,11 +8,11 @@ import onnx
 import pytest
 
 from benchmarks.attention_kernels import BATCHES, attention_nodes, kernels_named
+from kpi_forecast.cli.deployment import package
 from kpi_forecast.model import runtime
 from kpi_forecast.model.artifact import FLOAT16_ONNX_FILE, ArtifactError, load_metadata
 from kpi_forecast.model.precision import FLOAT16_BOUND
 from kpi_forecast.model.runtime import CPU, CUDA, OnnxForecaster, RuntimeOptions
-from kpi_forecast.xapp.k8s import package
 from tests.exported_model import exported_copy
 from tests.test_onnx_parity import lower_precision
 from tests.test_runtime import with_metadata

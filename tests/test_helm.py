@@ -27,8 +27,8 @@ import jsonschema
 import pytest
 import yaml
 
-from kpi_forecast.xapp.a1.policy import POLICY_TYPE_ID
-from kpi_forecast.xapp.schema_files import A1_POLICY_TYPE
+from kpi_forecast.cli.schema_files import A1_POLICY_TYPE
+from kpi_forecast.xapp.ric.a1.policy_type import POLICY_TYPE_ID
 from tests.rmr_library import rmr_transport
 from tests.system_tools import system_tool
 
@@ -433,7 +433,7 @@ def test_configmap_holds_a_descriptor_the_xapp_accepts(
 
     # And what the xApp itself does with the mounted directory: schema check plus its own
     # stricter parsing of the controls.
-    from kpi_forecast.xapp.config import load_descriptor
+    from kpi_forecast.xapp.descriptor.config_file import load_descriptor
 
     for name, text in cm["data"].items():
         (tmp_path / name).write_text(text)

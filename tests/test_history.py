@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kpi_forecast.xapp.controls import HistoryStore
-from kpi_forecast.xapp.e2.ownership import ROUND_S
-from kpi_forecast.xapp.history import (
+from kpi_forecast.xapp.descriptor.controls import HistoryStore
+from kpi_forecast.xapp.ric.e2.ownership import ROUND_S
+from kpi_forecast.xapp.store.history import (
     CellInfo,
     History,
     HistoryError,
@@ -23,7 +23,7 @@ from kpi_forecast.xapp.history import (
     Leases,
     MemoryHistory,
 )
-from kpi_forecast.xapp.sdl import RedisHistory, address
+from kpi_forecast.xapp.store.sdl import RedisHistory, address
 from tests.redis_server import redis_server
 from tests.tolerance import UNIT_ROUNDOFF_32
 

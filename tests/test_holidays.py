@@ -94,8 +94,8 @@ def test_the_calendar_forecasts_an_unseen_holiday_like_a_weekend(
 ) -> None:
     told_meta, blind_meta = load_metadata(told), load_metadata(blind)
     assert told_meta.holidays == "FR" and told_meta.config.horizon_tokens
-    assert told_meta.holiday_as_sunday  # read as Sundays where the horizon has tokens
-    assert not told_meta.holiday_from_sunday  # ... not by taking a Sunday's forecast
+    # Read as Sundays where the horizon has tokens, not by taking a Sunday's forecast.
+    assert told_meta.holiday_reading == "as_sunday"
     assert "public holidays FR, those on working days read as Sundays" in (
         told / "report.md").read_text()
     assert blind_meta.holidays == "" and not blind_meta.config.horizon_tokens

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from benchmarks.ports import free_port
-from kpi_forecast.xapp.smoke import wait_ready
+from kpi_forecast.cli.smoke import wait_ready
 from tests.rmr_library import RMR
 from tests.xapp_helpers import CONTEXT, make_model, write_descriptor
 
@@ -215,13 +215,13 @@ INSTALLED = """
 import json, sys
 from importlib.resources import files
 import kpi_forecast.data, kpi_forecast.model, kpi_forecast.xapp
-from kpi_forecast.xapp.config import descriptor_path, load_descriptor
+from kpi_forecast.xapp.descriptor.config_file import descriptor_path, load_descriptor
 packaged = load_descriptor(descriptor_path(environ={}))
 print(json.dumps({
     "modules": [m.__file__ for m in (kpi_forecast.data, kpi_forecast.model, kpi_forecast.xapp)],
     "model_dir": str(packaged.controls.model_dir),
     "data": [str(p) for p in (files("kpi_forecast.xapp.descriptor") / "schema.json",
-                              files("kpi_forecast.xapp.e2") / "kpm.asn",
+                              files("kpi_forecast.xapp.ric.e2") / "kpm.asn",
                               files("kpi_forecast.data.sample") / "cells_hourly.csv.gz")
              if not p.is_file()],
 }))

@@ -11,11 +11,11 @@ import pandas as pd
 import pytest
 from pydantic import ValidationError
 
+from kpi_forecast.cli.deployment import package
 from kpi_forecast.model.artifact import INT8_ONNX_FILE, ArtifactError, load_metadata
 from kpi_forecast.model.precision import INT8_BOUND
 from kpi_forecast.model.runtime import CPU, OnnxForecaster, RuntimeOptions
-from kpi_forecast.xapp.controls import Controls
-from kpi_forecast.xapp.k8s import package
+from kpi_forecast.xapp.descriptor.controls import Controls
 from tests.exported_model import exported_copy
 from tests.test_onnx_parity import lower_precision
 from tests.test_runtime import with_metadata

@@ -16,9 +16,9 @@ import pytest
 import yaml
 from fastapi import FastAPI, HTTPException, Request
 
+from kpi_forecast.cli import deployment
+from kpi_forecast.cli.deployment import FETCHER, VERSION_ANNOTATION
 from kpi_forecast.cli.main import main
-from kpi_forecast.xapp import k8s
-from kpi_forecast.xapp.k8s import FETCHER, VERSION_ANNOTATION
 from tests import api_standin
 from tests.k8s_tools import tool
 from tests.xapp_helpers import make_model
@@ -204,9 +204,9 @@ def test_a_stopped_rollout_stops_watching_and_leaves_the_cluster_rolling(
     stop.set()  # as SIGTERM sets it: the watch ends after its first look
     # A model whose pods never come up: watched on, the rollout would stall and be rolled back
     # (the test above); no longer watched, it is left to the cluster.
-    state = k8s.rollout(config.new_client_from_config(config_file=str(kubeconfig)), NAMESPACE,
-                        NAME, model, "https://models.example/broken-v5.tar.gz", timeout_s=30,
-                        poll_s=0.01, stop=stop)
+    state = deployment.rollout(config.new_client_from_config(config_file=str(kubeconfig)),
+                               NAMESPACE, NAME, model, "https://models.example/broken-v5.tar.gz",
+                               timeout_s=30, poll_s=0.01, stop=stop)
     assert {p.model_version for p in state.pods} == {"v1"}  # not rolled
     assert len(server.patches) == 1  # the new template, and no roll back
     annotations = server.deployment["spec"]["template"]["metadata"]["annotations"]

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks.ports import free_port
-from kpi_forecast.xapp import model_source
-from kpi_forecast.xapp.k8s import package
+from kpi_forecast.cli.deployment import package
+from kpi_forecast.xapp.serving import model_source
 from tests.xapp_helpers import descriptor, make_model, running
 
 
@@ -103,7 +103,7 @@ def test_unready_saying_why_until_the_model_is_published(
                     await asyncio.sleep(0.05)
                 assert (await ready_answer(client))[1]["model_version"] == "fetched"
 
-    with caplog.at_level(logging.WARNING, logger="kpi_forecast.xapp.model_holder"):
+    with caplog.at_level(logging.WARNING, logger="kpi_forecast.xapp.serving.model_holder"):
         asyncio.run(go())
     # Each failed attempt is logged with its type and reason.
     assert (f"fetching the model from {urls[0]}: HTTPStatusError: Client error '404 File not "

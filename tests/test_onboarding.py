@@ -18,8 +18,9 @@ import pytest
 import yaml
 
 from benchmarks.ports import free_port
-from kpi_forecast.xapp import registration, schema_files
-from kpi_forecast.xapp.config import descriptor_path, load_descriptor
+from kpi_forecast.xapp.descriptor import schema as descriptor_schema
+from kpi_forecast.xapp.descriptor.config_file import descriptor_path, load_descriptor
+from kpi_forecast.xapp.ric import registration
 from tests.chart_repository import chart_repository
 from tests.oran_onboarder import answer, dms_cli, run_dms_cli
 
@@ -50,7 +51,7 @@ def onboarded(helm: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str,
         # The schema of a whole descriptor, as this xApp shipped it before: refused, with the
         # onboarder's complaint about its own required fields inside controls.
         whole = work / "whole-descriptor-schema.json"
-        whole.write_text(json.dumps(schema_files.descriptor_schema()))
+        whole.write_text(json.dumps(descriptor_schema.descriptor_schema()))
         refused = run("onboard", f"--config_file_path={DESCRIPTOR / 'config-file.json'}",
                       f"--shcema_file_path={whole}")
         listed = run("get_charts_list")

@@ -64,8 +64,7 @@ def lower_precision(model_dir: Path, source: str, precision: str
     return got, expected, np.abs(got - expected) / scale.numpy()[:, :, None]
 
 
-def torch_forecast(network: Forecaster, values: np.ndarray, last: pd.DatetimeIndex) -> np.ndarray:
-    calendar = forecast_calendar(last, CONTEXT, HORIZON, pd.Timedelta("1h"), "Europe/Paris")
+def torch_forecast(network: Forecaster, values: np.ndarray, calendar: np.ndarray) -> np.ndarray:
     with torch.no_grad():
         return network(torch.from_numpy(values), torch.from_numpy(calendar)).numpy()
 
@@ -82,9 +81,12 @@ def test_onnx_runtime_matches_torch(models: dict, batch: int, source: str) -> No
         pytest.skip("../shared/data/milan not present")
     path, target = (SAMPLE, "traffic_mb") if source == "synthetic" else (MILAN, "traffic")
     values, last = windows(path, target, batch)
+    # The graph on the inputs torch is given (the runtime's wall-clock reading of a window
+    # across a DST switch: tests/test_wall_clock_network.py).
+    calendar = forecast_calendar(last, CONTEXT, HORIZON, pd.Timedelta("1h"), "Europe/Paris")
     for network, forecaster in models.values():
-        expected = torch_forecast(network, values, last)
-        got = forecaster.forecast(values, last)
+        expected = torch_forecast(network, values, calendar)
+        got = forecaster.run(values, calendar)
         assert np.isfinite(got).all()
         assert (np.abs(got - expected) <= within(values, network.cfg)).all()
 

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from benchmarks.ports import free_port
-from kpi_forecast.xapp.smoke import wait_ready
+from kpi_forecast.cli.smoke import wait_ready
 from tests.system_tools import system_tool
 from tests.test_xapp_process import NO_TORCH
 from tests.xapp_helpers import CONTEXT, make_model, write_descriptor

@@ -108,7 +108,7 @@ def replayed(node: list[str], xapp: list[str], cwd: Path) -> tuple[Callable[[], 
     every report it sent; the bound is the replay's own length at its speed (with room for a
     busy machine) plus the xApp's first rounds of finding and subscribing to the nodes."""
     from kpi_forecast.data.ingest import load_panel
-    from kpi_forecast.xapp.e2.ownership import ROUND_S
+    from kpi_forecast.xapp.ric.e2.ownership import ROUND_S
 
     def option(argv: list[str], name: str, default: str) -> str:
         return argv[argv.index(name) + 1] if name in argv else default
@@ -366,8 +366,8 @@ def check_port_forward(argv: list[str], documents: list[dict]) -> None:
 
 def check_request(command: str) -> None:
     """The route a curl asks for exists, and its JSON body is one the route's schema takes."""
-    from kpi_forecast.xapp.api import create_app
-    from kpi_forecast.xapp.config import descriptor_path, load_descriptor
+    from kpi_forecast.xapp.app import create_app
+    from kpi_forecast.xapp.descriptor.config_file import descriptor_path, load_descriptor
 
     expanded = subprocess.run(["bash", "-c", "printf '%s\\0' " + command.split(" ", 1)[1]],
                               capture_output=True, text=True, check=True).stdout.split("\0")
@@ -384,8 +384,8 @@ def check_request(command: str) -> None:
 def check_a1_request(command: str) -> None:
     """A call of the A1 mediator's northbound API: the policy type it loads is the one the
     chart ships, and an instance it creates is one that type and the xApp take."""
-    from kpi_forecast.xapp.a1.policy import POLICY_TYPE_ID, ForecastPolicy
-    from kpi_forecast.xapp.schema_files import A1_POLICY_TYPE
+    from kpi_forecast.cli.schema_files import A1_POLICY_TYPE
+    from kpi_forecast.xapp.ric.a1.policy_type import POLICY_TYPE_ID, ForecastPolicy
 
     expanded = subprocess.run(["bash", "-c", "printf '%s\\0' " + command.split(" ", 1)[1]],
                               capture_output=True, text=True, check=True, cwd=ROOT

@@ -15,12 +15,12 @@ import pytest
 
 from benchmarks.ports import free_port
 from kpi_forecast.model.errors import UserError
-from kpi_forecast.xapp.a1.policy import A1_POLICY_QUERY, POLICY_TYPE_ID
-from kpi_forecast.xapp.config import ConfigError
-from kpi_forecast.xapp.e2 import e2ap, kpm, rmr
-from kpi_forecast.xapp.e2.ingest import Route
-from kpi_forecast.xapp.e2.rmr import RIC_HEALTH_CHECK_REQ, RmrError, RmrTransport
-from kpi_forecast.xapp.e2.transport import (
+from kpi_forecast.xapp.descriptor.config_file import ConfigError
+from kpi_forecast.xapp.ric.a1.policy_type import A1_POLICY_QUERY, POLICY_TYPE_ID
+from kpi_forecast.xapp.ric.e2 import e2ap, kpm, rmr
+from kpi_forecast.xapp.ric.e2.ingest import Route
+from kpi_forecast.xapp.ric.e2.rmr import RIC_HEALTH_CHECK_REQ, RmrError, RmrTransport
+from kpi_forecast.xapp.ric.e2.transport import (
     RIC_INDICATION,
     RIC_SUB_DEL_RESP,
     RIC_SUB_FAILURE,

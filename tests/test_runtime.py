@@ -203,14 +203,13 @@ def test_a_model_with_an_unknown_holiday_calendar_is_refused(
 def test_a_holiday_is_read_as_the_model_was_trained_to_read_it(
     model_dir: Path, tmp_path: Path
 ) -> None:
-    """Models trained since holidays take Sunday's place in the week get that calendar; one
-    trained before (no ``holiday_as_sunday`` in its metadata) the weekday's it learnt."""
+    """A model that reads a holiday as a Sunday gets that calendar; one without a holiday
+    reading (``none``) the weekday's."""
     last = pd.DatetimeIndex([pd.Timestamp("2024-05-20 20:00", tz="Europe/Paris")])  # Whit Monday
     history = np.random.default_rng(0).gamma(2.0, 10.0, (1, CONTEXT)).astype(np.float32)
     forecasts = {}
-    edits = {True: lambda meta: meta.update(holidays="FR", holiday_as_sunday=True),
-             # metadata from before the field
-             False: lambda meta: (meta.update(holidays="FR"), meta.pop("holiday_as_sunday"))}
+    edits = {True: lambda meta: meta.update(holidays="FR", holiday_reading="as_sunday"),
+             False: lambda meta: meta.update(holidays="FR", holiday_reading="none")}
     for as_sunday, edit in edits.items():
         forecaster = OnnxForecaster(with_metadata(model_dir, tmp_path / f"{as_sunday}", edit))
         assert forecaster.metadata.holiday_as_sunday is as_sunday
@@ -225,18 +224,17 @@ def test_a_holiday_ahead_takes_the_forecast_of_a_sunday_where_the_model_says_so(
     model_dir: Path, tmp_path: Path
 ) -> None:
     """A model without the horizon's calendar forecasts a working-day holiday as its nearest
-    Sunday in the horizon (``holiday_from_sunday``); one trained before the field as the
-    network does. Six-hour steps make the test model's 12 a horizon of three days."""
+    Sunday in the horizon (``from_sunday``); one without a holiday reading as the network
+    does. Six-hour steps make the test model's 12 a horizon of three days."""
     last = pd.DatetimeIndex([pd.Timestamp("2024-05-17 18:00", tz="Europe/Paris")])
     history = np.random.default_rng(0).gamma(2.0, 10.0, (1, CONTEXT)).astype(np.float32)
     forecasts = {}
-    edits = {True: lambda meta: meta.update(freq="6h", holidays="FR", holiday_from_sunday=True),
-             # metadata from before the field
-             False: lambda meta: (meta.update(freq="6h", holidays="FR"),
-                                  meta.pop("holiday_from_sunday"))}
+    edits = {True: lambda meta: meta.update(freq="6h", holidays="FR",
+                                            holiday_reading="from_sunday"),
+             False: lambda meta: meta.update(freq="6h", holidays="FR", holiday_reading="none")}
     for from_sunday, edit in edits.items():
         forecaster = OnnxForecaster(with_metadata(model_dir, tmp_path / f"{from_sunday}", edit))
-        assert forecaster.metadata.holiday_from_sunday is from_sunday
+        assert (forecaster.metadata.holiday_reading == "from_sunday") is from_sunday
         forecasts[from_sunday] = forecaster.forecast(history, last)
     moved, kept = forecasts[True], forecasts[False]
     # Saturday 18, Sunday 19 and Whit Monday 20 May, four steps each: Monday takes Sunday's.
@@ -245,13 +243,16 @@ def test_a_holiday_ahead_takes_the_forecast_of_a_sunday_where_the_model_says_so(
     assert np.abs(kept[:, 8:12] - kept[:, 4:8]).max() > within(kept)
 
 
-def test_metadata_from_before_the_skip_rank_reads_as_a_full_rank_skip(
-    model_dir: Path, tmp_path: Path
-) -> None:
-    assert load_metadata(model_dir).config.skip_rank > 0  # the test model's
-    copy = with_metadata(model_dir, tmp_path / "copy",
-                         lambda meta: meta["config"].pop("skip_rank"))
-    assert load_metadata(copy).config.skip_rank == 0
+def test_metadata_must_say_how_it_reads_holidays(model_dir: Path, tmp_path: Path) -> None:
+    missing = with_metadata(model_dir, tmp_path / "missing",
+                            lambda meta: meta.pop("holiday_reading"))
+    with pytest.raises(ArtifactError, match="invalid metadata .*holiday_reading"):
+        load_metadata(missing)
+    other = with_metadata(model_dir, tmp_path / "other",
+                          lambda meta: meta.update(holiday_reading="as_monday"))
+    with pytest.raises(ArtifactError, match="holiday_reading 'as_monday' is not one of none, "
+                       "as_sunday, from_sunday"):
+        load_metadata(other)
 
 
 def test_fit_to_width_cuts_and_pads_on_the_left() -> None:

@@ -11,14 +11,15 @@ from pathlib import Path
 import jsonschema
 from pydantic import Field
 
-from kpi_forecast.xapp import schema_files
-from kpi_forecast.xapp.controls import Batching, Controls, DescriptorFile
+from kpi_forecast.cli import schema_files
+from kpi_forecast.xapp.descriptor import schema as descriptor_schema
+from kpi_forecast.xapp.descriptor.controls import Batching, Controls, DescriptorFile
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_checked_in_schemas_are_the_generated_ones() -> None:
-    done = subprocess.run([sys.executable, "-m", "kpi_forecast.xapp.schema_files", "--check",
+    done = subprocess.run([sys.executable, "-m", "kpi_forecast.cli.schema_files", "--check",
                            "--root", str(ROOT)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
 
@@ -48,19 +49,20 @@ def test_a_bound_changed_in_the_model_reaches_every_schema(monkeypatch) -> None:
     class SmallerDescriptor(DescriptorFile):
         controls: SmallerControls
 
-    monkeypatch.setattr(schema_files, "Controls", SmallerControls)
-    monkeypatch.setattr(schema_files, "DescriptorFile", SmallerDescriptor)
+    monkeypatch.setattr(schema_files, "Controls", SmallerControls)  # the chart's values
+    monkeypatch.setattr(descriptor_schema, "Controls", SmallerControls)
+    monkeypatch.setattr(descriptor_schema, "DescriptorFile", SmallerDescriptor)
     files = schema_files.expected_files(ROOT)
     descriptor = json.loads(files[ROOT / schema_files.DESCRIPTOR_SCHEMA])
     chart_copy = json.loads(files[ROOT / schema_files.CHART_SCHEMA])
     values = json.loads(files[ROOT / schema_files.VALUES_SCHEMA])
     for controls in (descriptor, chart_copy, values["properties"]["xapp"],
-                     schema_files.descriptor_schema()["properties"]["controls"]):
+                     descriptor_schema.descriptor_schema()["properties"]["controls"]):
         assert controls["properties"]["batching"]["properties"]["maxBatchSize"]["maximum"] == 2048
 
 
 def test_the_generated_schema_accepts_what_the_models_accept_and_refuses_the_rest() -> None:
-    schema = schema_files.controls_schema()
+    schema = descriptor_schema.controls_schema()
     jsonschema.Draft7Validator.check_schema(schema)  # as the onboarder checks it
     controls = jsonschema.Draft7Validator(schema)
     # An optional value is "type: [T, null]", so a bound is reported as the bound it is.
@@ -83,14 +85,14 @@ def test_the_chart_leaves_out_what_it_sets_and_requires_what_may_not_be_null() -
 
 
 def test_the_reference_pages_are_the_generated_ones() -> None:
-    done = subprocess.run([sys.executable, "-m", "kpi_forecast.xapp.reference", "--check",
+    done = subprocess.run([sys.executable, "-m", "kpi_forecast.cli.reference", "--check",
                            "--root", str(ROOT)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
 
 
 def test_the_reference_pages_name_every_control_metric_and_route() -> None:
-    from kpi_forecast.xapp import reference
-    from kpi_forecast.xapp.routes import ROUTES
+    from kpi_forecast.cli import reference
+    from kpi_forecast.xapp.http.routes import ROUTES
 
     configuration = reference.configuration_page()
     for name in ("modelDir", "e2.e2mgrUrl", "registration.enabled", "historyStore.backend"):
@@ -107,7 +109,7 @@ def test_the_reference_pages_name_every_control_metric_and_route() -> None:
 def test_the_alerts_page_gives_every_alert_what_to_do_and_every_panel() -> None:
     import yaml
 
-    from kpi_forecast.xapp import reference
+    from kpi_forecast.cli import reference
 
     page = reference.alerts_page(ROOT)
     groups = yaml.safe_load((ROOT / reference.RULES).read_text())["groups"]

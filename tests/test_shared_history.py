@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 
 from benchmarks.ports import free_port
+from kpi_forecast.cli.mock_e2_node import cell_id
+from kpi_forecast.cli.smoke import wait_ready
 from kpi_forecast.data.ingest import load_panel
 from kpi_forecast.data.synthetic import generate
 from kpi_forecast.model.config import ModelConfig
-from kpi_forecast.xapp.controls import Controls
-from kpi_forecast.xapp.e2.mock_node import cell_id
-from kpi_forecast.xapp.smoke import wait_ready
+from kpi_forecast.xapp.descriptor.controls import Controls
 from tests.redis_server import redis_server
 from tests.test_xapp_process import NO_TORCH
 from tests.tolerance import answer_tolerance

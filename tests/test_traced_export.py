@@ -42,7 +42,8 @@ def seeded(seed: int, **config: object) -> Forecaster:
 def metadata(network: Forecaster) -> ModelMetadata:
     return ModelMetadata(
         model_version="test", target="kpi", freq="1h", calendar_tz="UTC", config=network.cfg,
-        data_fingerprint="0" * 64, created="2026-01-01T00:00:00+00:00")
+        data_fingerprint="0" * 64, created="2026-01-01T00:00:00+00:00", holidays="",
+        holiday_reading="none", weights_sha256="")
 
 
 def test_graphs_traced_from_other_weights_are_written_as_the_trained_networks_export(

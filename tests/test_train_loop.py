@@ -176,9 +176,8 @@ def test_a_week_ahead_model_with_no_holiday_to_learn_from_takes_a_sundays_foreca
                   TrainConfig(max_epochs=1, steps_per_epoch=2), source="toy", progress=False,
                   gpu_graph=False)
     assert not meta.config.horizon_tokens
-    assert meta.holiday_from_sunday and not meta.holiday_as_sunday
+    assert meta.holiday_reading == "from_sunday"
     # Its 49 days from 20 March hold the spring switch: the windows read the wall clock.
-    assert meta.wall_clock
     assert ("public holidays FR, those on working days in the horizon forecast as the horizon's "
             "nearest Sunday; its UTC offset changes within the data (DST): the windows are read "
             "on its wall clock)." in (tmp_path / "report.md").read_text())

@@ -3,20 +3,15 @@ the training windows are cut on it, and the runtime reads a window across a swit
 were cut, so a load that repeats on the wall clock gives the network the same input on
 either side of a switch."""
 
-import dataclasses
-import json
-import shutil
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from kpi_forecast.data.panel import Panel
-from kpi_forecast.model.artifact import METADATA_FILE, load_metadata
 from kpi_forecast.model.config import ModelConfig
-from kpi_forecast.model.features import calendar_features, wall_clock_places
-from kpi_forecast.model.runtime import OnnxForecaster, RuntimeOptions
+from kpi_forecast.model.features import calendar_features, forecast_calendar, wall_clock_places
+from kpi_forecast.model.runtime import OnnxForecaster, RuntimeOptions, fit_to_width
 from kpi_forecast.training.windows import Windows
 from tests.exported_model import exported_copy
 from tests.tolerance import network_tolerance
@@ -83,14 +78,18 @@ def test_training_windows_across_a_switch_are_cut_on_the_wall_clock() -> None:
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[OnnxForecaster, OnnxForecaster]:
-    """The same graph read in UTC steps (as models before it) and on the wall clock."""
-    utc_dir = exported_copy(tmp_path_factory.mktemp("wall") / "utc", CONTEXT, HORIZON)
-    wall_dir = utc_dir.with_name("wall")
-    shutil.copytree(utc_dir, wall_dir)
-    dataclasses.replace(load_metadata(wall_dir), wall_clock=True).save(wall_dir)
-    options = RuntimeOptions(provider="cpu", intra_op_threads=1)
-    return OnnxForecaster(utc_dir, options), OnnxForecaster(wall_dir, options)
+def wall(tmp_path_factory: pytest.TempPathFactory) -> OnnxForecaster:
+    """A graph of Paris's calendar: the runtime reads its windows on the wall clock."""
+    model_dir = exported_copy(tmp_path_factory.mktemp("wall") / "model", CONTEXT, HORIZON)
+    return OnnxForecaster(model_dir, RuntimeOptions(provider="cpu", intra_op_threads=1))
+
+
+def in_utc_steps(model: OnnxForecaster, history: np.ndarray, last: pd.Timestamp) -> np.ndarray:
+    """The same graph fed UTC steps, as no runtime reads it: the contrast that shows the
+    switch mattered."""
+    calendar = forecast_calendar(pd.DatetimeIndex([last]), CONTEXT, HORIZON, pd.Timedelta("1h"),
+                                 PARIS)
+    return model.run(fit_to_width(history, CONTEXT), calendar)
 
 
 def history_until(last: pd.Timestamp, steps: int = 200) -> np.ndarray:
@@ -103,26 +102,23 @@ def tolerance(*forecasts: np.ndarray) -> float:
 
 
 def test_a_window_across_the_spring_switch_reads_as_one_without_it(
-        models: tuple[OnnxForecaster, OnnxForecaster]) -> None:
-    utc, wall = models
+        wall: OnnxForecaster) -> None:
     across = pd.Timestamp("2025-04-01 21:00", tz="UTC")  # its context holds 30 March
     later = across + WEEKS_LATER  # the same local time and weekday, no switch in reach
     history, later_history = history_until(across), history_until(later)
     # The wall-clock window has no 02:00 on 30 March: the later one misses the same hour.
     stamps = pd.date_range(end=later, periods=later_history.shape[1], freq="1h")
     later_history[0, stamps == pd.Timestamp("2025-04-20 02:00", tz=PARIS)] = np.nan
-    for model in (utc, wall):
-        got = model.forecast(history, pd.DatetimeIndex([across]))
-        expected = model.forecast(later_history, pd.DatetimeIndex([later]))
-        if model is wall:
-            np.testing.assert_allclose(got, expected, rtol=0, atol=tolerance(got, expected))
-        else:  # in UTC steps the days before the switch are an hour off
-            assert np.abs(got - expected).max() > 10 * tolerance(got, expected)
+    got = wall.forecast(history, pd.DatetimeIndex([across]))
+    expected = wall.forecast(later_history, pd.DatetimeIndex([later]))
+    np.testing.assert_allclose(got, expected, rtol=0, atol=tolerance(got, expected))
+    # In UTC steps the days before the switch are an hour off.
+    got, expected = in_utc_steps(wall, history, across), in_utc_steps(wall, later_history, later)
+    assert np.abs(got - expected).max() > 10 * tolerance(got, expected)
 
 
 def test_a_horizon_across_the_autumn_switch_forecasts_the_repeated_hour_twice(
-        models: tuple[OnnxForecaster, OnnxForecaster]) -> None:
-    utc, wall = models
+        wall: OnnxForecaster) -> None:
     across = pd.Timestamp("2025-10-25 23:00", tz="UTC")  # 01:00 local; 02:00 comes twice
     later = across + WEEKS_LATER + pd.Timedelta("1h")  # 01:00 local three weeks later
     assert later.tz_convert(PARIS).hour == across.tz_convert(PARIS).hour == 1
@@ -133,13 +129,12 @@ def test_a_horizon_across_the_autumn_switch_forecasts_the_repeated_hour_twice(
     np.testing.assert_allclose(got, expected[:, wall_steps], rtol=0,
                                atol=tolerance(got, expected))
     # A model read in UTC steps forecasts twelve different hours.
-    plain = utc.forecast(history_until(across), pd.DatetimeIndex([across]))
+    plain = in_utc_steps(wall, history_until(across), across)
     assert np.abs(plain[:, 0] - plain[:, 1]).max() > 10 * tolerance(plain)
 
 
 def test_rows_with_and_without_a_switch_in_one_batch_read_as_alone(
-        models: tuple[OnnxForecaster, OnnxForecaster]) -> None:
-    _, wall = models
+        wall: OnnxForecaster) -> None:
     ends = pd.DatetimeIndex(["2025-04-01 21:00", "2025-05-06 21:00", "2025-10-25 23:00",
                              "2025-04-01 21:00"], tz="UTC")
     history = np.concatenate([history_until(end) for end in ends])
@@ -150,12 +145,3 @@ def test_rows_with_and_without_a_switch_in_one_batch_read_as_alone(
     # A history shorter than the context and the day a clock gone back reads is padded.
     short = wall.forecast(history[:1, -CONTEXT:], ends[:1])
     assert np.isfinite(short).all()
-
-
-def test_a_model_trained_before_reads_utc_steps(tmp_path: Path) -> None:
-    model_dir = exported_copy(tmp_path / "model", CONTEXT, HORIZON)
-    path = model_dir / METADATA_FILE
-    payload = json.loads(path.read_text())
-    del payload["wall_clock"]  # metadata written before the field existed
-    path.write_text(json.dumps(payload))
-    assert load_metadata(model_dir).wall_clock is False

@@ -17,8 +17,8 @@ import pytest
 
 from kpi_forecast.model.config import ModelConfig
 from kpi_forecast.model.runtime import OnnxForecaster
-from kpi_forecast.xapp import binary
-from kpi_forecast.xapp.overload import WINDOW_ANSWERS
+from kpi_forecast.xapp.http import arrow_ipc
+from kpi_forecast.xapp.serving.overload import WINDOW_ANSWERS
 from tests.tolerance import ANSWER_ROUNDING, answer_tolerance, network_tolerance
 from tests.waiting import unready_saying
 from tests.xapp_helpers import CONTEXT, HORIZON, descriptor, make_model, running
@@ -186,7 +186,7 @@ def test_json_batch_matches_single_calls(model_dir: Path, tmp_path: Path) -> Non
 def arrow_body(n_cells: int, lengths: list[int] | None = None) -> bytes:
     lengths = lengths or [CONTEXT] * n_cells
     rng = np.random.default_rng(1)
-    return binary.write_request(
+    return arrow_ipc.write_request(
         [f"cell-{i:04d}" for i in range(n_cells)],
         [pd.Timestamp("2024-03-01", tz="UTC")] * n_cells,
         [list(rng.gamma(2.0, 10.0, n).astype(np.float32)) for n in lengths])
@@ -250,7 +250,7 @@ def test_bad_arrow_bodies(model_dir: Path, tmp_path: Path, payload, query: str,
     if payload is None:
         payload = arrow_body(2)
     elif payload == "missing":
-        payload = binary.stream(pa.table({"cell_id": ["a"], "values": [[1.0, 2.0]]}))
+        payload = arrow_ipc.stream(pa.table({"cell_id": ["a"], "values": [[1.0, 2.0]]}))
 
     async def go() -> None:
         async with running(descriptor(tmp_path, model_dir)) as client:
@@ -541,8 +541,7 @@ def test_a_model_of_another_kpi_is_refused_while_history_of_this_one_is_held(
             error = response.json()["error"]
             assert "model KPI prb_util differs from the kpi history held for 1 cells" in error
             model = (await client.get("/v1/model")).json()
-            assert model["model_version"] == "test" and model["holiday_as_sunday"] is False
-            assert model["holiday_from_sunday"] is False and model["wall_clock"] is False
+            assert model["model_version"] == "test" and model["holiday_reading"] == "none"
 
         # With no history held the other KPI's model loads, and its history starts empty.
         async with running(descriptor(tmp_path / "fresh", model_dir, modelRoot=root)) as client:
@@ -708,7 +707,7 @@ def test_unready_while_rmr_has_no_route_table_and_said_once(
             transports[0].loaded = True
             assert (await client.get("/ric/v1/health/ready")).status_code == 200
 
-    with caplog.at_level(logging.INFO, logger="kpi_forecast.xapp.e2.link"):
+    with caplog.at_level(logging.INFO, logger="kpi_forecast.xapp.ric.e2.link"):
         run(go())
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("rmr: ")]
     assert len(said) == 2 and said[0].startswith("rmr: no route table yet")

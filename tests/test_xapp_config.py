@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kpi_forecast.xapp.config import (
+from kpi_forecast.xapp.descriptor.config_file import (
     CONFIG_FILE_NAME,
     DEFAULT_DIR,
     SCHEMA_FILE_NAME,
@@ -23,7 +23,13 @@ from kpi_forecast.xapp.config import (
     load_descriptor,
     model_fields_changed,
 )
-from kpi_forecast.xapp.controls import DEFAULT_RMR_HOST, E2, Batching, Controls, Registration
+from kpi_forecast.xapp.descriptor.controls import (
+    DEFAULT_RMR_HOST,
+    E2,
+    Batching,
+    Controls,
+    Registration,
+)
 
 PACKAGED = DEFAULT_DIR / CONFIG_FILE_NAME
 SCHEMA = json.loads((DEFAULT_DIR / SCHEMA_FILE_NAME).read_text())
@@ -369,7 +375,7 @@ def test_watcher_logs_an_invalid_change_once_and_keeps_the_old(tmp_path, caplog)
     raw = packaged_raw()
     raw["controls"]["batching"]["maxBatchSize"] = 0
     write(path, raw)
-    with caplog.at_level(logging.INFO, logger="kpi_forecast.xapp.config"):
+    with caplog.at_level(logging.INFO, logger="kpi_forecast.xapp.descriptor.config_file"):
         assert watcher.check() is False
         assert watcher.check() is False
     assert watcher.current is old
@@ -388,7 +394,7 @@ def test_watcher_logs_the_same_bad_content_again_after_a_revert(tmp_path, caplog
     path = with_controls(tmp_path)
     good = path.read_bytes()
     watcher = ConfigWatcher(path, Recorder())
-    with caplog.at_level(logging.ERROR, logger="kpi_forecast.xapp.config"):
+    with caplog.at_level(logging.ERROR, logger="kpi_forecast.xapp.descriptor.config_file"):
         path.write_text("{")
         watcher.check()
         path.write_bytes(good)  # an operator reverts ...
@@ -402,7 +408,7 @@ def test_watcher_survives_the_file_disappearing(tmp_path, caplog) -> None:
     path = with_controls(tmp_path)
     watcher = ConfigWatcher(path, Recorder())
     path.unlink()
-    with caplog.at_level(logging.ERROR, logger="kpi_forecast.xapp.config"):
+    with caplog.at_level(logging.ERROR, logger="kpi_forecast.xapp.descriptor.config_file"):
         assert watcher.check() is False
         assert watcher.check() is False
     [record] = errors(caplog)
@@ -415,7 +421,7 @@ def test_watcher_treats_an_on_change_refusal_as_a_rejected_change(tmp_path, capl
     recorder = Recorder(reject=True)
     watcher = ConfigWatcher(path, recorder)
     with_controls(tmp_path, modelDir="/models/b")
-    with caplog.at_level(logging.ERROR, logger="kpi_forecast.xapp.config"):
+    with caplog.at_level(logging.ERROR, logger="kpi_forecast.xapp.descriptor.config_file"):
         assert watcher.check() is False
         assert watcher.check() is False
     assert watcher.current.controls.model_dir == "/models/a"
@@ -475,7 +481,7 @@ def test_watcher_run_loop_outlives_a_failing_callback(tmp_path, caplog) -> None:
         with pytest.raises(asyncio.CancelledError):
             await task
 
-    with caplog.at_level(logging.ERROR, logger="kpi_forecast.xapp.config"):
+    with caplog.at_level(logging.ERROR, logger="kpi_forecast.xapp.descriptor.config_file"):
         asyncio.run(scenario())
     assert calls[:2] == [200, 200]  # a callback bug is not remembered as bad content: retried
     assert "bug in the caller" in caplog.text

@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 
 from kpi_forecast.model.recalibration import Recalibration
-from kpi_forecast.xapp.batcher import DynamicBatcher, QueueFull
-from kpi_forecast.xapp.fallback import seasonal_naive
 from kpi_forecast.xapp.metrics import Metrics
+from kpi_forecast.xapp.serving.batcher import DynamicBatcher, QueueFull
+from kpi_forecast.xapp.serving.fallback import seasonal_naive
 from tests.tolerance import UNIT_ROUNDOFF_32
 
 T0 = pd.Timestamp("2024-03-30 22:00", tz="UTC")
@@ -117,7 +117,7 @@ def test_the_batcher_bounds_its_queue_and_skips_abandoned_requests() -> None:
 
 
 def test_the_concurrency_limit_follows_queueing_delay_against_the_allowance() -> None:
-    from kpi_forecast.xapp.overload import (
+    from kpi_forecast.xapp.serving.overload import (
         MAX_GRADIENT,
         MIN_GRADIENT,
         MIN_LIMIT,
@@ -173,7 +173,7 @@ def test_the_concurrency_limit_follows_queueing_delay_against_the_allowance() ->
 
 
 def test_admission_off_admits_everything_and_still_measures() -> None:
-    from kpi_forecast.xapp.overload import WINDOW_ANSWERS, ConcurrencyLimit
+    from kpi_forecast.xapp.serving.overload import WINDOW_ANSWERS, ConcurrencyLimit
 
     limit = ConcurrencyLimit(maximum=4, enabled=False)
     assert all(limit.try_acquire() for _ in range(50))

@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from benchmarks.ports import free_port
-from kpi_forecast.xapp.config import WATCH_INTERVAL_S
-from kpi_forecast.xapp.smoke import wait_ready
+from kpi_forecast.cli.smoke import wait_ready
+from kpi_forecast.xapp.descriptor.config_file import WATCH_INTERVAL_S
 from tests.xapp_helpers import CONTEXT, make_model, write_descriptor
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from kpi_forecast.model.recalibration import Recalibration, recalibration
-from kpi_forecast.xapp.recalibrator import Offsets, Recalibrator
+from kpi_forecast.xapp.serving.recalibrator import Offsets, Recalibrator
 from tests.redis_server import redis_server
 from tests.tolerance import ANSWER_ROUNDING, rounding_tolerance
 from tests.xapp_helpers import CONTEXT, HORIZON, descriptor, make_model, running
@@ -196,7 +196,7 @@ def test_a_refresh_that_found_no_history_is_retried_before_its_schedule(
 ) -> None:
     """A new deployment refreshes at once on an empty history; the history that then arrives
     is fitted after the retry delay, not an hour later."""
-    monkeypatch.setattr("kpi_forecast.xapp.recalibrator.RETRY_S", 0.5)
+    monkeypatch.setattr("kpi_forecast.xapp.serving.recalibrator.RETRY_S", 0.5)
 
     async def go() -> None:
         desc = descriptor(tmp_path, make_model(tmp_path / "model"),
@@ -256,7 +256,7 @@ def test_replicas_on_one_redis_apply_the_same_offsets(tmp_path: Path) -> None:
         asyncio.run(go())
 
 
-def test_shared_offsets_keep_the_shares_and_read_an_earlier_replicas() -> None:
+def test_shared_offsets_keep_the_shares_and_refuse_another_builds() -> None:
     fitted = Recalibration(np.array([-0.1, 0.0, 0.2], np.float32), 1, 7, 500,
                            shares=(0.25, 0.0, 0.7, 0.05), steps_per_day=24,
                            read_at=(0.0875, 0.5, 0.95),
@@ -267,12 +267,8 @@ def test_shared_offsets_keep_the_shares_and_read_an_earlier_replicas() -> None:
     np.testing.assert_array_equal(read.flat_offsets, fitted.flat_offsets)
     assert (read.shares, read.windows) == ((0.25, 0.0, 0.7, 0.05), 7)
     assert read.read_at == (0.0875, 0.5, 0.95)
-    # A replica of the version before shares the model's weight alone: the rest was the
-    # last day's.
+    # Offsets another build wrote are refused in one line, not half read.
     raw = json.loads(blob)
     del raw["shares"]
-    raw["weight"] = 0.25
-    del raw["read_at"], raw["flat_offsets"]
-    earlier = Offsets.from_json(json.dumps(raw).encode()).recalibration
-    assert earlier.shares == (0.25, 0.75, 0.0, 0.0) and earlier.read_at == ()
-    assert earlier.flat_offsets.size == 0
+    with pytest.raises(ValueError, match="not offsets as this xApp writes them .*shares"):
+        Offsets.from_json(json.dumps(raw).encode())

@@ -10,8 +10,13 @@ from pathlib import Path
 
 import httpx
 
-from kpi_forecast.xapp.api import create_app
-from kpi_forecast.xapp.config import CONFIG_FILE_NAME, DEFAULT_DIR, Descriptor, load_descriptor
+from kpi_forecast.xapp.app import create_app
+from kpi_forecast.xapp.descriptor.config_file import (
+    CONFIG_FILE_NAME,
+    DEFAULT_DIR,
+    Descriptor,
+    load_descriptor,
+)
 from kpi_forecast.xapp.service import TransportFactory, rmr_transport
 from tests.exported_model import exported_copy
 

@@ -144,9 +144,10 @@ def fit(
         data_fingerprint=data_fingerprint,
         created=created.isoformat(),
         holidays=panel.holidays,
-        holiday_as_sunday=model_cfg.horizon_tokens,  # as train() built its windows
-        holiday_from_sunday=bool(panel.holidays) and not model_cfg.horizon_tokens,
-        wall_clock=True,  # as train() built its windows
+        # As train() built its windows: a holiday read as a Sunday where the horizon has
+        # tokens; else the horizon's nearest Sunday's forecast.
+        holiday_reading=("none" if not panel.holidays else
+                         "as_sunday" if model_cfg.horizon_tokens else "from_sunday"),
         training={
             "epochs": result.epochs,
             "seconds": round(result.seconds, 1),
@@ -190,8 +191,9 @@ def save_weights(network: Forecaster, model_dir: Path) -> str:
 
 def load_network(model_dir: Path) -> tuple[Forecaster, ModelMetadata]:
     """The trained network of a model directory, once weights.pt's checksum matches
-    metadata.json; weights load as tensors only."""
-    meta = load_metadata(model_dir)
+    metadata.json (of this schema version, or of the one before: export writes it anew);
+    weights load as tensors only."""
+    meta = load_metadata(model_dir, reexport=True)
     path = Path(model_dir) / WEIGHTS_FILE
     if not path.is_file():
         raise ArtifactError(f"{path}: missing")

@@ -158,7 +158,7 @@ def _plot_curve(path: Path, curve: list[tuple[float, float]]) -> None:
 
 def clock_reading(panel: Panel, meta: ModelMetadata) -> str:
     """Whether the windows were read on a wall clock that changes within the data."""
-    if meta.wall_clock and wall_clock_places(panel.index, panel.calendar_tz) is not None:
+    if wall_clock_places(panel.index, panel.calendar_tz) is not None:
         return ("; its UTC offset changes within the data (DST): the windows are read on its "
                 "wall clock")
     return ""
@@ -166,9 +166,9 @@ def clock_reading(panel: Panel, meta: ModelMetadata) -> str:
 
 def holiday_reading(meta: ModelMetadata) -> str:
     """How the model treats a public holiday on a working day, for the data line."""
-    if meta.holiday_as_sunday:
+    if meta.holiday_reading == "as_sunday":
         return ", those on working days read as Sundays"
-    if meta.holiday_from_sunday:
+    if meta.holiday_reading == "from_sunday":
         return (", those on working days in the horizon forecast as the horizon's nearest "
                 "Sunday")
     return ""

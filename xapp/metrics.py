@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
-from kpi_forecast.xapp.routes import FORECAST_ROUTES, GROUPS
+from kpi_forecast.xapp.http.routes import FORECAST_ROUTES, GROUPS
 
 PREFIX = "kpi_forecast"
 BUDGET_FRACTIONS = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1.25, 1.5, 2.0, 5.0)

@@ -1,5 +1,5 @@
-"""`kpi-forecast serve`: the xApp process (uvicorn, one worker, graceful SIGTERM); ``run`` serves
-the mock E2 node the same way."""
+"""The xApp process of `kpi-forecast serve` (uvicorn, one worker, graceful SIGTERM); ``run``
+serves the mock E2 node the same way."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import uvicorn
 from starlette.types import ASGIApp
 
-from kpi_forecast.xapp.api import create_app
-from kpi_forecast.xapp.config import descriptor_path, load_descriptor
-from kpi_forecast.xapp.connections import READ_TIMEOUT_S, BoundedHttpProtocol
+from kpi_forecast.xapp.app import create_app
+from kpi_forecast.xapp.descriptor.config_file import descriptor_path, load_descriptor
+from kpi_forecast.xapp.http.connections import READ_TIMEOUT_S, BoundedHttpProtocol
 
 log = logging.getLogger(__name__)
 

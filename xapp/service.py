@@ -10,25 +10,25 @@ import logging
 from collections.abc import Callable
 
 from kpi_forecast.model.runtime import OnnxForecaster
-from kpi_forecast.xapp.a1.handler import PolicyHandler
-from kpi_forecast.xapp.a1.policies import Policies
-from kpi_forecast.xapp.access import Access
-from kpi_forecast.xapp.admission import Admission
-from kpi_forecast.xapp.batcher import DynamicBatcher
-from kpi_forecast.xapp.config import Descriptor, model_fields_changed
-from kpi_forecast.xapp.controls import E2, Controls
-from kpi_forecast.xapp.decision import Budget, Decider
-from kpi_forecast.xapp.e2.ingest import Ingestor
-from kpi_forecast.xapp.e2.link import E2Link
-from kpi_forecast.xapp.e2.ownership import Ownership
-from kpi_forecast.xapp.e2.rmr import RmrTransport
-from kpi_forecast.xapp.e2.transport import Transport
+from kpi_forecast.xapp.descriptor.config_file import Descriptor, model_fields_changed
+from kpi_forecast.xapp.descriptor.controls import E2, Controls
 from kpi_forecast.xapp.failures import describe
-from kpi_forecast.xapp.history import History, HistoryUnavailable
+from kpi_forecast.xapp.http.access import Access
 from kpi_forecast.xapp.metrics import Metrics
-from kpi_forecast.xapp.model_holder import ModelHolder, check_controls
-from kpi_forecast.xapp.overload import ConcurrencyLimit, LoopLag
-from kpi_forecast.xapp.recalibrator import Recalibrator
+from kpi_forecast.xapp.ric.a1.handler import PolicyHandler
+from kpi_forecast.xapp.ric.a1.policies import Policies
+from kpi_forecast.xapp.ric.e2.ingest import Ingestor
+from kpi_forecast.xapp.ric.e2.link import E2Link
+from kpi_forecast.xapp.ric.e2.ownership import Ownership
+from kpi_forecast.xapp.ric.e2.rmr import RmrTransport
+from kpi_forecast.xapp.ric.e2.transport import Transport
+from kpi_forecast.xapp.serving.admission import Admission
+from kpi_forecast.xapp.serving.batcher import DynamicBatcher
+from kpi_forecast.xapp.serving.decision import Budget, Decider
+from kpi_forecast.xapp.serving.model_holder import ModelHolder, check_controls
+from kpi_forecast.xapp.serving.overload import ConcurrencyLimit, LoopLag
+from kpi_forecast.xapp.serving.recalibrator import Recalibrator
+from kpi_forecast.xapp.store.history import History, HistoryUnavailable
 
 log = logging.getLogger(__name__)
 

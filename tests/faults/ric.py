@@ -16,12 +16,12 @@ import httpx
 import numpy as np
 
 from benchmarks.ports import free_port
+from kpi_forecast.cli.mock_e2_node import cell_id
+from kpi_forecast.cli.smoke import wait_ready
 from kpi_forecast.data.ingest import load_panel
 from kpi_forecast.data.panel import Panel
-from kpi_forecast.xapp.controls import HistoryStore
-from kpi_forecast.xapp.e2.mock_node import cell_id
-from kpi_forecast.xapp.sdl import RedisHistory
-from kpi_forecast.xapp.smoke import wait_ready
+from kpi_forecast.xapp.descriptor.controls import HistoryStore
+from kpi_forecast.xapp.store.sdl import RedisHistory
 from tests.processes import ROOT, STOP_WITHIN_S
 from tests.redis_server import RedisServer
 from tests.test_xapp_process import NO_TORCH

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from kpi_forecast.data.synthetic import generate
-from kpi_forecast.xapp.controls import Controls
-from kpi_forecast.xapp.e2.ownership import LEASE_TTL_S, ROUND_S
+from kpi_forecast.xapp.descriptor.controls import Controls
+from kpi_forecast.xapp.ric.e2.ownership import LEASE_TTL_S, ROUND_S
 from tests.faults.conftest import Report
 from tests.faults.ric import Ric, held, the_file, wait_for
 from tests.redis_server import RedisServer

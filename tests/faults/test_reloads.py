@@ -18,7 +18,7 @@ import pytest
 
 from benchmarks.ports import free_port
 from kpi_forecast.model.config import ModelConfig
-from kpi_forecast.xapp.config import CONFIG_FILE_NAME
+from kpi_forecast.xapp.descriptor.config_file import CONFIG_FILE_NAME
 from tests.faults.conftest import Report
 from tests.processes import BIN, answers, running
 from tests.system_tools import system_tool

@@ -15,10 +15,10 @@ import pytest
 import redis
 
 from kpi_forecast.data.synthetic import generate
-from kpi_forecast.xapp.a1.handler import STORE_NAME
-from kpi_forecast.xapp.e2.link import RESUBSCRIBE_BOUND_S
-from kpi_forecast.xapp.e2.ownership import ROUND_S, TAKEOVER_BOUND_S
-from kpi_forecast.xapp.recalibrator import SHARED_NAME
+from kpi_forecast.xapp.ric.a1.handler import STORE_NAME
+from kpi_forecast.xapp.ric.e2.link import RESUBSCRIBE_BOUND_S
+from kpi_forecast.xapp.ric.e2.ownership import ROUND_S, TAKEOVER_BOUND_S
+from kpi_forecast.xapp.serving.recalibrator import SHARED_NAME
 from tests.a1_mediator import Mediator
 from tests.faults.conftest import Report
 from tests.faults.ric import NAMESPACE, Ric, held, the_file, wait_for

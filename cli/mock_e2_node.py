@@ -1,0 +1,517 @@
+"""A mock E2 node with the RIC platform around it: replays a KPI file as E2SM-KPM indications.
+
+It plays three parts, each by its published contract (O-RAN SC's REST API documents):
+
+- the E2 Manager (``/v1``): ``GET /v1/nodeb/states`` lists the nodes (cells grouped into nodes
+  of ``cells_per_node``) and whether each is connected, ``GET /v1/nodeb/{ranName}`` one node
+  with its served NR cells and its RAN functions, the E2SM-KPM one with the RAN function
+  description an E2 node declares at E2 setup (encoded from the same cell list and the
+  measurements it has: KPM v3+, or v2 with its node list);
+- the subscription manager (``/ric/v1``): ``GET`` and ``POST /ric/v1/subscriptions`` and
+  ``DELETE /ric/v1/subscriptions/{subscriptionId}``;
+- the E2 node: for each accepted subscription, an E2AP RICsubscriptionResponse on the
+  subscriber's rmr-data endpoint, then the file's values for the subscribed cells as RIC
+  Indications: one per reporting period, holding one value per step of the data, stamped with
+  the collection start time. The messages go through a ``Transport``: librmr in
+  ``kpi-forecast e2sim``, to the endpoint the subscription names, as the E2 termination sends
+  them on a RIC.
+
+Cells are named as e2mgr names them (``cellId``: the PLMN and the NR cell identity in hex);
+``cell_ids`` gives each file cell's name. A node can be disconnected and connected again
+(``disconnect``, ``connect``): its subscriptions end with the connection.
+
+As an E2 termination does, it keeps no indication for an xApp that cannot take it: one that
+cannot be sent (the xApp restarting, not up yet) is dropped and counted (``undelivered``), the
+outage logged once with its reason and its end; the replay goes on. A subscription's outcome
+is retried, with its reason logged, until it is delivered. History before ``live_from`` is
+sent as a node that catches up would: period by period, at most ``catch_up_rate`` reports a
+second over all subscriptions. Faults can be injected for tests: malformed payloads,
+duplicates, late (out-of-order) reports and lost reports (gaps).
+
+    kpi-forecast e2sim --data FILE --kpi COL=MEAS_NAME [--listen HOST:PORT] [--speed X] ...
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import random
+import time
+from collections import Counter, deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Annotated
+
+import numpy as np
+import pandas as pd
+from fastapi import FastAPI, HTTPException, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
+from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
+
+from kpi_forecast.data.panel import Panel
+from kpi_forecast.xapp.failures import describe, log_retry
+from kpi_forecast.xapp.ric.e2 import discovery, e2ap, indication, kpm
+from kpi_forecast.xapp.ric.e2.rmr import RmrError
+from kpi_forecast.xapp.ric.e2.subscription import (
+    SubscriptionDetail,
+    SubscriptionInstance,
+    SubscriptionRequest,
+    SubscriptionResponse,
+)
+from kpi_forecast.xapp.ric.e2.transport import (
+    RIC_INDICATION,
+    RIC_SUB_FAILURE,
+    RIC_SUB_RESP,
+    Frame,
+    Transport,
+)
+
+log = logging.getLogger(__name__)
+
+PLMN = "00f110"  # the test PLMN (MCC 001, MNC 01)
+RAN_FUNCTION_ID = 2  # the node's E2SM-KPM function, as O-RAN SC E2 nodes number it
+FAULTS = ("malformed", "duplicate", "late", "gap")
+
+
+@dataclass
+class Stream:
+    """One accepted subscription entry: a cell, reported under one RIC request."""
+
+    cell: int  # row of the panel
+    requestor_id: int
+    instance_id: int
+    action_id: int
+    measurements: list[str]  # the subscribed ones this node has, in the subscription's order
+    period_ms: int
+
+
+@dataclass
+class Subscription:
+    meid: str
+    host: str
+    port: int
+    streams: list[Stream]
+    task: asyncio.Task | None = None
+
+
+def cell_id(row: int) -> str:
+    """The e2mgr cellId of the file's cell ``row``: the test PLMN and the row as its NR cell
+    identity."""
+    return discovery.format_cell_id(kpm.CellId(bytes.fromhex(PLMN), nr_cell=row))
+
+
+# What a send to an endpoint that is not there raises: librmr's failure, a socket's.
+UNREACHABLE = (RmrError, OSError)
+
+
+@dataclass
+class MockE2Node:
+    panel: Panel  # the grid and cells; its target column is reported as ``measurement``
+    measurement: str
+    transport: Transport  # started and closed with the node
+    # Further measurements on the same grid and cells (other columns of the file), by name.
+    extra: dict[str, np.ndarray] = field(default_factory=dict)
+    cells_per_node: int = 8
+    speed: float = 0.0  # replay speed against real time; 0: as fast as the link takes
+    pace_ms: float | None = None  # wall-clock ms between reports, overriding speed
+    start: int = 0  # first step replayed
+    end: int | None = None  # step after the last one replayed
+    live_from: int | None = None  # steps before this one are caught up on, then at speed
+    # Reports a second, over all subscriptions, while catching up on the steps before
+    # live_from (None: as fast as the link takes).
+    catch_up_rate: float | None = None
+    # Reports follow the wall clock, as a real node's: a subscription's first is the period
+    # that ends next, and each goes out as its period ends (the file's times must span now).
+    wall_clock: bool = False
+    faults: dict[str, float] = field(default_factory=dict)  # fault -> probability per report
+    seed: int = 0
+    sent: Counter = field(default_factory=Counter)  # what went out, by kind
+    # On the wall clock: (monotonic s, ms from a period's end to its last report handed to
+    # the transport), the recent ones, so that a slow mock node is not mistaken for a slow
+    # xApp.
+    send_lag_ms: deque = field(default_factory=lambda: deque(maxlen=100_000))
+    subscriptions: dict[str, Subscription] = field(default_factory=dict)
+    kpm_version: int = 3  # of the RAN function description it declares: 2, or 3 (and later)
+    disconnected: set[str] = field(default_factory=set)  # nodes whose E2 connection is down
+
+    def __post_init__(self) -> None:
+        self._values = {self.measurement: self.panel.values, **self.extra}
+        self._unreachable: set[str] = set()  # endpoints in an outage, logged at its start
+        self._rng = random.Random(self.seed)
+        self._next_instance = 1
+        self._subscriptions_made = 0
+        self.step_ms = int(self.panel.step / pd.Timedelta("1ms"))
+        self._index_ns = self.panel.index.as_unit("ns").asi8
+        self._headers: dict[int, bytes] = {}  # by first step: one encoding per period
+        self._catch_up_free = 0.0  # monotonic time from which the next catch-up may go
+        self._definitions: dict[str, str] = {}  # each node's RAN function description, hex
+
+    @cached_property
+    def cell_ids(self) -> list[str]:
+        """Each file cell's name as e2mgr gives it (and the xApp keeps it), in the file's
+        order."""
+        return [cell_id(row) for row in range(self.panel.n_cells)]
+
+    @cached_property
+    def _nodes(self) -> dict[str, list[int]]:
+        """Each node's cells (rows of the panel), by meid."""
+        per = self.cells_per_node
+        return {f"gnb-{k // per:03d}": list(range(k, min(k + per, self.panel.n_cells)))
+                for k in range(0, self.panel.n_cells, per)}
+
+    def node_names(self) -> list[str]:
+        return list(self._nodes)
+
+    def disconnect(self, meid: str) -> None:
+        """The node's E2 connection is lost: e2mgr lists it disconnected, and its
+        subscriptions end (submgr deletes them)."""
+        self.disconnected.add(meid)
+        for subscription_id in [i for i, s in self.subscriptions.items() if s.meid == meid]:
+            self.unsubscribe(subscription_id)
+
+    def connect(self, meid: str) -> None:
+        self.disconnected.discard(meid)
+
+    # --- the E2 Manager ---------------------------------------------------------------------
+
+    def _status(self, meid: str) -> str:
+        return "DISCONNECTED" if meid in self.disconnected else "CONNECTED"
+
+    def _global_nb_id(self, meid: str) -> dict:
+        return {"plmnId": PLMN, "nbId": f"{int(meid.removeprefix('gnb-')):08x}"}
+
+    def nodeb_states(self) -> list[dict]:
+        """``GET /v1/nodeb/states``: e2mgr's NodebIdentity of every node."""
+        return [{"inventoryName": meid, "globalNbId": self._global_nb_id(meid),
+                 "connectionStatus": self._status(meid)} for meid in self._nodes]
+
+    def ran_function_definition(self, meid: str) -> str:
+        """The E2SM-KPM RAN function description the node declares, as e2mgr shows it (in
+        hex): report style 1 with the measurements the node has and, in v2, its cells."""
+        if meid not in self._definitions:
+            cells = [kpm.CellObject(self.cell_ids[row],
+                                    discovery.parse_cell_id(self.cell_ids[row]))
+                     for row in self._nodes[meid]] if self.kpm_version == 2 else None
+            description = kpm.RanFunctionDescription(
+                kpm.SHORT_NAME, kpm.OID_V2 if self.kpm_version == 2 else kpm.OID_V3,
+                {kpm.NODE_MEASUREMENT_STYLE: sorted(self._values)}, self.kpm_version, cells)
+            self._definitions[meid] = kpm.encode_ran_function_description(description).hex()
+        return self._definitions[meid]
+
+    def nodeb(self, meid: str) -> dict | None:
+        """``GET /v1/nodeb/{ranName}``: e2mgr's NodebResponse (None: no such node)."""
+        rows = self._nodes.get(meid)
+        if rows is None:
+            return None
+        cells = [{"servedNrCellInformation": {
+            "cellId": self.cell_ids[row], "servedPlmns": [PLMN], "nrPci": row % 1008,
+            "nrMode": "FDD", "choiceNrMode": {"fdd": {}}}} for row in rows]
+        return {"ranName": meid, "connectionStatus": self._status(meid), "nodeType": "GNB",
+                "globalNbId": self._global_nb_id(meid), "setupFromNetwork": True,
+                "gnb": {"gnbType": "GNB", "servedNrCells": cells, "ranFunctions": [{
+                    "ranFunctionId": RAN_FUNCTION_ID, "ranFunctionRevision": 1,
+                    "ranFunctionDefinition": self.ran_function_definition(meid)}]}}
+
+    async def open(self) -> None:
+        """Start the transport (before the first subscription)."""
+
+        async def nothing_expected(frame: Frame) -> None:  # the xApp sends over REST
+            log.warning("e2sim: ignoring a message of type %d", frame.msg_type)
+
+        await self.transport.start(nothing_expected)
+
+    # --- subscriptions ---------------------------------------------------------------------
+
+    def subscribe(self, request: SubscriptionRequest) -> SubscriptionResponse:
+        """Accept or refuse each entry and answer at once, as submgr does: the outcomes go to
+        the subscriber's rmr-data endpoint in the background, then the replay. An endpoint
+        that cannot be reached is retried, with its reason logged, until it can."""
+        rows = self._nodes.get(request.meid)
+        if rows is None or request.meid in self.disconnected:
+            raise HTTPException(404, f"no connected E2 node {request.meid}")
+        # The node refuses what names another RAN function than its E2SM-KPM one.
+        served = set(rows) if request.ran_function_id == RAN_FUNCTION_ID else set()
+        # Numbered in order of arrival: an id is never reused, not even after a deletion.
+        self._subscriptions_made += 1
+        subscription_id = str(self._subscriptions_made)  # submgr's ids are numbers
+        accepted = [self._accept(detail, served) for detail in request.details]
+        endpoint = request.client_endpoint
+        subscription = Subscription(request.meid, endpoint.host, endpoint.rmr_port,
+                                    [stream for stream, _ in accepted if stream is not None])
+        subscription.task = asyncio.create_task(
+            self._run(subscription, [outcome for _, outcome in accepted]))
+        self.subscriptions[subscription_id] = subscription
+        return SubscriptionResponse(subscription_id=subscription_id, instances=[
+            SubscriptionInstance(xapp_event_instance_id=stream.requestor_id,
+                                 e2_event_instance_id=stream.instance_id)
+            for stream in subscription.streams])
+
+    def _accept(self, detail: SubscriptionDetail, served: set[int]
+                ) -> tuple[Stream | None, Frame]:
+        requestor = detail.xapp_event_instance_id
+        instance = self._next_instance
+        self._next_instance += 1
+        action = detail.actions[0]
+        try:
+            period = kpm.decode_event_trigger(bytes(detail.event_triggers))
+            definition = kpm.decode_action_definition(bytes(action.action_definition))
+        except kpm.DecodeError:
+            return None, self._failure(requestor, instance, "action-not-supported")
+        cell = definition.cell.nr_cell if definition.cell else None
+        wanted = [m for m in definition.measurements if m in self._values]
+        if cell not in served or not wanted:
+            return None, self._failure(requestor, instance, "action-not-supported")
+        stream = Stream(cell, requestor, instance, action.action_id, wanted,
+                        max(period, self.step_ms))
+        payload = e2ap.encode_subscription_response(requestor, instance, RAN_FUNCTION_ID,
+                                                       [stream.action_id])
+        return stream, Frame(RIC_SUB_RESP, instance, payload)
+
+    def _failure(self, requestor: int, instance: int, cause: str) -> Frame:
+        self.sent["subscription_failures"] += 1
+        payload = e2ap.encode_subscription_failure(requestor, instance, RAN_FUNCTION_ID,
+                                                      ("ricRequest", cause))
+        return Frame(RIC_SUB_FAILURE, instance, payload)
+
+    def subscription_list(self) -> list[dict]:
+        """``GET /ric/v1/subscriptions``: submgr's SubscriptionList."""
+        return [{"SubscriptionId": int(subscription_id), "Meid": subscription.meid,
+                 "ClientEndpoint": [f"{subscription.host}:{subscription.port}"],
+                 "SubscriptionInstances": [
+                     {"XappEventInstanceId": stream.requestor_id,
+                      "E2EventInstanceId": stream.instance_id} for stream in subscription.streams]}
+                for subscription_id, subscription in self.subscriptions.items()]
+
+    def unsubscribe(self, subscription_id: str) -> None:
+        subscription = self.subscriptions.pop(subscription_id, None)
+        if subscription is None:  # the published API's answer to an unknown id
+            raise HTTPException(400, f"no subscription {subscription_id}")
+        if subscription.task is not None:
+            subscription.task.cancel()
+        self.sent["deletions"] += 1
+
+    # --- the replay ------------------------------------------------------------------------
+
+    async def _run(self, subscription: Subscription, outcomes: list[Frame]) -> None:
+        for outcome in outcomes:
+            await self._send_until_delivered(subscription.host, subscription.port, outcome)
+        await self._replay(subscription)
+
+    async def _replay(self, subscription: Subscription) -> None:
+        if not subscription.streams:
+            return
+        per_report = max(1, subscription.streams[0].period_ms // self.step_ms)
+        end = self.panel.n_steps if self.end is None else min(self.end, self.panel.n_steps)
+        start = self._next_period() if self.wall_clock else self.start
+        held: list[Frame] = []  # late reports, sent after the next one
+        for first in range(start, end, per_report):
+            steps = range(first, min(first + per_report, end))
+            # Encoded before the period ends, as a node has its report ready when it does
+            # (encoding is a large share of this Python node's CPU at many cells).
+            frames = [self._indication(stream, steps) for stream in subscription.streams]
+            if self.wall_clock:
+                ends_ns = self._index_ns[first] + len(steps) * self.step_ms * 1_000_000
+                await asyncio.sleep(max(0.0, (ends_ns - time.time_ns()) / 1e9))
+            elif self.live_from is not None and first < self.live_from:
+                await self._catch_up(len(frames))
+            if self.faults:
+                for frame in frames:
+                    await self._send_with_faults(subscription, frame, held)
+            else:
+                await self._send_all(subscription.host, subscription.port, frames)
+            if self.wall_clock:
+                self.send_lag_ms.append((time.monotonic(), (time.time_ns() - ends_ns) / 1e6))
+            else:
+                caught_up = self.live_from is None or first >= self.live_from
+                await asyncio.sleep(self._pause(per_report) if caught_up else 0.0)
+        for frame in held:
+            await self._send(subscription.host, subscription.port, frame)
+        self.sent["replays_done"] += 1
+
+    async def _catch_up(self, reports: int) -> None:
+        """Wait for the turn of ``reports`` reports of the history, so that the subscriptions
+        together stay within ``catch_up_rate`` a second."""
+        if self.catch_up_rate is None:
+            return
+        now = time.monotonic()
+        turn = max(now, self._catch_up_free)
+        self._catch_up_free = turn + reports / self.catch_up_rate
+        await asyncio.sleep(turn - now)
+
+    def _next_period(self) -> int:
+        """The first step whose period has not ended yet."""
+        ended = time.time_ns() - self.step_ms * 1_000_000
+        return int(np.searchsorted(self._index_ns, ended, side="right"))
+
+    def _indication(self, stream: Stream, steps: range) -> Frame:
+        measurements = [
+            kpm.Measurement(name, [None if v != v else v for v in  # NaN: no value
+                                   self._values[name][stream.cell, steps.start : steps.stop]
+                                   .tolist()])
+            for name in stream.measurements
+        ]
+        header = self._headers.get(steps.start)
+        if header is None:
+            if len(self._headers) > 64:
+                self._headers.clear()
+            header = self._headers[steps.start] = kpm.encode_indication_header(
+                self.panel.index[steps.start].to_pydatetime())
+        message = indication.encode_message(kpm.IndicationMessage(
+            measurements, granularity_ms=self.step_ms))
+        payload = indication.encode_e2ap(stream.requestor_id, stream.instance_id, RAN_FUNCTION_ID,
+                                         stream.action_id, steps.start % 65536, header, message)
+        return Frame(RIC_INDICATION, stream.instance_id, payload)
+
+    async def _send_with_faults(self, subscription: Subscription, frame: Frame,
+                                held: list[Frame]) -> None:
+        host, port = subscription.host, subscription.port
+        if self._rng.random() < self.faults.get("gap", 0.0):
+            self.sent["gaps"] += 1  # a report lost on the way: its steps stay missing
+            return
+        if self._rng.random() < self.faults.get("malformed", 0.0):
+            garbage = bytes(self._rng.getrandbits(8) for _ in range(24))
+            await self._send(host, port, Frame(RIC_INDICATION, frame.subscription_id, garbage),
+                             "malformed")
+        if self._rng.random() < self.faults.get("late", 0.0):
+            held.append(frame)
+            self.sent["late"] += 1
+            return
+        await self._send(host, port, frame)
+        if self._rng.random() < self.faults.get("duplicate", 0.0):
+            await self._send(host, port, frame, "duplicates")
+        while held and self._rng.random() < 0.5:
+            await self._send(host, port, held.pop(0))
+
+    def _pause(self, steps: int) -> float:
+        if self.pace_ms is not None:
+            return self.pace_ms / 1000.0
+        if self.speed <= 0:
+            return 0.0
+        return steps * self.step_ms / 1000.0 / self.speed
+
+    async def _send(self, host: str, port: int, frame: Frame,
+                    kind: str = "indications") -> None:
+        """Send once; what cannot be sent is dropped and counted as ``undelivered``."""
+        try:
+            await self.transport.send(host, port, frame)
+        except UNREACHABLE as exc:
+            self._undelivered(f"{host}:{port}", 1, exc)
+            return
+        self._delivered(f"{host}:{port}", 1, kind)
+
+    async def _send_all(self, host: str, port: int, frames: list[Frame]) -> None:
+        """A period's indications to one subscriber, in one hand-off to the transport."""
+        sent, error = await self.transport.send_many(host, port, frames)
+        if sent:
+            self._delivered(f"{host}:{port}", sent, "indications")
+        if error is not None:
+            self._undelivered(f"{host}:{port}", len(frames) - sent, error)
+
+    def _delivered(self, endpoint: str, count: int, kind: str) -> None:
+        if endpoint in self._unreachable:
+            self._unreachable.discard(endpoint)
+            log.warning("e2sim: %s reached again (%d undelivered so far)", endpoint,
+                        self.sent["undelivered"])
+        self.sent[kind] += count
+
+    def _undelivered(self, endpoint: str, count: int, exc: Exception) -> None:
+        self.sent["undelivered"] += count
+        if endpoint not in self._unreachable:
+            self._unreachable.add(endpoint)
+            log.warning("e2sim: the subscriber's rmr-data endpoint %s cannot be reached "
+                        "(%s): dropping indications, counted as undelivered, until it can",
+                        endpoint, describe(exc))
+
+    async def _send_until_delivered(self, host: str, port: int, frame: Frame) -> None:
+        """Send, retrying with backoff while the endpoint cannot be reached."""
+        async for attempt in AsyncRetrying(
+            wait=wait_exponential(multiplier=0.05, max=5.0),
+            retry=retry_if_exception_type(UNREACHABLE),
+            before_sleep=log_retry(log, f"e2sim: the subscriber's rmr-data endpoint "
+                                        f"{host}:{port}"),
+        ):
+            with attempt:
+                await self.transport.send(host, port, frame)
+
+    async def close(self) -> None:
+        tasks = [s.task for s in self.subscriptions.values() if s.task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.transport.close()
+
+
+def create_app(node: MockE2Node) -> FastAPI:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await node.open()
+        yield
+        await node.close()  # the replays stop with the server
+
+    app = FastAPI(title="kpi-forecast mock E2 node, E2 Manager and subscription manager",
+                  lifespan=lifespan)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        # The published APIs answer a body they cannot read with 400 (FastAPI's own: 422).
+        return JSONResponse({"errorCode": "402", "errorMessage": str(exc.errors()[:3])}, 400)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:  # every method of the path, not the first route's only
+            headers["Allow"] = ", ".join(sorted(
+                method for route in app.routes if isinstance(route, APIRoute)
+                and route.matches(request.scope)[0] != Match.NONE for method in route.methods))
+        return JSONResponse({"detail": exc.detail}, exc.status_code, headers=headers)
+
+    @app.get("/v1/nodeb/states")
+    async def nodeb_states() -> list[dict]:
+        return node.nodeb_states()
+
+    @app.get("/v1/nodeb/{ran_name}")
+    async def nodeb(ran_name: str) -> JSONResponse:
+        found = node.nodeb(ran_name)
+        if found is None:
+            return JSONResponse({"errorCode": "404", "errorMessage": f"no RAN {ran_name}"},
+                                404, media_type="application/problem+json")
+        return JSONResponse(found)
+
+    @app.get("/ric/v1/subscriptions")
+    async def subscriptions() -> list[dict]:
+        return node.subscription_list()
+
+    @app.post("/ric/v1/subscriptions", status_code=201, response_model=SubscriptionResponse,
+              response_model_by_alias=True)
+    async def subscribe(body: SubscriptionRequest) -> SubscriptionResponse:
+        return node.subscribe(body)
+
+    @app.delete("/ric/v1/subscriptions/{subscription_id}", status_code=204)
+    async def unsubscribe(subscription_id: str) -> Response:
+        node.unsubscribe(subscription_id)
+        return Response(status_code=204)
+
+    @app.get("/stats")
+    async def stats(seconds: Annotated[float | None, Query(gt=0)] = None) -> dict:
+        """What went out, by kind, who holds a subscription to each node (its rmr-data
+        endpoints, host:port) and, on the wall clock, how late the node itself sent: the
+        median and p99 from a period's end to its last report handed to RMR, over the
+        periods of the last ``seconds`` (all those kept, without)."""
+        subscribers: dict[str, list[str]] = {}
+        for subscription in node.subscriptions.values():
+            subscribers.setdefault(subscription.meid, []).append(
+                f"{subscription.host}:{subscription.port}")
+        since = -math.inf if seconds is None else time.monotonic() - seconds
+        lags = np.asarray([lag for at, lag in node.send_lag_ms if at >= since])
+        lag = {f"send_lag_{name}_ms": float(np.percentile(lags, q)) if len(lags) else None
+               for name, q in (("p50", 50), ("p99", 99))}
+        return {**node.sent, **lag, "subscribers": subscribers}
+
+    return app

@@ -1,0 +1,338 @@
+"""The descriptor's pydantic models: the O-RAN SC xApp descriptor (config-file.json) and the
+xApp's own settings under its "controls".
+
+They are the one source of the descriptor's contract: `schema.json` (which the xApp and the
+chart validate the file against) and the controls part of the chart's `values.schema.json` are
+generated from them (`make schemas`, `cli/schema_files.py`); the models themselves validate
+the controls and their overrides (CLI flags), which never pass through the schema. A field's
+docstring is its description in the schemas.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import urllib.parse
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+from pydantic.json_schema import SkipJsonSchema
+
+DEFAULT_APPMGR_URL = "http://service-ricplt-appmgr-http.ricplt:8080/ric/v1/register"
+DEFAULT_RMR_HOST = "service-ricxapp-kpi-forecast-rmr.ricxapp"
+DEFAULT_E2MGR_URL = "http://service-ricplt-e2mgr-http.ricplt:3800/v1"
+
+MODEL_CONFIG = ConfigDict(
+    populate_by_name=True,
+    alias_generator=to_camel,
+    extra="forbid",
+    frozen=True,
+    allow_inf_nan=False,  # JSON Schema bounds let NaN through (every comparison is false)
+    use_attribute_docstrings=True,
+)
+# The descriptor's envelope belongs to the RIC platform (appmgr, dms_cli): keys this xApp does
+# not use are kept, not refused.
+_ENVELOPE_CONFIG = ConfigDict(MODEL_CONFIG, extra="allow")
+
+Quantile = Annotated[float, Field(gt=0, lt=1)]
+Port = Annotated[int, Field(ge=1, le=65535)]
+MessageTypes = list[Annotated[str, Field(min_length=1)]]
+
+
+class Batching(BaseModel):
+    """How requests are gathered into one model call."""
+
+    model_config = MODEL_CONFIG
+
+    max_batch_size: int = Field(64, ge=1, le=4096)
+    """Largest number of series in one model call."""
+    max_queue_delay_ms: float = Field(2.0, ge=0, le=1000)
+    """Longest a request waits for its batch to fill (ms)."""
+    max_queue_size: int = Field(1024, ge=1, le=100_000)
+    """Queued series beyond which requests are shed (503)."""
+    admission: Literal["adaptive", "off"] = "adaptive"
+    """adaptive: an in-flight limit that follows the queueing delay; off: admit every request
+    up to maxQueueSize (a RIC that sheds load upstream)."""
+
+
+class Registration(BaseModel):
+    """Registration with the RIC platform's application manager."""
+
+    model_config = MODEL_CONFIG
+
+    enabled: bool | Literal["auto"] = "auto"
+    """Register with the application manager at start-up. auto: when RMR takes its routes
+    from the routing manager ($RMR_RTG_SVC set, and not -1), as the RIC's charts run an xApp:
+    the routing manager routes only to the xApps registered there."""
+    appmgr_url: str = Field(DEFAULT_APPMGR_URL, min_length=1, pattern=r"^https?://")
+    """The application manager's registration endpoint."""
+    retry_seconds: float = Field(10.0, gt=0)
+    """Seconds between registration attempts."""
+
+
+class KpiSource(BaseModel):
+    """Which E2SM-KPM measurement feeds a KPI, and how reports within one step combine."""
+
+    model_config = MODEL_CONFIG
+
+    measurement: str = Field(min_length=1, max_length=150)
+    """E2SM-KPM measurement name (3GPP TS 28.552)."""
+    aggregate: Literal["mean", "sum"] = "mean"
+    """How reports within one step combine: sum for volumes, mean for levels and rates."""
+    scale: float = Field(1.0, gt=0)
+    """Measurement unit to KPI unit, e.g. Mbit to MB = 0.125."""
+
+
+DEFAULT_KPIS = {
+    "prb_util": KpiSource(measurement="RRU.PrbUsedDl"),
+    "dl_throughput_mbps": KpiSource(measurement="DRB.UEThpDl", scale=0.001),  # kbit/s
+    "active_ues": KpiSource(measurement="DRB.MeanActiveUeDl"),
+    "traffic_mb": KpiSource(measurement="DRB.PdcpSduVolumeDL", aggregate="sum", scale=0.125),
+}
+
+
+class E2(BaseModel):
+    """E2 ingestion: the rmr-data port and the E2SM-KPM measurement behind each KPI."""
+
+    model_config = MODEL_CONFIG
+
+    enabled: bool = False
+    """Ingest E2SM-KPM indications on the rmr-data port."""
+    port: int = Field(4560, ge=1, le=65535)
+    """The rmr-data port RMR listens on, for E2 and A1 (librmr: librmr_si.so.4 on the library
+    path)."""
+    submgr_url: str | None = Field(None, min_length=1, pattern=r"^https?://.+")
+    """The subscription manager's REST base, its API's base path included (on an O-RAN SC
+    RIC http://service-ricplt-submgr-http.ricplt:8088/ric/v1); null: do not subscribe
+    (frames may still arrive)."""
+    e2mgr_url: str = Field(DEFAULT_E2MGR_URL, alias="e2mgrUrl", min_length=1,
+                           pattern=r"^https?://.+")
+    """The E2 Manager's REST base, its /v1 included: where the E2 nodes, their cells and RAN
+    functions are listed."""
+    client_host: str | None = Field(None, min_length=1)
+    """Host the E2 side sends this xApp's frames to (the chart leaves it null and passes each
+    pod's IP with --e2-client-host); null: 127.0.0.1 when the subscription manager is on
+    loopback, else the RMR Service (service-ricxapp-kpi-forecast-rmr.ricxapp)."""
+    reporting_period_ms: int | None = Field(None, ge=1)
+    """E2SM-KPM reporting period; null: the model's step."""
+    kpis: dict[str, KpiSource] = Field(default_factory=lambda: dict(DEFAULT_KPIS), min_length=1)
+    """The E2SM-KPM measurement behind each KPI."""
+
+    def endpoint_host(self) -> str:
+        """Where the E2 side is to send this xApp's frames: ``client_host`` when set; else
+        loopback when the subscription manager is on loopback (the E2 side then runs on this
+        machine, as ``kpi-forecast e2sim`` does), else the RMR Service's in-cluster name."""
+        if self.client_host:
+            return self.client_host
+        host = urllib.parse.urlsplit(self.submgr_url or "").hostname or ""
+        try:
+            loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+        except ValueError:  # a name, not an address
+            loopback = False
+        return "127.0.0.1" if loopback else DEFAULT_RMR_HOST
+
+
+class HistoryStore(BaseModel):
+    """Where per-cell history lives: this replica's memory, or the RIC's shared Redis (the
+    SDL), so that replicas are stateless."""
+
+    model_config = MODEL_CONFIG
+
+    backend: Literal["memory", "redis"] = "memory"
+    """memory: this replica alone; redis: shared by every replica."""
+    # The braces and comma delimit SDL keys ({namespace},key): not allowed inside a namespace.
+    namespace: str = Field("kpi-forecast", min_length=1, max_length=100, pattern=r"^[^{},]+$")
+    """SDL namespace: keys are {namespace},key."""
+    host: str | None = Field(None, min_length=1)
+    """Redis host (null: $DBAAS_SERVICE_HOST)."""
+    port: int | None = Field(None, ge=1, le=65535)
+    """Redis port (null: $DBAAS_SERVICE_PORT, else 6379)."""
+    db: int = Field(0, ge=0, le=15)
+    """Redis database number."""
+    timeout_ms: float = Field(500.0, gt=0, le=60_000)
+    """Longest wait for Redis before a request is answered 503."""
+    max_cells: int = Field(100_000, ge=1, le=10_000_000)
+    """Most cells first written by E2 ingestion; a report for one more is refused."""
+    max_rest_cells: int = Field(10_000, ge=1, le=10_000_000)
+    """Most cells first written over REST (POST /v1/cells/.../history): a room of their own,
+    so that REST writes never take the room of the cells E2 reports."""
+
+
+class RecalibrationControls(BaseModel):
+    """Background recalibration of the quantiles on the recent history of the cells held, as
+    `kpi-forecast predict` does: the offsets are refreshed in the background and a forecast
+    only applies them."""
+
+    model_config = MODEL_CONFIG
+
+    every_seconds: float = Field(3600.0, ge=0, le=7 * 86400)
+    """Seconds between refreshes (0: serve the model's own calibration)."""
+    max_cells: int = Field(256, ge=1, le=100_000)
+    """Most cells a refresh reads: the most recently reported ones."""
+
+
+Access = Literal["open", "key", "off"]
+API_KEY_ENV = "KPI_FORECAST_API_KEY"
+API_KEY_HEADER = "X-Api-Key"
+
+
+class Api(BaseModel):
+    """Who may call the routes that change what the xApp forecasts. Reading forecasts, cells,
+    the model and health stays open to whoever reaches the port (the chart's NetworkPolicy
+    says who does). open: any caller; key: a caller whose X-Api-Key header holds the key in
+    $KPI_FORECAST_API_KEY (the chart's from a Secret; unset: no caller); off: no caller."""
+
+    model_config = MODEL_CONFIG
+
+    model_control: Access = "key"
+    """POST /v1/model/reload."""
+    history_writes: Access = "key"
+    """POST /v1/cells/{cellId}/history and POST /v1/cells/history."""
+
+
+class A1(BaseModel):
+    """A1 policies from the non-RT RIC (through the RIC's A1 mediator, over RMR on the
+    rmr-data port): the forecasts of groups of cells steered by policy type 30001."""
+
+    model_config = MODEL_CONFIG
+
+    enabled: bool = False
+    """Take A1 policy instances, and ask the A1 mediator for those that exist at start-up."""
+
+
+class Controls(BaseModel):
+    """The xApp's own settings; only modelDir has no default."""
+
+    model_config = MODEL_CONFIG
+
+    model_dir: str = Field(min_length=1)
+    """Directory holding model.onnx and metadata.json."""
+    model_url: str | None = Field(None, min_length=1)
+    """Where the model comes from when the pod mounts none (as in the chart dms_cli builds): an
+    http(s) URL or a file path of a .tar.gz of a model directory (kpi-forecast k8s package
+    writes one), unpacked into modelDir at start unless the model there came from this URL;
+    null: modelDir holds the model."""
+    model_root: str | None = Field(None, min_length=1)
+    """Directory every model a reload names must lie in, symlinks resolved (403 otherwise);
+    null: the directory holding modelDir."""
+    latency_budget_ms: float = Field(100.0, gt=0, le=60_000)
+    """Per-request latency target in milliseconds."""
+    default_horizon: Annotated[int, Field(ge=1)] | None = None
+    """Steps forecast when a request names none; null: the model's horizon."""
+    quantiles: list[Quantile] | None = Field(None, min_length=1, json_schema_extra={
+        "uniqueItems": True})
+    """Quantiles returned when a request names none; null: all the model has."""
+    batching: Batching = Batching()
+    history_length: int = Field(672, ge=1, le=1_000_000)
+    """KPI samples kept per cell."""
+    history_store: HistoryStore = HistoryStore()
+    recalibration: RecalibrationControls = RecalibrationControls()
+    execution_provider: Literal["auto", "cuda", "cpu"] = "auto"
+    """ONNX Runtime execution provider; auto: CUDA when available."""
+    precision: Literal["auto", "float32", "float16", "int8"] = "auto"
+    """Which of the model's graphs to serve; auto: the float16 one when CUDA is the active
+    provider and the model has it (fused attention kernels take only 16-bit floats), else
+    float32; int8: the quantised graph, on the CPU (executionProvider auto or cpu)."""
+    intra_op_threads: int = Field(0, ge=0, le=256)
+    """ONNX Runtime intra-op threads per model call; 0: one per call, and a large batch split
+    across the CPUs the process may use."""
+    max_request_bytes: int = Field(4 * 2**20, ge=1024, le=2**30)
+    """Largest REST request body."""
+    registration: Registration = Registration()
+    api: Api = Api()
+    e2: E2 = E2()
+    a1: A1 = A1()
+
+    @field_validator("quantiles")
+    @classmethod
+    def _unique(cls, value: list[float] | None) -> list[float] | None:
+        # The schema's uniqueItems; pydantic has no list-uniqueness constraint of its own.
+        if value is not None and len(set(value)) != len(value):
+            raise ValueError("quantiles must be unique")
+        return value
+
+    @model_validator(mode="after")
+    def _int8_on_cpu(self) -> Controls:
+        if self.precision == "int8" and self.execution_provider == "cuda":
+            raise ValueError("precision int8 is the CPU's graph: executionProvider must be "
+                             "auto or cpu")
+        return self
+
+
+# --- the envelope: what the RIC platform reads -----------------------------------------------
+
+
+class Image(BaseModel):
+    model_config = _ENVELOPE_CONFIG
+
+    registry: str
+    name: str = Field(min_length=1)
+    tag: str = Field(min_length=1)
+
+
+class Container(BaseModel):
+    model_config = _ENVELOPE_CONFIG
+
+    name: str = Field(min_length=1)
+    image: Image
+    command: list[str] | SkipJsonSchema[None] = None
+    args: list[str] | SkipJsonSchema[None] = None
+
+
+class HttpGet(BaseModel):
+    model_config = _ENVELOPE_CONFIG
+
+    path: str
+    port: Port
+
+
+class Probe(BaseModel):
+    model_config = _ENVELOPE_CONFIG
+
+    http_get: HttpGet | SkipJsonSchema[None] = None
+    initial_delay_seconds: Annotated[int, Field(ge=0)] | SkipJsonSchema[None] = None
+    period_seconds: Annotated[int, Field(ge=1)] | SkipJsonSchema[None] = None
+
+
+class MessagingPort(BaseModel):
+    model_config = _ENVELOPE_CONFIG
+
+    name: str = Field(min_length=1)
+    container: str | SkipJsonSchema[None] = None
+    port: Port
+    rx_messages: MessageTypes | SkipJsonSchema[None] = None
+    tx_messages: MessageTypes | SkipJsonSchema[None] = None
+    policies: list[int] | SkipJsonSchema[None] = None
+    description: str | SkipJsonSchema[None] = None
+
+
+class Messaging(BaseModel):
+    model_config = _ENVELOPE_CONFIG
+
+    ports: list[MessagingPort] = Field(min_length=1)
+
+
+class Rmr(BaseModel):
+    model_config = _ENVELOPE_CONFIG
+
+    protocols: list[str] | SkipJsonSchema[None] = None
+    max_size: Annotated[int, Field(ge=1)] | SkipJsonSchema[None] = None
+    num_workers: Annotated[int, Field(ge=1)] | SkipJsonSchema[None] = None
+    rx_messages: MessageTypes | SkipJsonSchema[None] = None
+    tx_messages: MessageTypes | SkipJsonSchema[None] = None
+    policies: list[int] | SkipJsonSchema[None] = None
+
+
+class DescriptorFile(BaseModel):
+    """O-RAN SC xApp descriptor (config-file.json) of the kpi-forecast xApp."""
+
+    model_config = ConfigDict(_ENVELOPE_CONFIG, title="kpi-forecast xApp descriptor")
+
+    name: str = Field(min_length=1)
+    version: str = Field(min_length=1)
+    containers: list[Container] = Field(min_length=1)
+    liveness_probe: Probe | SkipJsonSchema[None] = None
+    readiness_probe: Probe | SkipJsonSchema[None] = None
+    messaging: Messaging
+    rmr: Rmr | SkipJsonSchema[None] = None
+    controls: Controls

@@ -1,0 +1,84 @@
+"""The cells' history routes: which cells are held, and history written for one cell or many
+(what a caller without E2 sends before asking for their forecasts)."""
+
+from __future__ import annotations
+
+from kpi_forecast.xapp.http.errors import ERRORS, ClientError
+from kpi_forecast.xapp.http.routes import Handlers
+from kpi_forecast.xapp.http.schemas import (
+    CellIdPath,
+    CellOut,
+    CellsHistoryAccepted,
+    CellsHistoryRequest,
+    CellsResponse,
+    HistoryAccepted,
+    SeriesIn,
+)
+from kpi_forecast.xapp.http.series import span
+from kpi_forecast.xapp.service import Service
+from kpi_forecast.xapp.store.history import HistoryError
+
+
+def _link(operation: str, **how: dict) -> dict:
+    """An OpenAPI link from a 200 answer to the operation its values feed: cells written, then
+    forecast (client generators and the fuzzer's stateful phase follow them)."""
+    return {200: {"links": {operation: {"operationId": operation, **how}}}}
+
+
+def history_handlers(service: Service) -> Handlers:
+    """Each route's handler and OpenAPI options, by the route table's name."""
+    decider = service.decider
+
+    async def cells() -> CellsResponse:
+        """The cells whose history the xApp holds (from E2 or written here), with how much of
+        it."""
+        store = service.holder.store()
+        infos = await store.cells()
+        return CellsResponse(
+            count=len(infos), freq=store.freq, history_length=store.length,
+            cells=[CellOut(cell_id=i.cell_id, steps_held=i.steps_held,
+                           first=i.first.isoformat(), last=i.last.isoformat()) for i in infos],
+        )
+
+    async def add_history(cell_id: CellIdPath, body: SeriesIn) -> HistoryAccepted:
+        """Write a cell's history: the values from a start time on the model's grid."""
+        store = service.holder.store()
+        model, _ = decider.check_request(body.freq, None)
+        try:
+            kept = await store.put_series(cell_id, span(body, model)[0], body.values, "rest")
+        except HistoryError as exc:
+            raise ClientError(422, str(exc)) from None
+        return HistoryAccepted(cell_id=cell_id, kept=kept)
+
+    async def add_histories(body: CellsHistoryRequest) -> CellsHistoryAccepted:
+        """Many cells' history in one call: one round trip to a shared store."""
+        store = service.holder.store()
+        for freq in {item.freq for item in body.items}:
+            model, _ = decider.check_request(freq, None)
+        starts = [span(item, model)[0] for item in body.items]
+        kept = await store.put_cells([
+            (item.cell_id, [(start + k * store.step, value)
+                            for k, value in enumerate(item.values) if value is not None])
+            for item, start in zip(body.items, starts, strict=True)], "rest")
+        refused = [(item.cell_id, k) for item, k in zip(body.items, kept, strict=True)
+                   if isinstance(k, HistoryError)]
+        if refused:
+            raise ClientError(422, f"{len(refused)} of {len(kept)} cells refused, the others "
+                              f"were stored; first: {refused[0][1]}")
+        return CellsHistoryAccepted(items=[HistoryAccepted(cell_id=item.cell_id, kept=k)
+                                           for item, k in zip(body.items, kept, strict=True)])
+
+    return {
+        "cells": (cells, {"response_model": CellsResponse, "tags": ["cells"], "responses": {
+            **ERRORS,
+            **_link("cell_forecast", parameters={"cell_id": "$response.body#/cells/0/cell_id"})
+        }}),
+        "add_history": (add_history, {
+            "response_model": HistoryAccepted, "tags": ["cells"],
+            "responses": {**ERRORS, **_link("cell_forecast",
+                                            parameters={"cell_id": "$response.body#/cell_id"})}}),
+        "add_histories": (add_histories, {
+            "response_model": CellsHistoryAccepted, "tags": ["cells"],
+            "responses": {**ERRORS, **_link("cells_forecast", requestBody={
+                "cell_ids": ["$response.body#/items/0/cell_id"]})}}),
+    }

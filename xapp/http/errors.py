@@ -1,0 +1,97 @@
+"""What a refused request is answered: every error is JSON with an ``error`` message; a
+client's mistake is a 4xx, never a 500; a request shed to protect the budget is a 503 with
+Retry-After."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from kpi_forecast.xapp.http.schemas import ErrorOut
+from kpi_forecast.xapp.metrics import Metrics
+from kpi_forecast.xapp.store.history import HistoryUnavailable
+
+# The error answers every route may give, for the OpenAPI document.
+ERRORS = {code: {"model": ErrorOut} for code in (400, 404, 409, 413, 422, 503)}
+
+
+class ClientError(Exception):
+    """A request the client got wrong: answered with ``status`` and the message."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Shed(Exception):
+    """Refused to protect the budget: 503 with Retry-After."""
+
+    def __init__(self, reason: str, message: str, retry_after_s: float = 1.0) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.retry_after_s = retry_after_s
+
+
+def too_large(limit: int) -> JSONResponse:
+    return JSONResponse(
+        {"error": f"request body larger than {limit} bytes (controls.maxRequestBytes)"},
+        status_code=413,
+    )
+
+
+def shed_response(exc: Shed) -> JSONResponse:
+    return JSONResponse(
+        {"error": str(exc), "reason": exc.reason}, status_code=503,
+        headers={"Retry-After": str(max(1, math.ceil(exc.retry_after_s)))},
+    )
+
+
+def validation_error(errors: list) -> JSONResponse:
+    """422 naming the first problem by its place in the body (``items[3].values``)."""
+
+    def where(error: dict) -> str:
+        parts = [p for p in error.get("loc", ()) if p != "body"]
+        text = ""
+        for part in parts:
+            text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+        return text or "body"
+
+    first = errors[0] if errors else {"msg": "invalid request"}
+    detail = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", "")} for e in errors[:20]]
+    return JSONResponse({"error": f"{where(first)}: {first.get('msg')}", "detail": detail},
+                        status_code=422)
+
+
+def add_error_handlers(app: FastAPI, metrics: Metrics,
+                       max_request_bytes: Callable[[], int]) -> None:
+    """Map every error a handler raises to its JSON answer; ``max_request_bytes`` () -> int
+    is the limit in force, for a body the boundary cut off while the framework read it."""
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return validation_error(exc.errors())
+
+    @app.exception_handler(ClientError)
+    async def client_error(request: Request, exc: ClientError) -> JSONResponse:
+        return JSONResponse({"error": str(exc)}, status_code=exc.status)
+
+    @app.exception_handler(Shed)
+    async def shed(request: Request, exc: Shed) -> JSONResponse:
+        return shed_response(exc)
+
+    @app.exception_handler(HistoryUnavailable)
+    async def store_down(request: Request, exc: HistoryUnavailable) -> JSONResponse:
+        metrics.shed.labels(reason="history_store").inc()
+        return shed_response(Shed("history_store", str(exc), retry_after_s=1.0))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if getattr(request.state, "body_too_large", False):
+            return too_large(max_request_bytes())
+        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code,
+                            headers=getattr(exc, "headers", None))

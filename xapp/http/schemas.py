@@ -1,0 +1,219 @@
+"""Request and response bodies of the REST API: the service boundary, validated by pydantic."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated, Literal
+
+from fastapi import Path
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+)
+
+from kpi_forecast.model.artifact import HolidayReading
+from kpi_forecast.model.kpi import MAX_KPI_VALUE
+
+MAX_VALUES = 100_000  # steps in one series: a year of 5-minute samples
+MAX_BATCH_ITEMS = 100_000
+MAX_CELL_ID = 256
+
+# Years a series may start in, as written with its own offset. Far enough from both ends of
+# what pandas' nanosecond timestamps hold (1677 to 2262) that a series and its forecast fit.
+FIRST_YEAR, LAST_YEAR = 1970, 2199
+YEAR_PATTERN = r"^(19[7-9][0-9]|2[01][0-9][0-9])-"  # the same years, for the OpenAPI document
+
+
+def _text(value: object) -> object:
+    # pydantic would take a number as seconds since 1970: the schema says a date-time string.
+    if not isinstance(value, str | dt.datetime):
+        raise ValueError("must be an ISO 8601 date-time string with its UTC offset")
+    return value
+
+
+def _year_in_range(value: dt.datetime) -> dt.datetime:
+    if not FIRST_YEAR <= value.year <= LAST_YEAR:
+        raise ValueError(f"year {value.year} is outside {FIRST_YEAR} to {LAST_YEAR}")
+    return value
+
+
+def _whole(value: object) -> object:
+    # JSON Schema's integer: 5 and 5.0, not true or "5" (pydantic's lax mode takes both).
+    if isinstance(value, bool | str) or (isinstance(value, float) and not value.is_integer()):
+        raise ValueError("must be a whole number")
+    return int(value) if isinstance(value, float) else value
+
+
+Start = Annotated[
+    AwareDatetime, BeforeValidator(_text), AfterValidator(_year_in_range),
+    Field(description=f"time of values[0], with its UTC offset; year {FIRST_YEAR} to "
+          f"{LAST_YEAR}", json_schema_extra={"pattern": YEAR_PATTERN}),
+]
+# Strict: a JSON true is not the number 1, nor "12" the number 12.
+Kpi = Annotated[float, Field(ge=0.0, le=MAX_KPI_VALUE, allow_inf_nan=False, strict=True)]
+# No "/": a cell is addressed in paths (/v1/cells/{id}/forecast), where one could not be.
+CELL_ID_PATTERN = r"^[^/]+$"
+CellId = Annotated[str, Field(min_length=1, max_length=MAX_CELL_ID, pattern=CELL_ID_PATTERN)]
+# The same rule for a cell id in a route's path.
+CellIdPath = Annotated[str, Path(min_length=1, max_length=MAX_CELL_ID, pattern=CELL_ID_PATTERN)]
+Horizon = Annotated[Annotated[int, Field(ge=1)] | None, BeforeValidator(_whole), Field(
+    default=None, description="steps to forecast; default from config, at most the model's "
+    "horizon")]
+FREQ_DESCRIPTION = "grid step, e.g. 1h or 15min; must be the model's"
+
+
+class SeriesIn(BaseModel):
+    """Consecutive samples of one cell on a regular grid; ``null`` marks a missing step."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    start: Start
+    freq: str = Field(description=FREQ_DESCRIPTION)
+    values: list[Kpi | None] = Field(min_length=1, max_length=MAX_VALUES)
+
+
+class ForecastRequest(SeriesIn):
+    cell_id: CellId
+    # A forecast needs at least one observed value (``contains`` says so in the schema).
+    values: list[Kpi | None] = Field(min_length=1, max_length=MAX_VALUES,
+                                     json_schema_extra={"contains": {"type": "number"}})
+    horizon: Horizon
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{
+            "cell_id": "c1", "start": "2013-12-01T00:00:00+01:00", "freq": "1h",
+            "values": [12.0, None, 14.0], "horizon": 24,
+        }]},
+    )
+
+    @field_validator("values")
+    @classmethod
+    def _observed(cls, values: list[float | None]) -> list[float | None]:
+        if all(value is None for value in values):
+            raise ValueError("no observed value: at least one must be a number")
+        return values
+
+
+class BatchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    items: list[ForecastRequest] = Field(min_length=1, max_length=MAX_BATCH_ITEMS)
+
+
+class CellsForecastRequest(BaseModel):
+    """Forecasts for cells whose history the xApp holds (from E2 or POSTed history)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"cell_ids": ["c1", "c2"], "horizon": 24}]},
+    )
+
+    cell_ids: list[CellId] = Field(min_length=1, max_length=MAX_BATCH_ITEMS)
+    horizon: Horizon
+
+
+class ForecastResponse(BaseModel):
+    cell_id: str
+    forecasts: list[dict[str, float | str]] = Field(
+        description="one entry per step: timestamp (ISO 8601) and one pNN key per quantile"
+    )
+    model_version: str | None
+    source: Literal["model", "fallback"]
+    reason: str | None = Field(default=None, description="why the fallback answered")
+    latency_ms: float = Field(description="server-side latency, arrival to response")
+
+
+class BatchResponse(BaseModel):
+    items: list[ForecastResponse]
+    latency_ms: float
+
+
+class CellOut(BaseModel):
+    cell_id: str
+    steps_held: int
+    first: str
+    last: str
+
+
+class CellsResponse(BaseModel):
+    count: int
+    freq: str
+    history_length: int
+    cells: list[CellOut]
+
+
+class HistoryAccepted(BaseModel):
+    cell_id: str
+    kept: int = Field(description="samples stored (older than the window held are dropped)")
+
+
+class CellHistoryIn(SeriesIn):
+    cell_id: CellId
+
+
+class CellsHistoryRequest(BaseModel):
+    """Many cells' history at once, e.g. to seed the xApp from a PM export at roll-out."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    items: list[CellHistoryIn] = Field(min_length=1, max_length=MAX_BATCH_ITEMS)
+
+
+class CellsHistoryAccepted(BaseModel):
+    items: list[HistoryAccepted]
+
+
+class ReloadRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model_dir: str | None = Field(default=None, description="default: the configured one")
+
+
+class RecalibrationOut(BaseModel):
+    """The offsets applied to the served model's quantiles (``model.recalibration``)."""
+
+    model_weight: float  # the model's share of the median
+    # Each simple forecast's share (model.naive: last_day, last_week, weekly_profile).
+    naive_weights: dict[str, float]
+    offsets: dict[str, float]  # pNN -> offset in units of the forecast's outer band
+    # pNN -> the level its recent residuals were read at: as asked, or further out where
+    # windows held out in turn needed it (model.recalibration.covering_level).
+    read_at: dict[str, float]
+    # pNN -> offset in units of the cell's day-to-day change, for the points whose band is
+    # zero wide (every quantile the same); empty where the recent windows had none.
+    zero_width_offsets: dict[str, float]
+    windows: int  # recent horizons they come from; 0: the model's own calibration
+    residuals: int
+    cells: int  # cells read for them
+    refreshed_at: str | None  # ISO 8601, UTC
+
+
+class ModelOut(BaseModel):
+    model_version: str
+    model_dir: str
+    target: str
+    freq: str
+    context: int
+    horizon: int
+    quantiles: list[float]
+    calendar_tz: str
+    holidays: str = Field(description="public-holiday calendar of the calendar features; "
+                          "empty for none")
+    holiday_reading: HolidayReading = Field(
+        description="how a holiday on a working day is read: as_sunday (as a Sunday: models "
+        "with horizon tokens), from_sunday (the forecast of the horizon's nearest Sunday: "
+        "models without), none (no holiday calendar)")
+    load_seconds: float
+    runtime: dict
+    recalibration: RecalibrationOut
+
+
+class ErrorOut(BaseModel):
+    error: str
+    detail: list[dict] | None = None

@@ -1,0 +1,171 @@
+"""From RIC Indication frames to per-cell history.
+
+Each subscription action the xApp holds reports one cell's measurements; the subscription
+layer records that as a route, (RIC request instance id, action id) -> cell and measurement.
+An indication is decoded (E2AP, then the KPM header and message) and its values are put on the
+model's grid (one value per granularity period from the collection start time). The writes
+queue up and one writer task takes them to the history in batches, so that a shared store
+costs one round trip per batch rather than per indication, and decoding never waits on it;
+the history aggregates several reports within one step and counts repeats once.
+
+Anything wrong with a frame is counted by reason and dropped; it is logged at most once a
+minute per reason, so a misbehaving node cannot flood the log or stop ingestion.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kpi_forecast.model.kpi import kpi_problem
+from kpi_forecast.xapp.descriptor.controls import KpiSource
+from kpi_forecast.xapp.metrics import Metrics
+from kpi_forecast.xapp.ric.e2 import indication, kpm
+from kpi_forecast.xapp.ric.e2.transport import MESSAGE_TYPES, RIC_INDICATION, Frame
+from kpi_forecast.xapp.store.history import History, HistoryError, HistoryUnavailable
+
+log = logging.getLogger(__name__)
+
+LOG_EVERY_S = 60.0
+
+
+@dataclass(frozen=True)
+class Route:
+    cell_id: str
+    granularity_ms: int  # what the action definition asked for, when a report omits it
+
+
+@dataclass(frozen=True)
+class _Write:
+    cell_id: str
+    reports: list[tuple[int, float]]  # (UTC ns, value), checked KPI values
+    collected_ns: int  # the end of the indication's last reporting period, UTC ns
+
+
+class Ingestor:
+    def __init__(self, history: Callable[[], History | None], metrics: Metrics,
+                 source: Callable[[], KpiSource | None], max_batch: int = 512,
+                 max_pending: int = 10_000) -> None:
+        self._history = history
+        self._metrics = metrics
+        self._source = source  # the measurement behind the served model's KPI
+        self.routes: dict[tuple[int, int], Route] = {}
+        self._last_logged: dict[str, float] = {}
+        self._max_batch = max_batch
+        # Bounded: when the store falls behind, handle() waits, and so does the E2 link.
+        self._pending: asyncio.Queue[_Write] = asyncio.Queue(max_pending)
+
+    def add_route(self, instance_id: int, action_id: int, route: Route) -> None:
+        self.routes[(instance_id, action_id)] = route
+
+    async def handle(self, frame: Frame) -> None:
+        """The transport's frame handler: queue the indication's values for the writer, or
+        count the frame as rejected; never raise."""
+        try:
+            write = self._decode(frame)
+        except _Rejected as rejected:
+            self.reject(rejected.reason, str(rejected))
+            return
+        if self._pending.full():  # the store is behind: wait for it
+            await self._pending.put(write)
+        else:
+            self._pending.put_nowait(write)
+
+    async def run(self) -> None:
+        """The writer: everything queued so far (up to max_batch) goes in one store call."""
+        while True:
+            batch = [await self._pending.get()]
+            while len(batch) < self._max_batch and not self._pending.empty():
+                batch.append(self._pending.get_nowait())
+            try:
+                await self._write(batch)
+            finally:
+                for _ in batch:
+                    self._pending.task_done()
+
+    async def flush(self) -> None:
+        """Return once every indication queued so far is written (or counted as rejected)."""
+        await self._pending.join()
+
+    async def _write(self, batch: list[_Write]) -> None:
+        store = self._history()
+        if store is None:
+            for _ in batch:
+                self.reject("not-ready", "no history store yet")
+            return
+        try:
+            results = await store.put_checked([(w.cell_id, w.reports) for w in batch])
+        except HistoryUnavailable as exc:
+            for _ in batch:
+                self.reject("history-store", str(exc))
+            return
+        now_ns = time.time_ns()
+        written = not_kept = 0
+        lag = self._metrics.e2_ingest_lag
+        for write, result in zip(batch, results, strict=True):
+            if isinstance(result, HistoryError):
+                self.reject("history", str(result))
+            else:
+                written += 1
+                not_kept += len(write.reports) - result
+                lag.observe((now_ns - write.collected_ns) / 1e9)
+        # Once per batch: a counter's update takes its lock, as long as the arithmetic.
+        self._metrics.e2_indications.inc(written)
+        self._metrics.e2_reports_not_kept.inc(not_kept)
+
+    def _decode(self, frame: Frame) -> _Write:
+        if frame.msg_type != RIC_INDICATION:
+            kind = MESSAGE_TYPES.get(frame.msg_type, str(frame.msg_type))
+            raise _Rejected("msg-type", f"a {kind} frame on the indication path")
+        try:
+            pdu = indication.decode_e2ap(frame.payload)
+        except kpm.DecodeError as exc:
+            raise _Rejected(exc.reason, str(exc)) from None
+        if pdu.kind != "indication":
+            raise _Rejected("e2ap-kind", f"an E2AP {pdu.kind} on the indication path")
+        route = self.routes.get((pdu.instance_id, pdu.action_id))
+        if route is None:
+            raise _Rejected("unknown-subscription", f"no subscription with instance "
+                            f"{pdu.instance_id}, action {pdu.action_id}")
+        source = self._source()
+        if source is None:
+            raise _Rejected("not-ready", "no model (or no measurement for its KPI) yet")
+        try:
+            start_us = indication.decode_header_us(pdu.header)
+            message = indication.decode_message(pdu.message, subscribed=[source.measurement])
+        except kpm.DecodeError as exc:
+            raise _Rejected(exc.reason, str(exc)) from None
+        values = next((m.values for m in message.measurements
+                       if m.name == source.measurement), None)
+        if values is None:
+            raise _Rejected("measurement-missing", f"no {source.measurement} in the report")
+        granularity_ns = (message.granularity_ms or route.granularity_ms) * 1_000_000
+        start_ns = start_us * 1000
+        bad = [(v, problem) for v in values if v is not None
+               and (problem := "not a number" if math.isnan(v) else kpi_problem(v * source.scale))]
+        if bad:  # checked before writing anything: a report is taken whole or not at all
+            value, problem = bad[0]
+            raise _Rejected("value", f"{source.measurement} = {value}: {problem}")
+        # noValue / incomplete period: the step stays missing
+        return _Write(route.cell_id, [(start_ns + period * granularity_ns, value * source.scale)
+                                      for period, value in enumerate(values) if value is not None],
+                      start_ns + len(values) * granularity_ns)
+
+    def reject(self, reason: str, detail: str) -> None:
+        """Count a dropped E2 message by reason; log it at most once a minute per reason."""
+        self._metrics.e2_rejected.labels(reason=reason).inc()
+        now = time.monotonic()
+        if now - self._last_logged.get(reason, -math.inf) >= LOG_EVERY_S:
+            self._last_logged[reason] = now
+            log.warning("e2: message dropped (%s): %s; further ones with this reason are "
+                        "counted in kpi_forecast_e2_indications_rejected_total", reason, detail)
+
+
+class _Rejected(Exception):
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason

@@ -1,0 +1,216 @@
+"""The xApp's RMR side wired together: a transport (``Transport``, the rmr-data stream) whose
+frames go to the subscription (answers to our requests), to the A1 policies (when taken) or to
+ingestion (indications); subscriptions to the E2 nodes this replica owns (``ownership.py``)
+among those the E2 Manager lists (``discovery.py``), made once a model says which KPI to ask
+for and followed as ownership moves and nodes connect and disconnect; and the orderly stop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable
+
+import httpx
+import pandas as pd
+
+from kpi_forecast.model.runtime import OnnxForecaster
+from kpi_forecast.xapp.descriptor.controls import E2, KpiSource
+from kpi_forecast.xapp.failures import describe
+from kpi_forecast.xapp.metrics import Metrics
+from kpi_forecast.xapp.ric.a1.handler import PolicyHandler
+from kpi_forecast.xapp.ric.e2.discovery import REASONS, E2Manager, E2Node, Listing
+from kpi_forecast.xapp.ric.e2.ingest import Ingestor
+from kpi_forecast.xapp.ric.e2.ownership import ROUND_S, Ownership
+from kpi_forecast.xapp.ric.e2.subscription import Subscriber
+from kpi_forecast.xapp.ric.e2.transport import RIC_INDICATION, Frame, Transport
+
+log = logging.getLogger(__name__)
+
+CONCURRENT_REQUESTS = 8  # to the subscription manager, when many nodes change hands at once
+# Every this many rounds the subscriptions held are checked against the subscription manager's
+# list: a restart of it, or of an E2 node, loses them without a word to the xApp.
+CHECK_ROUNDS = 5
+RESUBSCRIBE_BOUND_S = (CHECK_ROUNDS + 1) * ROUND_S  # from the loss to the request made again
+
+
+class E2Link:
+    def __init__(self, controls: Callable[[], E2], transport: Transport | None,
+                 ingestor: Ingestor, model: Callable[[], OnnxForecaster | None],
+                 kpi_source: Callable[[], KpiSource | None], http_port: int,
+                 ownership: Ownership, metrics: Metrics,
+                 policies: PolicyHandler | None = None) -> None:
+        """``transport`` is None when E2 and A1 are off; it is built before the app starts,
+        so that a transport that cannot be had (no librmr) is said before anything runs."""
+        self._controls = controls
+        self.transport = transport
+        self.ingestor = ingestor
+        self._model = model
+        self._kpi_source = kpi_source
+        self._http_port = http_port
+        self._policies = policies
+        self.ownership = ownership
+        self._metrics = metrics
+        self.subscriber: Subscriber | None = None
+        self.e2mgr: E2Manager | None = None
+        self._following: asyncio.Task | None = None  # the subscriptions following ownership
+        self._ready_said = True  # what was last logged of RMR's readiness
+
+    async def start(self) -> list[asyncio.Task]:
+        """Listen when E2 is enabled, and subscribe in the background when the subscription
+        manager is known; the writer of what E2 delivers runs in any case."""
+        e2 = self._controls()
+        tasks = []
+        if self.transport is not None:
+            await self.transport.start(self._on_frame)
+            log.info("e2: listening for rmr-data frames on port %d", self.transport.port)
+            if e2.enabled and e2.submgr_url:
+                self.e2mgr = E2Manager(e2.e2mgr_url)
+                self.subscriber = Subscriber(e2.submgr_url, e2.endpoint_host(),
+                                             self.transport.port, self._http_port, self.ingestor)
+                self._following = asyncio.create_task(self._subscribe_when_ready(),
+                                                      name="e2-subscribe")
+                tasks.append(self._following)
+        return [*tasks, asyncio.create_task(self.ingestor.run(), name="e2-writer")]
+
+    def ready(self) -> bool:
+        """RMR is not used, or its transport can take messages (it has a route table). The
+        first time it has none, and when it has one again, is logged: the readiness probe
+        asks often, the log says it once."""
+        ready = self.transport is None or self.transport.ready()
+        if ready != self._ready_said:
+            if ready:
+                log.info("rmr: a route table is loaded: ready for E2 and A1")
+            else:
+                log.warning("rmr: no route table yet (from the routing manager, RMR_RTG_SVC=%s, "
+                            "or static, RMR_SEED_RT=%s): unready until one is loaded",
+                            os.environ.get("RMR_RTG_SVC", "-"),
+                            os.environ.get("RMR_SEED_RT", "-"))
+            self._ready_said = ready
+        return ready
+
+    async def _on_frame(self, frame: Frame) -> None:
+        if frame.msg_type == RIC_INDICATION:  # nearly every frame: straight to the ingestor
+            await self.ingestor.handle(frame)
+            return
+        if self.subscriber is not None and await self.subscriber.handle(frame):
+            return
+        if self._policies is not None and await self._policies.handle(frame):
+            return
+        await self.ingestor.handle(frame)
+
+    async def _subscribe_when_ready(self) -> None:
+        """Subscribe once a model says which KPI, and at which step, to ask for; a model whose
+        KPI no measurement feeds (controls.e2.kpis) is said once, then waited out."""
+        told = None
+        while (source := self._kpi_source()) is None:
+            model = self._model()
+            if model is not None and model.metadata.model_version != told:
+                told = model.metadata.model_version
+                log.warning("e2: not subscribing: the model's KPI %r has no measurement in "
+                            "controls.e2.kpis (%s); waiting for a model or config that maps it",
+                            model.metadata.target, ", ".join(self._controls().kpis))
+            await asyncio.sleep(0.1)
+        step_ms = int(self._model().step / pd.Timedelta("1ms"))
+        period = self._controls().reporting_period_ms or step_ms
+        await self._follow_ownership(source.measurement, period)
+
+    async def _follow_ownership(self, measurement: str, period_ms: int) -> None:
+        """Every ``ROUND_S``: the nodes, a lease round, and the subscriptions brought in line
+        with what is owned in a task of their own. The leases are renewed on time whatever
+        the subscription manager takes: a round that waited for a hundred subscriptions on a
+        busy RIC would let its own leases run out and hand its nodes to another replica
+        while it still held them. One failed step is logged and tried again next round."""
+        self._metrics.e2_reporting_period.set(period_ms / 1000.0)
+        # The first list is waited for; later ones are tried once a round.
+        listing = await self.e2mgr.listing(measurement)
+        following: asyncio.Task | None = None
+        rounds = 0
+        try:
+            while True:
+                rounds += 1
+                self._show(listing)
+                owned = await self.ownership.round(sorted(listing.nodes),
+                                                   set(self.subscriber.subscription_ids))
+                if following is None or following.done():
+                    if following is not None and not following.cancelled() and (
+                            failure := following.exception()) is not None:
+                        log.warning("e2: following the leases failed (%s); this round tries "
+                                    "again", describe(failure))
+                    following = asyncio.create_task(self._follow(
+                        owned, self.ownership.handed_over, listing.nodes, measurement,
+                        period_ms, initial=following is None,
+                        check=rounds % CHECK_ROUNDS == 0))
+                await asyncio.sleep(ROUND_S)
+                try:
+                    listing = await self.e2mgr.listing(measurement, attempts=1)
+                except (httpx.HTTPError, ValueError) as exc:
+                    log.warning("e2: listing the E2 nodes failed (%s); the last list stands",
+                                describe(exc))
+        finally:
+            if following is not None:
+                following.cancel()
+
+    def _show(self, listing: Listing) -> None:
+        skipped = listing.skipped_by_reason()
+        for reason in REASONS:
+            self._metrics.e2_cells_skipped.labels(reason=reason).set(skipped[reason])
+
+    async def _follow(self, owned: set[str], handed_over: set[str],
+                      listing: dict[str, E2Node], measurement: str, period_ms: int,
+                      initial: bool, check: bool = False) -> None:
+        """Unsubscribe from the nodes handed over (or gone) and subscribe to those taken, a
+        few requests to the subscription manager at a time; with ``check``, first forget the
+        subscriptions it no longer lists, so that they are made again."""
+        subscriber, metrics = self.subscriber, self._metrics
+        if check:
+            try:
+                lost = await subscriber.lost()
+            except (httpx.HTTPError, ValueError) as exc:
+                log.warning("e2: checking the subscriptions at %s failed (%s); the next check "
+                            "tries again", subscriber.submgr_url, describe(exc))
+            else:
+                metrics.e2_subscriptions_lost.inc(len(lost))
+        held = set(subscriber.subscription_ids)
+        done_with = (held - owned) & (handed_over | (held - set(listing)))
+        slots = asyncio.Semaphore(CONCURRENT_REQUESTS)
+
+        async def give_up(meid: str) -> None:
+            async with slots:
+                await subscriber.unsubscribe_node(meid)
+            metrics.e2_handovers.labels(direction="given").inc()
+
+        async def take(meid: str) -> None:
+            async with slots:
+                try:
+                    await subscriber.subscribe(listing[meid], measurement, period_ms,
+                                               attempts=1)
+                except (httpx.HTTPError, ValueError) as exc:
+                    log.warning("e2: subscribing to %s failed (%s); next round tries again",
+                                meid, describe(exc))
+                    return
+            if not initial:
+                metrics.e2_handovers.labels(direction="taken").inc()
+
+        await asyncio.gather(*map(give_up, sorted(done_with)),
+                             *map(take, sorted(owned - held)))
+        metrics.e2_nodes_owned.set(len(subscriber.subscription_ids))
+
+    async def stop(self, step_s: float) -> None:
+        """Unsubscribe, stop listening, write what was received: each step bounded by
+        ``step_s``, so that the process exits within seconds whatever is down."""
+        if self._following is not None:  # or it would subscribe again to what is deleted
+            self._following.cancel()
+            await asyncio.wait([self._following], timeout=step_s)
+        if self.subscriber is not None:
+            await self.subscriber.unsubscribe(within_s=step_s)
+            await self.subscriber.close()
+        if self.e2mgr is not None:
+            await self.e2mgr.close()
+        if self.transport is not None:
+            await self.transport.close()
+        try:  # what was received is written, if it can be
+            await asyncio.wait_for(self.ingestor.flush(), step_s)
+        except TimeoutError:
+            log.warning("e2: stopping with indications unwritten: the history store did not "
+                        "take them within %.0f s", step_s)

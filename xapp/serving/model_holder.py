@@ -1,0 +1,187 @@
+"""The model being served and the per-cell history on its grid: they change together.
+
+A new model is loaded, verified and warmed up off the event loop, given a history store on
+its grid and of its KPI, and only then swapped in (one assignment), so a request always sees
+a whole model; on any failure the current one keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+import httpx
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
+
+from kpi_forecast.model.artifact import ArtifactError
+from kpi_forecast.model.runtime import OnnxForecaster, RuntimeOptions
+from kpi_forecast.xapp.descriptor.controls import Controls, KpiSource
+from kpi_forecast.xapp.failures import describe, log_retry
+from kpi_forecast.xapp.http.errors import Shed
+from kpi_forecast.xapp.metrics import Metrics
+from kpi_forecast.xapp.serving import model_source
+from kpi_forecast.xapp.store.history import (
+    Aggregate,
+    History,
+    HistoryError,
+    HistoryUnavailable,
+    MemoryHistory,
+)
+from kpi_forecast.xapp.store.sdl import RedisHistory
+
+log = logging.getLogger(__name__)
+
+
+class ModelHolder:
+    """``model`` and ``history`` (None until the first load); ``prepare`` runs on a new model
+    before it serves, ``swapped`` once it does."""
+
+    def __init__(self, controls: Callable[[], Controls], metrics: Metrics,
+                 prepare: Callable[[OnnxForecaster], Awaitable[None]],
+                 swapped: Callable[[OnnxForecaster], None]) -> None:
+        self._controls = controls
+        self._metrics = metrics
+        self._prepare = prepare
+        self._swapped = swapped
+        self.model: OnnxForecaster | None = None
+        self.history: History | None = None
+        self.load_seconds = 0.0
+        # Why no model serves yet, while there is none: the readiness probe's answer says it.
+        self.problem: str | None = None
+        self._lock = asyncio.Lock()
+
+    def _load(self, model_dir: str) -> tuple[OnnxForecaster, float]:
+        started = time.monotonic()
+        controls = self._controls()
+        options = RuntimeOptions(provider=controls.execution_provider,
+                                 precision=controls.precision,
+                                 intra_op_threads=controls.intra_op_threads)
+        forecaster = OnnxForecaster(model_dir, options)  # verifies, then warms up
+        check_controls(controls, forecaster)
+        return forecaster, time.monotonic() - started
+
+    async def reload(self, model_dir: str | None = None) -> OnnxForecaster:
+        """Load, verify and warm up a model directory, then swap it in; on any failure the
+        current model keeps serving and the error propagates."""
+        model_dir = model_dir or self._controls().model_dir
+        async with self._lock:
+            forecaster, seconds = await asyncio.to_thread(self._load, model_dir)
+            await self._history_for(model_dir, forecaster)
+            await self._prepare(forecaster)
+            self.model, self.load_seconds = forecaster, seconds  # one assignment: atomic
+            self._swapped(forecaster)
+        meta = forecaster.metadata
+        self._metrics.model.info({
+            "version": meta.model_version, "provider": forecaster.provider,
+            "attention": str(meta.onnx.get("attention")), "target": meta.target,
+            "precision": forecaster.precision,
+        })
+        self._metrics.model_load.set(seconds)
+        self._metrics.model_ready.set(1)
+        log.info("serving %s from %s on %s (loaded in %.2f s)", meta.model_version, model_dir,
+                 forecaster.provider, seconds)
+        return forecaster
+
+    async def _history_for(self, model_dir: str, model: OnnxForecaster) -> None:
+        """Keep the history if it is on the model's grid and of its KPI, else open one that
+        is; refuse the model (ArtifactError) when history is held on another grid or of
+        another KPI: forecasting one KPI from another's values would be silently wrong."""
+        freq, kpi = model.metadata.freq, model.metadata.target
+        held = self.history
+        if held is not None and held.freq == freq and held.kpi == kpi:
+            return
+        if held is not None and (cells := await held.count()):
+            if held.freq != freq:
+                raise ArtifactError(f"{model_dir}: model frequency {freq} differs from the "
+                                    f"{held.freq} history held for {cells} cells")
+            raise ArtifactError(f"{model_dir}: model KPI {kpi} differs from the {held.kpi} "
+                                f"history held for {cells} cells")
+        controls = self._controls()
+        source = controls.e2.kpis.get(kpi)
+        try:
+            store = await open_history(controls, freq, source.aggregate if source else "mean",
+                                       kpi)
+        except HistoryError as exc:
+            raise ArtifactError(f"{model_dir}: {exc}") from None
+        old, self.history = self.history, store
+        if old is not None:
+            await old.close()
+
+    def store(self) -> History:
+        """The history, or a Shed while no model has said on which grid."""
+        if self.history is None:
+            raise Shed("not_ready", "no model loaded yet: the history grid is not known")
+        return self.history
+
+    def kpi_source(self) -> KpiSource | None:
+        """The E2 measurement behind the served model's KPI (None: not mapped, or no model)."""
+        if self.model is None:
+            return None
+        return self._controls().e2.kpis.get(self.model.metadata.target)
+
+    async def reload_logged(self) -> None:
+        """A reload that a config change asked for: a failure is logged, not raised."""
+        try:
+            await self.reload()
+        except (ArtifactError, ValueError, OSError, HistoryUnavailable) as exc:
+            log.error("model reload rejected, the previous model keeps serving: %s",
+                      describe(exc))
+
+    async def first_load(self) -> None:
+        """The start-up load, after fetching the model where controls.modelUrl names one;
+        while the model cannot be fetched or the shared history cannot be reached it is
+        retried, and the xApp stays unready (``problem`` says why), as O-RAN SC xApps wait
+        for their SDL."""
+        controls = self._controls()
+        if controls.model_url and model_source.fetched_from(controls.model_dir) != (
+                controls.model_url):
+            self.problem = f"fetching the model from {controls.model_url}"
+            async for attempt in AsyncRetrying(
+                    retry=retry_if_exception_type((httpx.HTTPError, OSError, ArtifactError)),
+                    wait=wait_exponential(min=0.5, max=30),
+                    before_sleep=log_retry(log, self.problem)):
+                with attempt:
+                    await model_source.fetch(controls.model_url, controls.model_dir)
+        try:
+            async for attempt in AsyncRetrying(
+                    retry=retry_if_exception_type(HistoryUnavailable),
+                    wait=wait_exponential(min=0.2, max=10),
+                    before_sleep=self._waiting_for_history):
+                with attempt:
+                    await self.reload()
+            self.problem = None
+        except (ArtifactError, ValueError, OSError) as exc:
+            self.problem = f"model load rejected: {describe(exc)}"
+            log.error("%s; the xApp stays unready", self.problem)
+
+    def _waiting_for_history(self, state: RetryCallState) -> None:
+        self.problem = "waiting for the history store"
+        log_retry(log, self.problem)(state)
+
+    async def close(self) -> None:
+        if self.history is not None:
+            await self.history.close()
+
+
+async def open_history(controls: Controls, freq: str, aggregate: Aggregate,
+                       kpi: str) -> History:
+    """The store the controls pick, on the model's grid, for the model's KPI."""
+    settings = controls.history_store
+    if settings.backend == "memory":
+        return MemoryHistory(freq, controls.history_length, settings.max_cells, aggregate, kpi,
+                             settings.max_rest_cells)
+    return await RedisHistory.open(settings, freq, controls.history_length, aggregate, kpi)
+
+
+def check_controls(controls: Controls, model: OnnxForecaster) -> None:
+    """Controls that only make sense for some models: reject the pair, with the reason."""
+    meta = model.metadata
+    missing = [q for q in controls.quantiles or [] if q not in meta.quantiles]
+    if missing:
+        raise ValueError(f"controls.quantiles {missing} are not among the model's "
+                         f"{meta.quantiles}")
+    if controls.default_horizon and controls.default_horizon > meta.horizon:
+        raise ValueError(f"controls.defaultHorizon {controls.default_horizon} exceeds the "
+                         f"model's horizon {meta.horizon}")

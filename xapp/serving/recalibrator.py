@@ -1,0 +1,210 @@
+"""The served model's quantiles, recalibrated on the recent history of the cells held.
+
+`kpi-forecast predict` and `backtest` recalibrate the quantiles on the week before each origin
+(``model.recalibration``). The xApp does the same in the background: when the offsets in force
+are older than ``controls.recalibration.everySeconds``, it takes the most recently reported
+cells of its history (at most ``maxCells``), forecasts the last week of horizons of each, and
+keeps the offsets that make the quantiles hold there; a forecast then only applies them, so
+the latency budget pays nothing. The offsets are kept in the history store beside the cells,
+so replicas sharing the RIC's Redis apply the same ones (a replica takes up another's refresh
+within a second) and a restarted replica does not recompute them. Offsets belong to one model:
+a new model starts with its own calibration and gets its offsets at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from kpi_forecast.model.recalibration import Recalibration, recalibration, week_of_windows
+from kpi_forecast.model.runtime import InputError, OnnxForecaster
+from kpi_forecast.xapp.descriptor.controls import RecalibrationControls
+from kpi_forecast.xapp.failures import describe
+from kpi_forecast.xapp.http.schemas import RecalibrationOut
+from kpi_forecast.xapp.metrics import Metrics
+from kpi_forecast.xapp.store.history import History, HistoryUnavailable
+
+log = logging.getLogger(__name__)
+
+SHARED_NAME = "recalibration"
+TICK_S = 1.0  # how often the loop looks for another replica's refresh, or a due one
+RETRY_S = 60.0  # after a failed or empty refresh (at most everySeconds)
+
+
+@dataclass(frozen=True)
+class Offsets:
+    """One refresh, as every replica on the same history reads it."""
+
+    model_version: str
+    recalibration: Recalibration
+    cells: int  # read for it
+    refreshed_at: float  # Unix time
+
+    def to_json(self) -> bytes:
+        r = self.recalibration
+        return json.dumps({
+            "model_version": self.model_version, "offsets": r.offsets.tolist(),
+            "median": r.median, "windows": r.windows, "residuals": r.residuals,
+            "shares": list(r.shares), "steps_per_day": r.steps_per_day,
+            "blend_windows": r.blend_windows, "read_at": list(r.read_at),
+            "flat_offsets": r.flat_offsets.tolist(),
+            "cells": self.cells, "refreshed_at": self.refreshed_at,
+        }).encode()
+
+    @classmethod
+    def from_json(cls, blob: bytes) -> Offsets:
+        """Offsets as ``to_json`` wrote them; ValueError for anything else."""
+        try:
+            raw = json.loads(blob)
+            fitted = Recalibration(np.asarray(raw["offsets"], np.float32), raw["median"],
+                                   raw["windows"], raw["residuals"], tuple(raw["shares"]),
+                                   raw["steps_per_day"], raw["blend_windows"],
+                                   tuple(raw["read_at"]),
+                                   np.asarray(raw["flat_offsets"], np.float32))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"not offsets as this xApp writes them ({describe(exc)})") from exc
+        return cls(raw["model_version"], fitted, raw["cells"], raw["refreshed_at"])
+
+
+class Recalibrator:
+    def __init__(self, model: Callable[[], OnnxForecaster | None],
+                 history: Callable[[], History | None],
+                 controls: Callable[[], RecalibrationControls], metrics: Metrics) -> None:
+        self._model, self._history, self._controls = model, history, controls
+        self.metrics = metrics
+        self.offsets: Offsets | None = None
+        self._retry_at = 0.0
+        self._failing = False
+
+    def _for(self, model: OnnxForecaster) -> Offsets | None:
+        offsets = self.offsets
+        if (offsets is None or offsets.model_version != model.metadata.model_version
+                or self._controls().every_seconds == 0):
+            return None
+        return offsets
+
+    def for_model(self, model: OnnxForecaster) -> Recalibration:
+        """The offsets to apply to ``model``'s forecasts: none if they belong to another."""
+        offsets = self._for(model)
+        return Recalibration() if offsets is None else offsets.recalibration
+
+    def describe(self, model: OnnxForecaster) -> RecalibrationOut:
+        """What ``model``'s forecasts get now, for GET /v1/model."""
+        offsets = self._for(model)
+        applied = self.for_model(model)
+        names = model.metadata.quantile_names()
+        values = applied.offsets if applied.windows else np.zeros(len(names))
+        return RecalibrationOut(
+            model_weight=applied.weight, naive_weights=applied.naive_shares(),
+            offsets={n: round(float(k), 6) for n, k in zip(names, values, strict=True)},
+            read_at=dict(zip(names, applied.read_at or model.metadata.quantiles, strict=True)),
+            zero_width_offsets=({n: round(float(k), 6) for n, k in
+                                 zip(names, applied.flat_offsets, strict=True)}
+                                if applied.flat_offsets.size else {}),
+            windows=applied.windows, residuals=applied.residuals,
+            cells=offsets.cells if offsets and applied.windows else 0,
+            refreshed_at=(pd.Timestamp(offsets.refreshed_at, unit="s", tz="UTC").isoformat()
+                          if offsets else None),
+        )
+
+    async def refresh(self) -> Recalibration:
+        """Recompute the offsets from the store now and share them; keeps the old ones (and
+        raises) if it cannot."""
+        model, store = self._model(), self._history()
+        if model is None or store is None:
+            return Recalibration()
+        started = time.monotonic()
+        cells = sorted(await store.cells(), key=lambda c: c.last, reverse=True)
+        chosen = [c.cell_id for c in cells[: self._controls().max_cells]]
+        held = [w for w in await store.windows(chosen) if w is not None]
+        fitted = Recalibration()
+        if held:
+            history = np.stack([values for values, _ in held])
+            last = pd.DatetimeIndex([stamp for _, stamp in held])
+            windows = week_of_windows(model.metadata.horizon, model.step)
+            # controls.recalibration.maxCells has chosen the cells: all of them are fitted.
+            fitted = await asyncio.to_thread(recalibration, model, history, last, windows, None)
+        offsets = Offsets(model.metadata.model_version, fitted, len(held), time.time())
+        await store.share(SHARED_NAME, offsets.to_json())
+        self._adopt(model, offsets)
+        self.metrics.recalibration_seconds.set(time.monotonic() - started)
+        log.info("quantiles %s (%d cells)",
+                 fitted.describe(model.metadata.quantile_names()), len(held))
+        return fitted
+
+    def _adopt(self, model: OnnxForecaster, offsets: Offsets) -> None:
+        self.offsets = offsets
+        self.metrics.recalibration_time.set(offsets.refreshed_at)
+        self.show(model)
+
+    def show(self, model: OnnxForecaster) -> None:
+        """Set the gauges to what ``model``'s forecasts get now. After a reload or a config
+        change they would otherwise go on showing offsets that no longer apply, and the
+        quantiles of a model no longer served."""
+        m, applied = self.metrics, self.for_model(model)
+        m.recalibration_windows.set(applied.windows)
+        m.recalibration_weight.set(applied.weight)
+        for name, share in applied.naive_shares().items():
+            m.recalibration_naive_weight.labels(naive=name).set(share)
+        values = applied.offsets if applied.windows else np.zeros(len(model.metadata.quantiles))
+        m.recalibration_offset.clear()
+        for name, offset in zip(model.metadata.quantile_names(), values, strict=True):
+            m.recalibration_offset.labels(quantile=name).set(float(offset))
+
+    async def take_shared(self, model: OnnxForecaster) -> Offsets | None:
+        """Adopt the refresh the store holds for ``model``; the offsets in force for ``model``
+        afterwards. The store's is the one in force even when ours is newer: two replicas
+        refreshing at once keep whichever was written last, and so agree."""
+        store = self._history()
+        mine = self._for(model)
+        if store is None:
+            return mine
+        blob = await store.shared(SHARED_NAME)
+        try:
+            shared = Offsets.from_json(blob) if blob else None
+        except ValueError as exc:  # written by another build: this replica's own stand
+            log.warning("shared recalibration offsets: %s", exc)
+            shared = None
+        if (shared is not None and shared.model_version == model.metadata.model_version
+                and (mine is None or shared.refreshed_at != mine.refreshed_at)):
+            self._adopt(model, shared)
+            return shared
+        return mine
+
+    async def tick(self) -> None:
+        """Take up the refresh the store holds; refresh when it is not fresh. One that
+        found no recent week to fit (a new deployment, history still arriving) is retried like
+        a failed one, not kept for ``everySeconds``."""
+        model, store = self._model(), self._history()
+        every = self._controls().every_seconds
+        if model is None or store is None or every == 0:
+            return
+        mine = await self.take_shared(model)
+        now = time.time()
+        fresh_for = every if mine is not None and mine.recalibration.windows else \
+            min(every, RETRY_S)
+        if (mine is None or now - mine.refreshed_at >= fresh_for) and now >= self._retry_at:
+            self._retry_at = now + min(every, RETRY_S)
+            await self.refresh()
+
+    async def run(self) -> None:
+        """``tick`` every second until cancelled; a failure is logged once until the next
+        success, and the offsets in force stay."""
+        while True:
+            try:
+                await self.tick()
+                self._failing = False
+            except (HistoryUnavailable, InputError, ValueError, KeyError) as exc:
+                if not self._failing:
+                    log.warning("recalibration: %s; the offsets in force stay", describe(exc))
+                self._failing = True
+            except Exception:  # a bug here must not end the task or stop serving
+                log.exception("recalibration failed, the offsets in force stay")
+            await asyncio.sleep(TICK_S)
