@@ -44,11 +44,12 @@ from kpi_forecast.xapp.ric.e2.ingest import Ingestor, Route
 from kpi_forecast.xapp.ric.e2.rmr import RmrTransport
 from kpi_forecast.xapp.ric.e2.transport import RIC_INDICATION, Frame, Transport
 from kpi_forecast.xapp.service import rmr_transport
-from kpi_forecast.xapp.store.history import History, MemoryHistory
-from kpi_forecast.xapp.store.sdl import RedisHistory
+from kpi_forecast.xapp.store.cell_history import CellHistory, MemoryCellHistory
+from kpi_forecast.xapp.store.sdl import RedisCellHistory
 from tests.redis_server import redis_server
 from tests.rmr_library import RMR
 from tests.tcp_transport import TcpTransport, encode_frame
+from tests.xapp_helpers import serving_state
 
 MEASUREMENT = "RRU.PrbUsedDl"
 START = dt.datetime(2024, 3, 4, tzinfo=dt.UTC)
@@ -94,11 +95,11 @@ def decode_cost(frames: list[Frame]) -> dict:
     }
 
 
-async def ingest_rate(frames: list[Frame], cells: int, store: History) -> float:
+async def ingest_rate(frames: list[Frame], cells: int, store: CellHistory) -> float:
     """Indications per second through the ingestor (decode, check, the writer's batches) into
     ``store``, on this process's one thread."""
     source = KpiSource(measurement=MEASUREMENT)
-    ingestor = Ingestor(lambda: store, Metrics(0.1, 64), lambda: source)
+    ingestor = Ingestor(serving_state(store, source), Metrics(0.1, 64))
     for cell in range(cells):
         ingestor.add_route(1, cell + 1, Route(f"cell-{cell}", 3_600_000))
     writer = asyncio.create_task(ingestor.run())
@@ -116,7 +117,7 @@ def spread(rates: list[float]) -> str:
 
 
 def in_process_rate(frames: list[Frame], cells: int) -> float:
-    return asyncio.run(ingest_rate(frames, cells, MemoryHistory("1h", 672)))
+    return asyncio.run(ingest_rate(frames, cells, MemoryCellHistory("1h", 672)))
 
 
 def into_redis_rate(frames: list[Frame], cells: int) -> float | None:
@@ -127,7 +128,7 @@ def into_redis_rate(frames: list[Frame], cells: int) -> float | None:
 
     async def run(port: int) -> float:
         settings = HistoryStore(backend="redis", host="127.0.0.1", port=port)
-        store = await RedisHistory.open(settings, "1h", 672)
+        store = await RedisCellHistory.open(settings, "1h", 672)
         try:
             return await ingest_rate(frames, cells, store)
         finally:
@@ -171,7 +172,7 @@ async def through_the_xapp(model_dir: Path, cells: int, hours: int, transport: s
     service = app.state.service
     async with app.router.lifespan_context(app), httpx.AsyncClient(
             transport=httpx.ASGITransport(app=app), base_url="http://xapp") as client:
-        while service.model is None:
+        while service.state.now.model is None:
             await asyncio.sleep(0.01)
         for cell in range(cells):
             service.ingestor.add_route(1, cell + 1, Route(f"cell-{cell}", 3_600_000))
@@ -216,7 +217,7 @@ async def from_another_process(model_dir: Path, cells: int, hours: int) -> dict:
     app = create_app(load_descriptor(config), watch_config=False)
     service = app.state.service
     async with app.router.lifespan_context(app):
-        while service.model is None:
+        while service.state.now.model is None:
             await asyncio.sleep(0.01)
         for cell in range(cells):
             service.ingestor.add_route(1, cell + 1, Route(f"cell-{cell}", 3_600_000))

@@ -48,7 +48,7 @@ from kpi_forecast.cli.mock_e2_node import cell_id
 from kpi_forecast.cli.smoke import wait_ready
 from kpi_forecast.xapp.descriptor.controls import HistoryStore
 from kpi_forecast.xapp.ric.e2.ownership import TAKEOVER_BOUND_S
-from kpi_forecast.xapp.store.sdl import RedisHistory
+from kpi_forecast.xapp.store.sdl import RedisCellHistory
 from tests.redis_server import redis_server
 from tests.rmr_library import RMR
 from tests.xapp_helpers import write_descriptor
@@ -289,7 +289,7 @@ class Bench:
     async def missing_reports(self, first: pd.Timestamp, last: pd.Timestamp) -> np.ndarray:
         """Per step from ``first`` to ``last``: the cells whose report is not in Redis."""
         settings = HistoryStore(backend="redis", host="127.0.0.1", port=self.redis_port)
-        store = await RedisHistory.open(settings, "1s", HISTORY_LENGTH)
+        store = await RedisCellHistory.open(settings, "1s", HISTORY_LENGTH)
         try:
             steps = int((last - first) / pd.Timedelta("1s")) + 1
             missing = np.zeros(steps, dtype=np.int64)

@@ -42,9 +42,10 @@ from kpi_forecast.xapp.metrics import Metrics
 from kpi_forecast.xapp.ric.e2 import e2ap, kpm
 from kpi_forecast.xapp.ric.e2.ingest import Ingestor, Route
 from kpi_forecast.xapp.ric.e2.transport import RIC_INDICATION, Frame
-from kpi_forecast.xapp.store.history import History, MemoryHistory
-from kpi_forecast.xapp.store.sdl import RedisHistory
+from kpi_forecast.xapp.store.cell_history import CellHistory, MemoryCellHistory
+from kpi_forecast.xapp.store.sdl import RedisCellHistory
 from tests.redis_server import redis_server
+from tests.xapp_helpers import serving_state
 
 CELLS, LENGTH = 10_000, 672
 SEED_CHUNK = 100  # cells per store call when seeding
@@ -60,7 +61,7 @@ def cell_values(cells: int) -> np.ndarray:
     return np.round(np.maximum(base + rng.normal(0, 5, (cells, LENGTH)), 0), 3)
 
 
-async def seed(store: History, values: np.ndarray) -> float:
+async def seed(store: CellHistory, values: np.ndarray) -> float:
     """Reports per second, writing every cell's history, SEED_CHUNK cells per call."""
     stamps = [START + k * store.step for k in range(LENGTH)]
     started = time.perf_counter()
@@ -85,10 +86,10 @@ def indication(cell: int, start: dt.datetime, value: float) -> Frame:
                                                            message))
 
 
-async def ingest(store: History, max_batch: int, hours: range) -> float:
+async def ingest(store: CellHistory, max_batch: int, hours: range) -> float:
     """E2 indications per second through the ingestor into ``store``."""
-    ingestor = Ingestor(lambda: store, Metrics(0.1, 64), lambda: KpiSource(
-        measurement=MEASUREMENT), max_batch=max_batch)
+    ingestor = Ingestor(serving_state(store, KpiSource(measurement=MEASUREMENT)),
+                        Metrics(0.1, 64), max_batch=max_batch)
     for cell in range(CELLS):
         ingestor.add_route(*route_of(cell), Route(f"cell-{cell}", 3_600_000))
     frames = [indication(cell, (START + pd.Timedelta(hours=h)).to_pydatetime(), 50.0)
@@ -103,17 +104,17 @@ async def ingest(store: History, max_batch: int, hours: range) -> float:
     return len(frames) / seconds
 
 
-async def forecasts(config: Path, store: History) -> dict:
+async def forecasts(config: Path, store: CellHistory) -> dict:
     """Forecasts per second for every held cell, by batch size; the app reads ``store``."""
     app = create_app(load_descriptor(config), watch_config=False)
     service = app.state.service
     out = {}
     async with app.router.lifespan_context(app), httpx.AsyncClient(
             transport=httpx.ASGITransport(app=app), base_url="http://xapp", timeout=60) as client:
-        while service.model is None:
+        while service.state.now.model is None:
             await asyncio.sleep(0.01)
-        await service.history.close()
-        service.history = store  # the seeded one: the same data for both stores
+        await service.state.now.history.close()
+        service.state.swap(history=store)  # the seeded one: the same data for both stores
         cells = [f"cell-{row}" for row in range(CELLS)]
         for size in (512, 64):
             started = time.perf_counter()
@@ -150,7 +151,7 @@ def descriptor(directory: Path, model_dir: Path) -> Path:
     return path
 
 
-async def measure(store: History, config: Path, values: np.ndarray) -> dict:
+async def measure(store: CellHistory, config: Path, values: np.ndarray) -> dict:
     row = {"seed_reports_per_s": await seed(store, values)}
     row["ingest_batched_per_s"] = await ingest(store, 512, range(LENGTH, LENGTH + INGEST_HOURS))
     after = LENGTH + INGEST_HOURS
@@ -171,11 +172,11 @@ def main() -> int:
         model_dir.mkdir()
         default_model(model_dir)
         config = descriptor(directory, model_dir)
-        rows["memory"] = asyncio.run(measure(MemoryHistory("1h", LENGTH, CELLS), config,
+        rows["memory"] = asyncio.run(measure(MemoryCellHistory("1h", LENGTH, CELLS), config,
                                              values))
         with redis_server(directory) as port:
             async def shared() -> dict:
-                store = await RedisHistory.open(HistoryStore(
+                store = await RedisCellHistory.open(HistoryStore(
                     backend="redis", host="127.0.0.1", port=port, max_cells=CELLS), "1h", LENGTH)
                 return await measure(store, config, values)
 

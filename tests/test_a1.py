@@ -25,7 +25,7 @@ from kpi_forecast.xapp.ric.a1.policy_type import (
 from tests.a1_mediator import Mediator
 from tests.processes import ROOT
 from tests.redis_server import redis_server
-from tests.xapp_helpers import CONTEXT, HORIZON, descriptor, make_model, running
+from tests.xapp_helpers import CONTEXT, HORIZON, descriptor, make_model, running, serving_state
 
 STEP = dt.timedelta(hours=1)
 
@@ -164,7 +164,7 @@ def test_a1_create_update_delete_and_query_over_rmr_change_what_the_forecasts_us
                              e2={"enabled": False, "port": rmr_port})
             with pytest.raises(ValueError, match="controls.a1 changes take effect"):
                 service.apply_descriptor(off)
-            assert service.controls.a1.enabled
+            assert service.state.now.controls.a1.enabled
         await mediator.transport.close()
 
     asyncio.run(go())
@@ -209,27 +209,30 @@ def test_replicas_on_one_redis_steer_alike_and_a_restarted_one_at_once(
         asyncio.run(go(redis_port))
 
 
-def test_the_instances_in_force_move_to_the_store_of_a_model_on_another_grid() -> None:
-    """With the memory store, a model on another grid gets a store of its own: the instances
-    in force are written to it rather than dropped because it holds none."""
+def test_the_instances_in_force_stay_when_a_model_on_another_grid_gets_its_history() -> None:
+    """The instances live in the shared state, apart from the cells' history: a model on
+    another grid, which gets a history of its own, keeps them in force; one another replica
+    deletes goes."""
     from kpi_forecast.xapp.metrics import Metrics
-    from kpi_forecast.xapp.ric.a1.handler import STORE_NAME, PolicyHandler
+    from kpi_forecast.xapp.ric.a1.handler import PolicyHandler
     from kpi_forecast.xapp.ric.a1.policies import Policies
-    from kpi_forecast.xapp.store.history import MemoryHistory
+    from kpi_forecast.xapp.store.cell_history import MemoryCellHistory
+    from kpi_forecast.xapp.store.shared_state import SharedState
 
     async def go() -> None:
-        hourly, quarterly = MemoryHistory("1h", 24), MemoryHistory("15min", 96)
-        blob = b'{"cells":["c1"],"horizon":5}'
-        await hourly.put_entry(STORE_NAME, "stadium", blob)
-        handler = PolicyHandler(Policies(), None, lambda: hourly, lambda: None,  # type: ignore[arg-type]
-                                Metrics(0.1, 64), handler_id="test")
-        await handler.take_stored(hourly)
+        shared = SharedState()
+        await shared.put_policy("stadium", b'{"cells":["c1"],"horizon":5}')
+        state = serving_state(MemoryCellHistory("1h", 24))
+        state.swap(shared=shared)
+        handler = PolicyHandler(Policies(), None, state, Metrics(0.1, 64),  # type: ignore[arg-type]
+                                handler_id="test")
+        await handler.take_stored(state.now.shared)
         assert handler.policies.for_cells(["c1"])[0].horizon == 5
-        await handler.take_stored(quarterly)
-        assert await quarterly.entries(STORE_NAME) == {"stadium": blob}
+        state.swap(history=MemoryCellHistory("15min", 96))
+        await handler.take_stored(state.now.shared)
         assert handler.policies.for_cells(["c1"])[0].horizon == 5
-        await quarterly.delete_entry(STORE_NAME, "stadium")  # deleted by another replica
-        await handler.take_stored(quarterly)
+        await shared.delete_policy("stadium")  # deleted by another replica
+        await handler.take_stored(state.now.shared)
         assert handler.policies.for_cells(["c1"])[0].horizon is None
 
     asyncio.run(go())

@@ -28,12 +28,12 @@ from kpi_forecast.xapp.ric.e2.discovery import parse_cell_id
 from kpi_forecast.xapp.ric.e2.ingest import Ingestor, Route
 from kpi_forecast.xapp.ric.e2.subscription import SubscriptionRequest, SubscriptionResponse
 from kpi_forecast.xapp.ric.e2.transport import RIC_INDICATION, RIC_SUB_FAILURE, Frame
-from kpi_forecast.xapp.store.history import MemoryHistory
+from kpi_forecast.xapp.store.cell_history import MemoryCellHistory
 from tests.processes import ROOT
 from tests.rmr_library import rmr_transport
 from tests.tolerance import answer_tolerance
 from tests.waiting import until_async
-from tests.xapp_helpers import CONTEXT, HORIZON, descriptor, make_model, running
+from tests.xapp_helpers import CONTEXT, HORIZON, descriptor, make_model, running, serving_state
 
 MEASUREMENT = "RRU.PrbUsedDl"
 SERVER_START_S = 10.0
@@ -305,10 +305,10 @@ def test_lost_reports_leave_gaps_in_the_history(tmp_path: Path, rmr_library: Pat
     async def go() -> None:
         node = MockE2Node(panel, MEASUREMENT, rmr_transport(), faults={"gap": 0.3}, seed=1)
         await node.open()
-        store = MemoryHistory("1h", length=48)
+        store = MemoryCellHistory("1h", length=48)
         source = KpiSource(measurement=MEASUREMENT)
         metrics = Metrics(0.1, 8)
-        ingestor = Ingestor(lambda: store, metrics, lambda: source)
+        ingestor = Ingestor(serving_state(store, source), metrics)
         writer = asyncio.create_task(ingestor.run())
         xapp = rmr_transport()
         await xapp.start(ingestor.handle)

@@ -18,10 +18,10 @@ from kpi_forecast.xapp.metrics import Metrics
 from kpi_forecast.xapp.ric.e2 import e2ap, kpm
 from kpi_forecast.xapp.ric.e2.ingest import Ingestor, Route
 from kpi_forecast.xapp.ric.e2.transport import RIC_INDICATION, RIC_SUB_RESP, Frame
-from kpi_forecast.xapp.store.history import HistoryUnavailable, MemoryHistory
+from kpi_forecast.xapp.store.cell_history import HistoryUnavailable, MemoryCellHistory
 from tests.rmr_library import rmr_transport
 from tests.tolerance import answer_tolerance
-from tests.xapp_helpers import CONTEXT, HORIZON, descriptor, make_model, running
+from tests.xapp_helpers import CONTEXT, HORIZON, descriptor, make_model, running, serving_state
 
 MEASUREMENT = "RRU.PrbUsedDl"
 E2_CONTROLS = {"enabled": True, "kpis": {"kpi": {"measurement": MEASUREMENT}}}
@@ -114,11 +114,11 @@ def test_replayed_reports_become_the_history_a_forecast_uses(model_dir: Path, tm
     asyncio.run(go())
 
 
-def ingestor_with(store: MemoryHistory | None) -> tuple[Ingestor, Metrics]:
+def ingestor_with(store: MemoryCellHistory | None) -> tuple[Ingestor, Metrics]:
     """An ingestor on ``store``; without one it behaves as before any model is loaded."""
     metrics = Metrics(0.1, 8)
     source = KpiSource(measurement=MEASUREMENT, scale=2.0) if store is not None else None
-    ingestor = Ingestor(lambda: store, metrics, lambda: source)
+    ingestor = Ingestor(serving_state(store, source), metrics)
     ingestor.add_route(1, 1, Route("c", QUARTER_MS))
     return ingestor, metrics
 
@@ -144,7 +144,7 @@ def ingest(ingestor: Ingestor, *frames: Frame, then=None) -> None:
 
 
 def test_reports_are_scaled_gaps_stay_missing_and_bad_reports_are_dropped_whole() -> None:
-    store = MemoryHistory("15min", length=8)
+    store = MemoryCellHistory("15min", length=8)
     ingestor, metrics = ingestor_with(store)
 
     async def check() -> None:
@@ -160,7 +160,7 @@ def test_reports_are_scaled_gaps_stay_missing_and_bad_reports_are_dropped_whole(
 
 
 def test_a_flood_of_rest_written_cells_does_not_stop_e2_ingestion() -> None:
-    store = MemoryHistory("15min", length=8, max_cells=10, max_rest_cells=5)
+    store = MemoryCellHistory("15min", length=8, max_cells=10, max_rest_cells=5)
     ingestor, metrics = ingestor_with(store)
 
     async def check() -> None:
@@ -183,7 +183,7 @@ def test_before_a_model_is_loaded_reports_are_counted_not_lost_silently() -> Non
     assert rejected(metrics, "not-ready") == 1.0
 
 
-class CountingStore(MemoryHistory):
+class CountingStore(MemoryCellHistory):
     """The in-memory store, counting the store calls and failing while ``down``."""
 
     def __init__(self) -> None:
@@ -224,7 +224,7 @@ def test_queued_indications_go_to_the_store_in_batches_and_an_outage_drops_only_
 
 
 def test_each_ingested_report_counts_its_lag_from_the_end_of_its_last_period() -> None:
-    store = MemoryHistory("15min", length=8)
+    store = MemoryCellHistory("15min", length=8)
     ingestor, metrics = ingestor_with(store)
     # Three quarters that ended 15 minutes ago (whole seconds: what any header form holds).
     made = dt.datetime.now(dt.UTC).replace(microsecond=0) - dt.timedelta(hours=1)
@@ -243,7 +243,7 @@ def test_each_ingested_report_counts_its_lag_from_the_end_of_its_last_period() -
 def test_a_report_delivered_twice_is_kept_once_and_the_repeat_counted() -> None:
     """After a handover both owners may have had a period's report: one copy is kept, the
     other shows in the not-kept count (and so does a report older than the window)."""
-    store = MemoryHistory("15min", length=8)
+    store = MemoryCellHistory("15min", length=8)
     ingestor, metrics = ingestor_with(store)
     twice = indication(1, 1, START + dt.timedelta(hours=3), [1.0, 2.0])
     too_old = indication(1, 1, START, [9.0])  # three hours before: 12 steps, the window is 8

@@ -15,22 +15,22 @@ import pytest
 
 from kpi_forecast.xapp.descriptor.controls import HistoryStore
 from kpi_forecast.xapp.ric.e2.ownership import ROUND_S
-from kpi_forecast.xapp.store.history import (
+from kpi_forecast.xapp.store.cell_history import (
+    CellHistory,
     CellInfo,
-    History,
     HistoryError,
     HistoryUnavailable,
-    Leases,
-    MemoryHistory,
+    MemoryCellHistory,
 )
-from kpi_forecast.xapp.store.sdl import RedisHistory, address
+from kpi_forecast.xapp.store.sdl import RedisCellHistory, address
+from kpi_forecast.xapp.store.shared_state import Leases, RedisSharedState, SharedState
 from tests.redis_server import redis_server
 from tests.tolerance import UNIT_ROUNDOFF_32
 
 T0 = pd.Timestamp("2024-03-30 22:00", tz="UTC")
 HOUR = pd.Timedelta("1h")
 
-Opener = Callable[..., "contextlib.AbstractAsyncContextManager[History]"]
+Opener = Callable[..., "contextlib.AbstractAsyncContextManager[CellHistory]"]
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +53,8 @@ def opener(request: pytest.FixtureRequest) -> Opener:
         @contextlib.asynccontextmanager
         async def memory(freq: str, length: int, max_cells: int = 100_000,
                          aggregate: str = "mean", max_rest_cells: int = 10_000
-                         ) -> AsyncIterator[History]:
-            yield MemoryHistory(freq, length, max_cells, aggregate,
+                         ) -> AsyncIterator[CellHistory]:
+            yield MemoryCellHistory(freq, length, max_cells, aggregate,
                                 max_rest_cells=max_rest_cells)
         return memory
     port = request.getfixturevalue("redis_port")
@@ -63,8 +63,8 @@ def opener(request: pytest.FixtureRequest) -> Opener:
     @contextlib.asynccontextmanager
     async def shared(freq: str, length: int, max_cells: int = 100_000,
                      aggregate: str = "mean", max_rest_cells: int = 10_000
-                     ) -> AsyncIterator[History]:
-        store = await RedisHistory.open(settings(port, namespace=namespace,
+                     ) -> AsyncIterator[CellHistory]:
+        store = await RedisCellHistory.open(settings(port, namespace=namespace,
                                                  max_cells=max_cells,
                                                  max_rest_cells=max_rest_cells),
                                         freq, length, aggregate)
@@ -181,9 +181,9 @@ def test_random_streams_with_replays_read_the_same_from_both_stores(redis_port: 
 
     async def go() -> None:
         for aggregate in ("mean", "sum"):
-            memory = MemoryHistory("1h", 24, aggregate=aggregate)
-            shared = await RedisHistory.open(settings(redis_port, namespace=f"random-{aggregate}"),
-                                             "1h", 24, aggregate)
+            memory = MemoryCellHistory("1h", 24, aggregate=aggregate)
+            shared = await RedisCellHistory.open(
+                settings(redis_port, namespace=f"random-{aggregate}"), "1h", 24, aggregate)
             kept = [(await memory.put(*w), await shared.put(*w)) for w in writes]
             assert all(a == b for a, b in kept) and sum(a for a, _ in kept) > 0
             cells = [f"c{cell}" for cell in range(20)]
@@ -212,10 +212,10 @@ def test_batches_of_many_cells_with_repeats_write_as_one_at_a_time(redis_port: i
     batches = [writes[a:b] for a, b in zip([0, *bounds], bounds, strict=False) if a < len(writes)]
 
     async def go() -> None:
-        memory = MemoryHistory("1h", 24, max_cells=25)
+        memory = MemoryCellHistory("1h", 24, max_cells=25)
         # The 30 cells' last five to come are refused in both.
-        shared = await RedisHistory.open(settings(redis_port, namespace="batches", max_cells=25),
-                                         "1h", 24)
+        shared = await RedisCellHistory.open(
+            settings(redis_port, namespace="batches", max_cells=25), "1h", 24)
         for batch in batches:
             kept = await memory.put_cells(batch), await shared.put_cells(batch)
             assert [str(k) for k in kept[0]] == [str(k) for k in kept[1]]
@@ -238,12 +238,12 @@ def test_redis_keys_follow_sdl_namespacing_and_a_second_grid_is_refused(redis_po
     import redis
 
     async def go() -> None:
-        store = await RedisHistory.open(settings(redis_port, namespace="sdl-keys"), "1h", 4)
+        store = await RedisCellHistory.open(settings(redis_port, namespace="sdl-keys"), "1h", 4)
         await store.put("cell-7", T0, 5.0)
         await store.close()
         # Another grid while cells are held: refused, naming both steps.
         with pytest.raises(HistoryError, match="holds 1 cells on a 0 days 01:00:00 grid"):
-            await RedisHistory.open(settings(redis_port, namespace="sdl-keys"), "15min", 4)
+            await RedisCellHistory.open(settings(redis_port, namespace="sdl-keys"), "15min", 4)
 
     asyncio.run(go())
     keys = sorted(k.decode() for k in redis.Redis(port=redis_port).keys("{sdl-keys},*"))
@@ -253,13 +253,13 @@ def test_redis_keys_follow_sdl_namespacing_and_a_second_grid_is_refused(redis_po
 def test_redis_refuses_a_second_kpi_while_cells_of_the_first_are_held(redis_port: int) -> None:
     async def go() -> None:
         namespace = settings(redis_port, namespace="sdl-kpi")
-        store = await RedisHistory.open(namespace, "1h", 4, kpi="traffic")
+        store = await RedisCellHistory.open(namespace, "1h", 4, kpi="traffic")
         await store.put("cell-7", T0, 5.0)
         await store.close()
         with pytest.raises(HistoryError, match="holds 1 cells of traffic, not prb_util"):
-            await RedisHistory.open(namespace, "1h", 4, kpi="prb_util")
+            await RedisCellHistory.open(namespace, "1h", 4, kpi="prb_util")
         # The same KPI (a restart, another replica) shares the cells.
-        again = await RedisHistory.open(namespace, "1h", 4, kpi="traffic")
+        again = await RedisCellHistory.open(namespace, "1h", 4, kpi="traffic")
         assert await again.count() == 1
         await again.close()
 
@@ -283,17 +283,17 @@ def test_redis_address_comes_from_the_dbaas_variables_and_an_absent_server_is_un
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     with pytest.raises(HistoryUnavailable, match="opening the history failed"):
-        asyncio.run(RedisHistory.open(settings(port, timeout_ms=200), "1h", 4))
+        asyncio.run(RedisCellHistory.open(settings(port, timeout_ms=200), "1h", 4))
 
 
 def test_replicas_with_other_history_lengths_read_the_same_ring(redis_port: int) -> None:
     async def go() -> list[np.ndarray]:
         ring = settings(redis_port, namespace="lengths")
-        writer = await RedisHistory.open(ring, "1h", 4)
+        writer = await RedisCellHistory.open(ring, "1h", 4)
         await writer.put_series("a", T0, [1.0, 2.0, 3.0, 4.0, 5.0])  # the first leaves
         windows = []
         for length in (6, 4, 2):
-            reader = await RedisHistory.open(ring, "1h", length)
+            reader = await RedisCellHistory.open(ring, "1h", length)
             windows.append((await reader.window("a"))[0])
             await reader.close()
         await writer.close()
@@ -314,7 +314,7 @@ def test_each_e2_node_has_one_owner_shares_follow_the_replicas_and_a_silent_one_
     ttl = ROUND_S  # long beside the milliseconds a round takes here, short enough to wait out
 
     async def go() -> None:
-        store = await RedisHistory.open(settings(redis_port, namespace="leases"), "1h", 4)
+        store = RedisSharedState.open(settings(redis_port, namespace="leases"))
         try:
             async def owners(*replicas: str) -> dict[str, list[str]]:
                 return {r: (await store.lease_round(r, nodes, ttl)).owned for r in replicas}
@@ -348,7 +348,7 @@ def test_a_node_given_up_is_handed_over_once_its_new_owner_has_subscribed(
     nodes = ["gnb-0", "gnb-1"]
 
     async def go() -> None:
-        store = await RedisHistory.open(settings(redis_port, namespace="handover"), "1h", 4)
+        store = RedisSharedState.open(settings(redis_port, namespace="handover"))
         try:
             a = await store.lease_round("a", nodes, 5.0, subscribed=())
             assert a == Leases(nodes, [])
@@ -372,5 +372,5 @@ def test_a_node_given_up_is_handed_over_once_its_new_owner_has_subscribed(
 
 
 def test_a_memory_store_is_one_replica_owning_every_node() -> None:
-    store = MemoryHistory("1h", 4)
+    store = SharedState()
     assert asyncio.run(store.lease_round("a", ["n1", "n2"], 1.0)) == Leases(["n1", "n2"], [])

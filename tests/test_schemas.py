@@ -92,8 +92,18 @@ def test_the_reference_pages_are_the_generated_ones() -> None:
 
 def test_the_reference_pages_name_every_control_metric_and_route() -> None:
     from kpi_forecast.cli import reference
-    from kpi_forecast.xapp.http.routes import ROUTES
+    from kpi_forecast.xapp.app import create_app
+    from kpi_forecast.xapp.descriptor.config_file import (
+        CONFIG_FILE_NAME,
+        DEFAULT_DIR,
+        load_descriptor,
+    )
+    from kpi_forecast.xapp.http.edge import Route
 
+    routes = [route for route in create_app(load_descriptor(DEFAULT_DIR / CONFIG_FILE_NAME),
+                                            watch_config=False).routes
+              if isinstance(route, Route)]
+    assert routes
     configuration = reference.configuration_page()
     for name in ("modelDir", "e2.e2mgrUrl", "registration.enabled", "historyStore.backend"):
         assert f"| `{name}` |" in configuration, name
@@ -102,8 +112,8 @@ def test_the_reference_pages_name_every_control_metric_and_route() -> None:
                  "kpi_forecast_request_duration_seconds", "kpi_forecast_model_info"):
         assert f"| `{name}` |" in metrics, name
     api = reference.api_page()
-    for route in ROUTES:
-        assert f"## `{route.method} {route.path}`" in api, route
+    for route in routes:
+        assert f"## `{route.method} {route.path}`" in api, route.path
 
 
 def test_the_alerts_page_gives_every_alert_what_to_do_and_every_panel() -> None:

@@ -261,6 +261,6 @@ def test_held_cells_beyond_the_limit_get_a_422_and_the_store_cannot_change_live(
                                    historyStore={**store, "namespace": "elsewhere"})
                 with pytest.raises(ValueError, match="historyStore changes take effect"):
                     service.apply_descriptor(other)
-                assert service.controls.history_store.namespace == "limit"
+                assert service.state.now.controls.history_store.namespace == "limit"
 
     asyncio.run(go())

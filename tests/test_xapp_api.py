@@ -18,7 +18,7 @@ import pytest
 from kpi_forecast.model.config import ModelConfig
 from kpi_forecast.model.runtime import OnnxForecaster
 from kpi_forecast.xapp.http import arrow_ipc
-from kpi_forecast.xapp.serving.overload import WINDOW_ANSWERS
+from kpi_forecast.xapp.serving.admission import WINDOW_ANSWERS
 from tests.tolerance import ANSWER_ROUNDING, answer_tolerance, network_tolerance
 from tests.waiting import unready_saying
 from tests.xapp_helpers import CONTEXT, HORIZON, descriptor, make_model, running
@@ -324,7 +324,7 @@ def test_metrics_exposition(model_dir: Path, tmp_path: Path) -> None:
 
 def slow_down(client: httpx.AsyncClient, seconds: float) -> None:
     """Make every model call of the running app take at least ``seconds``."""
-    model = client.app.state.service.model
+    model = client.app.state.service.state.now.model
     healthy = model.forecast
 
     def slow(*args, **kwargs):
@@ -379,7 +379,7 @@ def test_a_queue_too_long_for_the_budget_falls_back_without_waiting(
 def test_a_failing_model_falls_back_and_keeps_serving(model_dir: Path, tmp_path: Path) -> None:
     async def go() -> None:
         async with running(descriptor(tmp_path, model_dir)) as client:
-            model = client.app.state.service.model
+            model = client.app.state.service.state.now.model
 
             def broken(*args, **kwargs):
                 raise RuntimeError("CUDA error: an illegal memory access")
@@ -408,7 +408,7 @@ def test_requests_that_wait_beyond_the_allowance_are_shed_with_503(model_dir: Pa
                                     "maxQueueSize": 24})
         async with running(desc) as client:
             slow_down(client, 0.08)
-            admission = client.app.state.service.admission
+            admission = client.app.state.service.limit
             assert admission.limit == 24  # open until requests wait
             shed, waves = None, 0
             while shed is None:
@@ -446,7 +446,7 @@ def test_late_answers_without_waiting_shed_nothing(model_dir: Path, tmp_path: Pa
                 answer = await client.post("/v1/forecast", json=body(cell_id=f"s{i}"))
                 assert answer.status_code == 200 and answer.json()["reason"] == "timeout"
                 await asyncio.sleep(0.025)
-            admission = client.app.state.service.admission
+            admission = client.app.state.service.limit
             assert admission.limit == 64 and admission.delay < admission.allowance
             metrics = (await client.get("/ric/v1/metrics")).text
             assert 'kpi_forecast_shed_requests_total{reason="overload"} 0.0' in metrics

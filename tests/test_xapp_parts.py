@@ -15,6 +15,7 @@ from kpi_forecast.xapp.metrics import Metrics
 from kpi_forecast.xapp.serving.batcher import DynamicBatcher, QueueFull
 from kpi_forecast.xapp.serving.fallback import seasonal_naive
 from tests.tolerance import UNIT_ROUNDOFF_32
+from tests.xapp_helpers import serving_state
 
 T0 = pd.Timestamp("2024-03-30 22:00", tz="UTC")
 
@@ -48,7 +49,7 @@ class CountingModel:
         self.batches: list[int] = []
 
     def forecast(self, blocks: list[np.ndarray], last: pd.DatetimeIndex,
-                 recalibration: Recalibration) -> np.ndarray:
+                 recalibration: Recalibration | None) -> np.ndarray:
         history = np.concatenate(blocks)
         self.batches.append(len(history))
         return np.nansum(history, axis=1)[:, None, None].repeat(2, axis=1)
@@ -59,8 +60,7 @@ async def batching(queue_delay_s: float, queue_size: int = 100
                    ) -> AsyncIterator[tuple[DynamicBatcher, CountingModel]]:
     """A running batcher (batches of up to 8) over a CountingModel, stopped on exit."""
     model = CountingModel()
-    batcher = DynamicBatcher(lambda: model, lambda model: Recalibration(), Metrics(0.1, 8),
-                             max_batch_size=8,
+    batcher = DynamicBatcher(serving_state(model=model), Metrics(0.1, 8), max_batch_size=8,
                              max_queue_delay_s=queue_delay_s, max_queue_size=queue_size)
     task = asyncio.create_task(batcher.run())
     try:
@@ -117,7 +117,7 @@ def test_the_batcher_bounds_its_queue_and_skips_abandoned_requests() -> None:
 
 
 def test_the_concurrency_limit_follows_queueing_delay_against_the_allowance() -> None:
-    from kpi_forecast.xapp.serving.overload import (
+    from kpi_forecast.xapp.serving.admission import (
         MAX_GRADIENT,
         MIN_GRADIENT,
         MIN_LIMIT,
@@ -173,7 +173,7 @@ def test_the_concurrency_limit_follows_queueing_delay_against_the_allowance() ->
 
 
 def test_admission_off_admits_everything_and_still_measures() -> None:
-    from kpi_forecast.xapp.serving.overload import WINDOW_ANSWERS, ConcurrencyLimit
+    from kpi_forecast.xapp.serving.admission import WINDOW_ANSWERS, ConcurrencyLimit
 
     limit = ConcurrencyLimit(maximum=4, enabled=False)
     assert all(limit.try_acquire() for _ in range(50))

@@ -87,10 +87,11 @@ def test_forecasts_get_the_offsets_of_the_cells_recent_history(tmp_path: Path) -
             moved = await quantiles(client, "c3")
             # The same adjustment as `kpi-forecast predict` would find on these windows.
             # As the store holds it: its whole length, NaN before the first value.
-            history = np.full((CELLS, service.controls.history_length), np.nan, np.float32)
+            length = service.state.now.controls.history_length
+            history = np.full((CELLS, length), np.nan, np.float32)
             history[:, -STEPS:] = [load(i) for i in range(CELLS)]
             last = pd.DatetimeIndex([pd.Timestamp(START) + (STEPS - 1) * HOUR] * CELLS)
-            expected = recalibration(service.model, history, last, 7)
+            expected = recalibration(service.state.now.model, history, last, 7)
             # The same function on the same arrays in the same order (the store lists cells
             # by their last report, ties in the order they came): the same result, exactly.
             np.testing.assert_array_equal(fitted.offsets, expected.offsets)
@@ -136,7 +137,7 @@ def test_the_offsets_for_zero_wide_bands_are_shown(tmp_path: Path) -> None:
             fitted = Recalibration(np.array([-0.1, 0.0, 0.2], np.float32), 1, 7, 500,
                                    steps_per_day=24,
                                    flat_offsets=np.array([-1.25, 0.0, 2.5], np.float32))
-            service.recalibrator.offsets = Offsets(service.model.metadata.model_version,
+            service.recalibrator.offsets = Offsets(service.state.now.model.metadata.model_version,
                                                    fitted, 10, 1.0e9)
             info = (await client.get("/v1/model")).json()["recalibration"]
             assert info["zero_width_offsets"] == {"p10": -1.25, "p50": 0.0, "p90": 2.5}

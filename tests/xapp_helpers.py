@@ -17,7 +17,10 @@ from kpi_forecast.xapp.descriptor.config_file import (
     Descriptor,
     load_descriptor,
 )
+from kpi_forecast.xapp.descriptor.controls import KpiSource
 from kpi_forecast.xapp.service import TransportFactory, rmr_transport
+from kpi_forecast.xapp.serving.state import Served, ServingState
+from kpi_forecast.xapp.store.cell_history import CellHistory
 from tests.exported_model import exported_copy
 
 CONTEXT, HORIZON = 168, 24
@@ -78,3 +81,14 @@ async def running(desc: Descriptor, wait_ready: bool = True, watch: bool = False
                     raise AssertionError("the model never became ready")
             client.app = app  # type: ignore[attr-defined]
             yield client
+
+
+def serving_state(history: CellHistory | None = None, kpi_source: KpiSource | None = None,
+                  model: object = None) -> ServingState:
+    """The packaged descriptor's controls with ``history``, the measurement ``kpi_source`` as
+    the served model's KPI and ``model`` (None, or what stands in for one), as the parts
+    tested read them."""
+    state = ServingState(load_descriptor(DEFAULT_DIR / CONFIG_FILE_NAME).controls)
+    state.now = Served(state.now.controls, model=model, history=history,  # type: ignore[arg-type]
+                       kpi_source=kpi_source)
+    return state

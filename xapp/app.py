@@ -1,9 +1,9 @@
-"""The REST interface assembled: O-RAN SC conventions under /ric/v1, forecasts under /v1.
+"""The xApp assembled: the service (``service.py``) behind the REST interface, O-RAN SC
+conventions under /ric/v1, forecasts under /v1.
 
-Every route of the table in ``routes.py`` gets its handler here, by name, from the modules
-that hold them; the boundary (``boundary.py``) and the error answers (``errors.py``) go
-around them. Every error is JSON with an ``error`` message; client mistakes are 4xx, never
-500. OpenAPI is at /docs.
+The routers of ``http/`` (each route declared with its facts where it is) go into one app; the
+edge (``http/edge.py``) and the error answers (``http/errors.py``) go around them. Every error
+is JSON with an ``error`` message; client mistakes are 4xx, never 500. OpenAPI is at /docs.
 """
 
 from __future__ import annotations
@@ -17,14 +17,13 @@ from fastapi import FastAPI
 
 from kpi_forecast.xapp.descriptor.config_file import ConfigWatcher, Descriptor
 from kpi_forecast.xapp.http import openapi
-from kpi_forecast.xapp.http.cell_routes import history_handlers
-from kpi_forecast.xapp.http.edge import Boundary, ForecastApp
-from kpi_forecast.xapp.http.errors import add_error_handlers
-from kpi_forecast.xapp.http.forecast_routes import forecast_handlers
-from kpi_forecast.xapp.http.model_routes import model_handlers
-from kpi_forecast.xapp.http.ric_routes import ric_handlers
-from kpi_forecast.xapp.http.routes import ROUTES, Handlers
-from kpi_forecast.xapp.http.schemas import BatchRequest, ErrorOut, ForecastRequest
+from kpi_forecast.xapp.http.cell_routes import add_cell_routes
+from kpi_forecast.xapp.http.edge import Access, Boundary, ForecastApp, Route
+from kpi_forecast.xapp.http.errors import ErrorOut, add_error_handlers
+from kpi_forecast.xapp.http.forecast_routes import add_forecast_routes
+from kpi_forecast.xapp.http.model_routes import add_model_routes
+from kpi_forecast.xapp.http.ric_routes import add_ric_routes
+from kpi_forecast.xapp.http.schemas import BatchRequest, ForecastRequest
 from kpi_forecast.xapp.ric import registration
 from kpi_forecast.xapp.service import STOP_STEP_S, Service, TransportFactory, rmr_transport
 
@@ -44,7 +43,7 @@ def create_app(
             watcher = ConfigWatcher(descriptor.path, service.apply_descriptor,
                                     overrides=overrides)
             tasks.append(asyncio.create_task(watcher.run(), name="config-watch"))
-        registered = registration.wanted(service.controls.registration)
+        registered = registration.wanted(service.state.now.controls.registration)
         if registered:
             tasks.append(asyncio.create_task(
                 registration.register(service.descriptor, appmgr_transport), name="register"))
@@ -55,6 +54,7 @@ def create_app(
         await service.stop(tasks)
 
     app = ForecastApp(
+        service.admission, service.metrics,
         generate_unique_id_function=lambda route: route.name,  # operationIds: the handlers
         title="kpi-forecast xApp",
         description="Per-cell KPI forecasts for the near-RT RIC.",
@@ -62,22 +62,16 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.service = service
+    # The routes go on the app's own router, as its one route table, each with its facts.
+    app.router.route_class = Route
+    for add_routes in (add_ric_routes, add_forecast_routes, add_cell_routes, add_model_routes):
+        add_routes(app.router, service)
+    service.metrics.declare_forecast_routes(
+        [route.path for route in app.routes if isinstance(route, Route) and route.forecast])
     app.openapi = openapi.Document(  # type: ignore[method-assign]
-        app, lambda: service.model.metadata if service.model else None,
-        lambda: service.controls.api, extra_models=(BatchRequest, ForecastRequest, ErrorOut))
-    app.add_middleware(Boundary, service=service)
-    add_error_handlers(app, service.metrics, lambda: service.controls.max_request_bytes)
-    _add_routes(app, {**ric_handlers(service), **forecast_handlers(service),
-                      **history_handlers(service), **model_handlers(service)})
+        app, service.state, extra_models=(BatchRequest, ForecastRequest, ErrorOut))
+    app.add_middleware(Boundary, state=service.state,
+                       access=Access(service.state, service.metrics),
+                       metrics=service.metrics, loop_lag=service.loop_lag)
+    add_error_handlers(app, service.metrics, service.state)
     return app
-
-
-def _add_routes(app: FastAPI, handlers: Handlers) -> None:
-    """The route table's routes, in its order, each with the handler of its name."""
-    unbound = {route.name for route in ROUTES} ^ set(handlers)
-    if unbound:
-        raise RuntimeError(f"routes and handlers do not match: {sorted(unbound)}")
-    for route in ROUTES:
-        endpoint, options = handlers[route.name]
-        app.add_api_route(route.path, endpoint, methods=[route.method], name=route.name,
-                          **options)

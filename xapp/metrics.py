@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
-from kpi_forecast.xapp.http.routes import FORECAST_ROUTES, GROUPS
+from kpi_forecast.xapp.descriptor.controls import Api
 
 PREFIX = "kpi_forecast"
 BUDGET_FRACTIONS = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1.25, 1.5, 2.0, 5.0)
@@ -64,11 +64,8 @@ class Metrics:
             ["reason"], registry=r,
         )
         # Series that exist from the start read as 0 rather than absent: rate() over the
-        # first requests then sees them begin, and alerts have something to compare with.
-        for route in FORECAST_ROUTES:
-            self.request_latency.labels(route=route.path)
-            self.budget_violations.labels(route=route.path)
-            self.goodput.labels(route=route.path)
+        # first requests then sees them begin, and alerts have something to compare with
+        # (those of the forecast routes: ``declare_forecast_routes``).
         for reason in FALLBACK_REASONS:
             self.fallbacks.labels(reason=reason)
         for reason in SHED_REASONS:
@@ -77,7 +74,7 @@ class Metrics:
             f"{PREFIX}_refused_requests", "Requests refused with 403: their route group is off "
             "or needs the API key they lack (controls.api).", ["group"], registry=r,
         )
-        for group in GROUPS:
+        for group in Api.model_fields:  # the restricted route groups
             self.refused.labels(group=group)
         self.cells_held = Gauge(f"{PREFIX}_cells_held", "Cells with history held.", registry=r)
         self.budget = Gauge(
@@ -229,3 +226,10 @@ class Metrics:
             f"{PREFIX}_a1_policy_excluded", "1 when the instance's cells are excluded from "
             "forecasting.", ["policy_instance"], registry=r,
         )
+
+    def declare_forecast_routes(self, paths: list[str]) -> None:
+        """The forecast routes' series, from the start (see above)."""
+        for path in paths:
+            self.request_latency.labels(route=path)
+            self.budget_violations.labels(route=path)
+            self.goodput.labels(route=path)

@@ -1,6 +1,7 @@
-"""The xApp's parts wired together, apart from HTTP: what is served (``model_holder``), the
-batcher, the decision of what to answer (``decision``), admission (``admission``), the
-background recalibration, E2 (``e2.link``) and the metrics; their start and orderly stop,
+"""The xApp's parts wired together, apart from HTTP: the serving state (``serving.state``: the
+controls, the model and its stores, as one snapshot) and everyone who reads it, the model
+holder that swaps models into it, the batcher, the decision of what to answer, admission, the
+background recalibration, E2 and A1 (``ric``) and the metrics; their start and orderly stop,
 and a new descriptor handed to each."""
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from kpi_forecast.model.runtime import OnnxForecaster
 from kpi_forecast.xapp.descriptor.config_file import Descriptor, model_fields_changed
 from kpi_forecast.xapp.descriptor.controls import E2, Controls
 from kpi_forecast.xapp.failures import describe
-from kpi_forecast.xapp.http.access import Access
 from kpi_forecast.xapp.metrics import Metrics
 from kpi_forecast.xapp.ric.a1.handler import PolicyHandler
 from kpi_forecast.xapp.ric.a1.policies import Policies
@@ -22,13 +22,14 @@ from kpi_forecast.xapp.ric.e2.link import E2Link
 from kpi_forecast.xapp.ric.e2.ownership import Ownership
 from kpi_forecast.xapp.ric.e2.rmr import RmrTransport
 from kpi_forecast.xapp.ric.e2.transport import Transport
-from kpi_forecast.xapp.serving.admission import Admission
+from kpi_forecast.xapp.serving.admission import Admission, ConcurrencyLimit, LoopLag
 from kpi_forecast.xapp.serving.batcher import DynamicBatcher
-from kpi_forecast.xapp.serving.decision import Budget, Decider
+from kpi_forecast.xapp.serving.decision import Decider, latency_budget_s
 from kpi_forecast.xapp.serving.model_holder import ModelHolder, check_controls
-from kpi_forecast.xapp.serving.overload import ConcurrencyLimit, LoopLag
 from kpi_forecast.xapp.serving.recalibrator import Recalibrator
-from kpi_forecast.xapp.store.history import History, HistoryUnavailable
+from kpi_forecast.xapp.serving.state import ServingState
+from kpi_forecast.xapp.store.cell_history import HistoryUnavailable
+from kpi_forecast.xapp.store.shared_state import SharedState
 
 log = logging.getLogger(__name__)
 
@@ -52,90 +53,72 @@ class Service:
                  e2_transport: TransportFactory = rmr_transport) -> None:
         self.descriptor = descriptor
         controls = descriptor.controls
+        self.state = ServingState(controls)
         self.metrics = Metrics(controls.latency_budget_ms / 1000.0,
                                controls.batching.max_batch_size)
-        self.budget = Budget(lambda: self.controls)
-        self.holder = ModelHolder(lambda: self.controls, self.metrics, self._prepare,
-                                  self._swapped)
-        self.recalibrator = Recalibrator(lambda: self.model, lambda: self.history,
-                                         lambda: self.controls.recalibration, self.metrics)
+        self.recalibrator = Recalibrator(self.state, self.metrics)
+        self.holder = ModelHolder(self.state, self.metrics, self._prepare, self._swapped)
         self.batcher = DynamicBatcher(
-            lambda: self.model, self.recalibrator.for_model, self.metrics,
-            controls.batching.max_batch_size, controls.batching.max_queue_delay_ms / 1000.0,
-            controls.batching.max_queue_size,
-        )
-        self.decider = Decider(lambda: self.model, lambda: self.controls, self.batcher,
-                               self.budget, self.metrics)
+            self.state, self.metrics, controls.batching.max_batch_size,
+            controls.batching.max_queue_delay_ms / 1000.0, controls.batching.max_queue_size)
+        self.decider = Decider(self.batcher, self.metrics)
         self.loop_lag = LoopLag()
         # At most the queue's bound; "off" admits everything (the queue's bound still holds).
-        self.admission = ConcurrencyLimit(maximum=controls.batching.max_queue_size,
-                                          enabled=controls.batching.admission == "adaptive")
-        self.gate = Admission(self.admission, self.loop_lag, self.budget, self.metrics)
-        self.access = Access(lambda: self.controls.api, self.metrics)
-        self.ingestor = Ingestor(lambda: self.history, self.metrics, self.holder.kpi_source)
+        self.limit = ConcurrencyLimit(maximum=controls.batching.max_queue_size,
+                                      enabled=controls.batching.admission == "adaptive")
+        self.admission = Admission(self.limit, self.loop_lag, self.state, self.metrics)
+        self.ingestor = Ingestor(self.state, self.metrics)
         # One RMR endpoint carries E2 and A1 alike.
         transport = (e2_transport(controls.e2, self._broken)
                      if controls.e2.enabled or controls.a1.enabled else None)
         self.policies = Policies()
-        self.a1 = (PolicyHandler(self.policies, transport, lambda: self.history,
-                                 lambda: self.model, self.metrics)
+        self.a1 = (PolicyHandler(self.policies, transport, self.state, self.metrics)
                    if controls.a1.enabled and transport is not None else None)
-        self.e2 = E2Link(lambda: self.controls.e2, transport, self.ingestor, lambda: self.model,
-                         self.holder.kpi_source, http_port,
-                         Ownership(lambda: self.history), self.metrics, self.a1)
-
-    @property
-    def controls(self) -> Controls:
-        return self.descriptor.controls
-
-    @property
-    def model(self) -> OnnxForecaster | None:
-        return self.holder.model
-
-    @property
-    def history(self) -> History | None:
-        return self.holder.history
+        self.e2 = E2Link(self.state, transport, self.ingestor, http_port, Ownership(self.state),
+                         self.metrics, self.a1)
 
     def _broken(self, reason: str) -> None:
         self.metrics.e2_rejected.labels(reason=reason).inc()
 
-    async def _prepare(self, model: OnnxForecaster) -> None:
+    async def _prepare(self, model: OnnxForecaster, shared: SharedState) -> None:
         """Take the recalibration and the A1 instances other replicas keep before serving
         ``model``, so a restarted replica answers as they do from its first request."""
         try:
-            await self.recalibrator.take_shared(model)
+            await self.recalibrator.take_shared(model, shared)
         except (HistoryUnavailable, ValueError, KeyError) as exc:
             log.warning("recalibration: the shared offsets cannot be read yet: %s",
                         describe(exc))
-        if self.a1 is not None and self.history is not None:
+        if self.a1 is not None:
             try:  # the A1 instances other replicas took, in force from the first request
-                await self.a1.take_stored(self.history)
+                await self.a1.take_stored(shared)
             except HistoryUnavailable as exc:
                 log.warning("a1: the stored instances cannot be read yet: %s", describe(exc))
 
     def _swapped(self, model: OnnxForecaster) -> None:
-        self.recalibrator.show(model)
+        self.recalibrator.put_in_force(model)
         if self.a1 is not None:
             self.a1.model_swapped()
 
     def apply_descriptor(self, new: Descriptor) -> None:
         """A config reload: raise ValueError to reject it (the old one stays)."""
-        if self.model is not None:
-            check_controls(new.controls, self.model)
-        old = self.controls
+        served = self.state.now
+        if served.model is not None:
+            check_controls(new.controls, served.model)
+        old = served.controls
         for name in ("history_store", "a1", "model_url"):
             if getattr(new.controls, name) != getattr(old, name):
                 alias = Controls.model_fields[name].alias
                 raise ValueError(f"controls.{alias} changes take effect at the next start: "
                                  "restart the xApp (the chart's rollOnConfigChange does it)")
         self.descriptor = new
+        self.state.swap(controls=new.controls)
         batching = new.controls.batching
         self.batcher.configure(batching.max_batch_size, batching.max_queue_delay_ms / 1000.0,
                                batching.max_queue_size)
-        self.admission.configure(batching.max_queue_size, batching.admission == "adaptive")
-        self.metrics.budget.set(self.budget.seconds)
-        if self.model is not None:  # recalibration turned on or off
-            self.recalibrator.show(self.model)
+        self.limit.configure(batching.max_queue_size, batching.admission == "adaptive")
+        self.metrics.budget.set(latency_budget_s(new.controls))
+        if served.model is not None:  # recalibration turned on or off
+            self.recalibrator.put_in_force(served.model)
         changed = model_fields_changed(old, new.controls)
         if changed:
             log.info("config: %s changed, reloading the model", ", ".join(changed))

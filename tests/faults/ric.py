@@ -21,7 +21,7 @@ from kpi_forecast.cli.smoke import wait_ready
 from kpi_forecast.data.ingest import load_panel
 from kpi_forecast.data.panel import Panel
 from kpi_forecast.xapp.descriptor.controls import HistoryStore
-from kpi_forecast.xapp.store.sdl import RedisHistory
+from kpi_forecast.xapp.store.sdl import RedisCellHistory
 from tests.processes import ROOT, STOP_WITHIN_S
 from tests.redis_server import RedisServer
 from tests.test_xapp_process import NO_TORCH
@@ -164,7 +164,7 @@ def held(redis_port: int, panel: Panel, cells: list[str]) -> np.ndarray:
     async def read() -> np.ndarray:
         settings = HistoryStore(backend="redis", host="127.0.0.1", port=redis_port,
                                 namespace=NAMESPACE)
-        store = await RedisHistory.open(settings, panel.freq, panel.n_steps)
+        store = await RedisCellHistory.open(settings, panel.freq, panel.n_steps)
         try:
             windows = await store.windows(cells)
         finally:

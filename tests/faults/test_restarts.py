@@ -15,10 +15,9 @@ import pytest
 import redis
 
 from kpi_forecast.data.synthetic import generate
-from kpi_forecast.xapp.ric.a1.handler import STORE_NAME
 from kpi_forecast.xapp.ric.e2.link import RESUBSCRIBE_BOUND_S
 from kpi_forecast.xapp.ric.e2.ownership import ROUND_S, TAKEOVER_BOUND_S
-from kpi_forecast.xapp.serving.recalibrator import SHARED_NAME
+from kpi_forecast.xapp.store.shared_state import POLICIES_KEY, RECALIBRATION_KEY
 from tests.a1_mediator import Mediator
 from tests.faults.conftest import Report
 from tests.faults.ric import NAMESPACE, Ric, held, the_file, wait_for
@@ -113,7 +112,7 @@ def test_redis_restarted_with_its_data_keeps_history_offsets_policies_and_leases
             return httpx.get(f"{replica.url}/v1/cells/{cell}/forecast", timeout=5)
 
         assert len(forecast(cells[0]).json()["forecasts"]) == 5  # the policy's horizon
-        shared = f"{{{NAMESPACE}}},shared:{SHARED_NAME}"
+        shared = f"{{{NAMESPACE}}},{RECALIBRATION_KEY}"
         wait_for(lambda: json.loads(keyspace(ric.redis.port).get(shared) or b"{}").get(
             "windows"), 30, ric.tail)
         handovers = replica.metric('kpi_forecast_e2_handovers_total{direction="taken"}')
@@ -122,7 +121,7 @@ def test_redis_restarted_with_its_data_keeps_history_offsets_policies_and_leases
         replicas = before.pop(f"{{{NAMESPACE}}},e2-replicas")
         leases = {k: v for k, v in before.items() if ",e2-lease:" in k}
         assert len(leases) == 2 and set(leases.values()) == {next(iter(leases.values()))}
-        assert before[f"{{{NAMESPACE}}},map:{STORE_NAME}"]
+        assert before[f"{{{NAMESPACE}}},{POLICIES_KEY}"]
 
         ric.redis.stop()
         down = time.monotonic()

@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+from fastapi import APIRouter
+
+from kpi_forecast.xapp.http.edge import facts
 from kpi_forecast.xapp.http.errors import ERRORS, ClientError
-from kpi_forecast.xapp.http.routes import Handlers
+from kpi_forecast.xapp.http.forecast_routes import held_store
 from kpi_forecast.xapp.http.schemas import (
     CellIdPath,
     CellOut,
@@ -13,10 +16,10 @@ from kpi_forecast.xapp.http.schemas import (
     CellsResponse,
     HistoryAccepted,
     SeriesIn,
+    span,
 )
-from kpi_forecast.xapp.http.series import span
 from kpi_forecast.xapp.service import Service
-from kpi_forecast.xapp.store.history import HistoryError
+from kpi_forecast.xapp.store.cell_history import HistoryError
 
 
 def _link(operation: str, **how: dict) -> dict:
@@ -25,14 +28,17 @@ def _link(operation: str, **how: dict) -> dict:
     return {200: {"links": {operation: {"operationId": operation, **how}}}}
 
 
-def history_handlers(service: Service) -> Handlers:
-    """Each route's handler and OpenAPI options, by the route table's name."""
-    decider = service.decider
+def add_cell_routes(router: APIRouter, service: Service) -> None:
+    """These routes, on ``router`` (the app's), their handlers reading ``service``."""
+    decider, state = service.decider, service.state
 
+    @router.get("/v1/cells", tags=["cells"], response_model=CellsResponse, responses={
+        **ERRORS,
+        **_link("cell_forecast", parameters={"cell_id": "$response.body#/cells/0/cell_id"})})
     async def cells() -> CellsResponse:
         """The cells whose history the xApp holds (from E2 or written here), with how much of
         it."""
-        store = service.holder.store()
+        store = held_store(state.now)
         infos = await store.cells()
         return CellsResponse(
             count=len(infos), freq=store.freq, history_length=store.length,
@@ -40,21 +46,31 @@ def history_handlers(service: Service) -> Handlers:
                            first=i.first.isoformat(), last=i.last.isoformat()) for i in infos],
         )
 
+    @router.post("/v1/cells/{cell_id}/history", tags=["cells"], response_model=HistoryAccepted,
+                 openapi_extra=facts(group="history_writes"), responses={
+                     **ERRORS, **_link("cell_forecast",
+                                       parameters={"cell_id": "$response.body#/cell_id"})})
     async def add_history(cell_id: CellIdPath, body: SeriesIn) -> HistoryAccepted:
         """Write a cell's history: the values from a start time on the model's grid."""
-        store = service.holder.store()
-        model, _ = decider.check_request(body.freq, None)
+        served = state.now
+        store = held_store(served)
+        model, _ = decider.check_request(served, body.freq, None)
         try:
             kept = await store.put_series(cell_id, span(body, model)[0], body.values, "rest")
         except HistoryError as exc:
             raise ClientError(422, str(exc)) from None
         return HistoryAccepted(cell_id=cell_id, kept=kept)
 
+    @router.post("/v1/cells/history", tags=["cells"], response_model=CellsHistoryAccepted,
+                 openapi_extra=facts(group="history_writes"), responses={
+                     **ERRORS, **_link("cells_forecast", requestBody={
+                         "cell_ids": ["$response.body#/items/0/cell_id"]})})
     async def add_histories(body: CellsHistoryRequest) -> CellsHistoryAccepted:
         """Many cells' history in one call: one round trip to a shared store."""
-        store = service.holder.store()
+        served = state.now
+        store = held_store(served)
         for freq in {item.freq for item in body.items}:
-            model, _ = decider.check_request(freq, None)
+            model, _ = decider.check_request(served, freq, None)
         starts = [span(item, model)[0] for item in body.items]
         kept = await store.put_cells([
             (item.cell_id, [(start + k * store.step, value)
@@ -68,17 +84,3 @@ def history_handlers(service: Service) -> Handlers:
         return CellsHistoryAccepted(items=[HistoryAccepted(cell_id=item.cell_id, kept=k)
                                            for item, k in zip(body.items, kept, strict=True)])
 
-    return {
-        "cells": (cells, {"response_model": CellsResponse, "tags": ["cells"], "responses": {
-            **ERRORS,
-            **_link("cell_forecast", parameters={"cell_id": "$response.body#/cells/0/cell_id"})
-        }}),
-        "add_history": (add_history, {
-            "response_model": HistoryAccepted, "tags": ["cells"],
-            "responses": {**ERRORS, **_link("cell_forecast",
-                                            parameters={"cell_id": "$response.body#/cell_id"})}}),
-        "add_histories": (add_histories, {
-            "response_model": CellsHistoryAccepted, "tags": ["cells"],
-            "responses": {**ERRORS, **_link("cells_forecast", requestBody={
-                "cell_ids": ["$response.body#/items/0/cell_id"]})}}),
-    }

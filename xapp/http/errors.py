@@ -5,16 +5,24 @@ Retry-After."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from kpi_forecast.xapp.http.schemas import ErrorOut
 from kpi_forecast.xapp.metrics import Metrics
-from kpi_forecast.xapp.store.history import HistoryUnavailable
+from kpi_forecast.xapp.serving.state import ServingState
+from kpi_forecast.xapp.store.cell_history import HistoryUnavailable
+
+
+class ErrorOut(BaseModel):
+    """Every error's body."""
+
+    error: str
+    detail: list[dict] | None = None
+
 
 # The error answers every route may give, for the OpenAPI document.
 ERRORS = {code: {"model": ErrorOut} for code in (400, 404, 409, 413, 422, 503)}
@@ -67,10 +75,9 @@ def validation_error(errors: list) -> JSONResponse:
                         status_code=422)
 
 
-def add_error_handlers(app: FastAPI, metrics: Metrics,
-                       max_request_bytes: Callable[[], int]) -> None:
-    """Map every error a handler raises to its JSON answer; ``max_request_bytes`` () -> int
-    is the limit in force, for a body the boundary cut off while the framework read it."""
+def add_error_handlers(app: FastAPI, metrics: Metrics, state: ServingState) -> None:
+    """Map every error a handler raises to its JSON answer (the body size limit in force from
+    ``state``, for a body the boundary cut off while the framework read it)."""
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -92,6 +99,6 @@ def add_error_handlers(app: FastAPI, metrics: Metrics,
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if getattr(request.state, "body_too_large", False):
-            return too_large(max_request_bytes())
+            return too_large(state.now.controls.max_request_bytes)
         return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code,
                             headers=getattr(exc, "headers", None))

@@ -1,45 +1,72 @@
-"""The forecast routes: one series (/v1/forecast), many (/v1/forecast/batch, JSON here and
-Arrow in ``arrow_route``), and the cells whose history the xApp holds (one, or many)."""
+"""The forecast routes: one series (/v1/forecast), many (/v1/forecast/batch: JSON items, or
+an Arrow IPC table read and written by ``arrow_ipc``), and the cells whose history the xApp
+holds (one, or many); and their answers as JSON.
+
+An answer has the shape of ``schemas.ForecastResponse`` or ``BatchResponse`` (the OpenAPI
+document's, and what the contract tests validate them against) but is a plain dict encoded by
+orjson, built from checked parts without validating them again: building the pydantic models
+and dumping them is slower, and every single-cell forecast pays it
+(docs/decisions/hot-path.md). A point's timestamp is in the zone its series came in, its
+quantiles rounded to DECIMALS places.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
+import functools
 import time
 from dataclasses import dataclass
 from typing import Annotated
 
 import numpy as np
+import orjson
 import pandas as pd
-from fastapi import Query, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from pydantic import ValidationError
 
 from kpi_forecast.model.features import calendar_zone
+from kpi_forecast.model.kpi import kpi_problem, not_kpis
 from kpi_forecast.model.runtime import OnnxForecaster
 from kpi_forecast.xapp.http import arrow_ipc, openapi
-from kpi_forecast.xapp.http.answers import batch_response, cell_response, json_response
-from kpi_forecast.xapp.http.arrow_routes import forecast_arrow
-from kpi_forecast.xapp.http.errors import ERRORS, ClientError, validation_error
-from kpi_forecast.xapp.http.routes import BY_NAME, Handlers
+from kpi_forecast.xapp.http.edge import Route, facts
+from kpi_forecast.xapp.http.errors import ERRORS, ClientError, Shed, validation_error
 from kpi_forecast.xapp.http.schemas import (
+    FIRST_YEAR,
     FREQ_DESCRIPTION,
+    LAST_YEAR,
     BatchRequest,
     BatchResponse,
     CellIdPath,
     CellsForecastRequest,
     ForecastRequest,
     ForecastResponse,
+    fits,
+    series,
 )
-from kpi_forecast.xapp.http.series import series
 from kpi_forecast.xapp.ric.a1.policies import request_budget
 from kpi_forecast.xapp.service import Service
-from kpi_forecast.xapp.serving.decision import quantile_name
-from kpi_forecast.xapp.store.history import History, HistoryUnavailable
+from kpi_forecast.xapp.serving.decision import (
+    Answer,
+    Decider,
+    budget_for_rows,
+    latency_budget_s,
+    quantile_name,
+)
+from kpi_forecast.xapp.serving.state import Served
+from kpi_forecast.xapp.store.cell_history import CellHistory, HistoryUnavailable
 
 
-def forecast_handlers(service: Service) -> Handlers:
-    """Each route's handler and OpenAPI options, by the route table's name."""
-    decider, gate, policies = service.decider, service.gate, service.policies
+def add_forecast_routes(router: APIRouter, service: Service) -> None:
+    """These routes, on ``router`` (the app's), their handlers reading ``service``."""
+    decider, admission, policies, state = (service.decider, service.admission,
+                                           service.policies, service.state)
 
+    @router.post(
+        "/v1/forecast", response_model=ForecastResponse, responses=ERRORS, tags=["forecast"],
+        openapi_extra={**facts(series="one"), "requestBody": {"content": {
+            "application/json": {"schema": openapi.component_ref(ForecastRequest)}},
+            "required": True}})
     async def forecast(request: Request) -> Response:
         """One cell's recent history in, its forecast out: timestamped quantiles, the model
         version, whether the model or the seasonal-naive fallback answered, and the server's
@@ -47,21 +74,34 @@ def forecast_handlers(service: Service) -> Handlers:
         # The hot route parses and validates its body in one pass of pydantic-core's JSON
         # parser, rather than FastAPI's json.loads and then validation of the Python objects
         # (docs/decisions/hot-path.md).
-        arrival = request.state.arrival
+        arrival, served = request.state.arrival, state.now
         try:
             body = ForecastRequest.model_validate_json(await request.body())
         except ValidationError as exc:
             return validation_error(exc.errors())
         [steer] = policies.for_cells([body.cell_id])
         horizon = body.horizon or steer.horizon
-        model, _ = decider.check_request(body.freq, horizon)
+        model, _ = decider.check_request(served, body.freq, horizon)
         values, last, last_ns = series(body, model)
-        answer = await decider.forecast(values[None], np.array([last_ns]), horizon, arrival,
-                                        body.freq, steer.quantiles, steer.budget_s)
-        latency = gate.observe(BY_NAME["forecast"], arrival, answer, budget_s=steer.budget_s)
+        answer = await decider.forecast(served, values[None], np.array([last_ns]), horizon,
+                                        arrival, body.freq, steer.quantiles, steer.budget_s)
+        latency = admission.observe(request.scope["route"], arrival, answer,
+                                    budget_s=steer.budget_s)
         return json_response(cell_response(body.cell_id, answer, 0, last,
                                            model.step.to_pytimedelta(), latency))
 
+    @router.post(
+        "/v1/forecast/batch", response_model=BatchResponse, tags=["forecast"],
+        responses={**ERRORS, 200: {"content": {arrow_ipc.ARROW_STREAM: {
+            "schema": {"type": "string", "format": "binary"}}}}},
+        openapi_extra={**facts(series="many"), "requestBody": {"content": {
+            "application/json": {"schema": openapi.component_ref(BatchRequest)},
+            arrow_ipc.ARROW_STREAM: {"schema": {"type": "string", "format": "binary"}},
+        }, "required": True}},
+        description="JSON items, or an Arrow IPC stream (`cell_id` string, `start` timestamp "
+        "with a time zone, `values` list of floats, null = missing) answered in Arrow: a long "
+        "table `cell_id, timestamp, pNN...`, with the model version, source and latency in the "
+        "X-Model-Version, X-Source and X-Latency-Ms headers.")
     async def forecast_batch(
         request: Request,
         freq: Annotated[str | None, Query(description="the grid step of an Arrow body "
@@ -72,16 +112,20 @@ def forecast_handlers(service: Service) -> Handlers:
     ) -> Response:
         """Many cells' forecasts in one call: JSON items (each its own history, start and
         horizon), or an Arrow IPC stream of cell_id, start and values, answered in Arrow."""
-        arrival = request.state.arrival
+        arrival, served = request.state.arrival, state.now
         body = await request.body()
         if request.headers.get("content-type", "").startswith(arrow_ipc.ARROW_STREAM):
-            return await forecast_arrow(service, body, freq, horizon, arrival)
+            return await _batch_arrow(service, served, request.scope["route"], body, freq,
+                                      horizon, arrival)
         try:
             batch = BatchRequest.model_validate_json(body)
         except ValidationError as exc:
             return validation_error(exc.errors())
-        return await _batch_json(service, batch, arrival, freq, horizon)
+        return await _batch_json(service, served, request.scope["route"], batch, arrival, freq,
+                                 horizon)
 
+    @router.get("/v1/cells/{cell_id}/forecast", response_model=ForecastResponse,
+                responses=ERRORS, tags=["cells"], openapi_extra=facts(series="one"))
     async def cell_forecast(
         cell_id: CellIdPath, request: Request,
         horizon: Annotated[int | None, Query(ge=1, description="steps to forecast; at most "
@@ -89,33 +133,37 @@ def forecast_handlers(service: Service) -> Handlers:
     ) -> Response:
         """A held cell's forecast, from the history the xApp holds for it (404: unknown cell,
         409: too little history)."""
-        arrival = request.state.arrival
-        store = service.holder.store()
+        arrival, served = request.state.arrival, state.now
+        store = held_store(served)
         [steer] = policies.for_cells([cell_id])
         horizon = horizon or steer.horizon
-        model, _ = decider.check_request(store.freq, horizon)
-        budget_s = steer.budget_s or service.budget.seconds
+        model, _ = decider.check_request(served, store.freq, horizon)
+        budget_s = steer.budget_s or latency_budget_s(served.controls)
         values, last = await _held(store, model, [cell_id], arrival + budget_s)
-        answer = await decider.forecast(values, last.as_unit("ns").asi8, horizon, arrival,
-                                        store.freq, steer.quantiles, steer.budget_s)
-        latency = gate.observe(BY_NAME["cell_forecast"], arrival, answer,
-                               budget_s=steer.budget_s)
+        answer = await decider.forecast(served, values, last.as_unit("ns").asi8, horizon,
+                                        arrival, store.freq, steer.quantiles, steer.budget_s)
+        latency = admission.observe(request.scope["route"], arrival, answer,
+                                    budget_s=steer.budget_s)
         local = last.tz_convert(calendar_zone(model.metadata.calendar_tz))
         return json_response(cell_response(cell_id, answer, 0, local[0].to_pydatetime(),
                                            model.step.to_pytimedelta(), latency))
 
+    @router.post("/v1/cells/forecast", response_model=BatchResponse, responses=ERRORS,
+                 tags=["cells"], openapi_extra=facts(series="many"))
     async def cells_forecast(body: CellsForecastRequest, request: Request) -> Response:
         """Forecasts for many held cells in one call: what a control loop over its cells asks."""
-        arrival = request.state.arrival
-        store = service.holder.store()
-        model = decider.served()
-        plan = _plan(service, model, body.cell_ids, [body.horizon] * len(body.cell_ids))
-        values, last = await _held(store, model, body.cell_ids, arrival + service.budget.for_rows(
-            len(body.cell_ids), plan.budget_s))
-        answer = await decider.forecast(values, last.as_unit("ns").asi8, max(plan.horizons),
-                                        arrival, store.freq, plan.quantiles, plan.budget_s)
-        latency = gate.observe(BY_NAME["cells_forecast"], arrival, answer, len(body.cell_ids),
-                               plan.budget_s)
+        arrival, served = request.state.arrival, state.now
+        store = held_store(served)
+        model = decider.served(served)
+        plan = _plan(service, served, model, body.cell_ids,
+                     [body.horizon] * len(body.cell_ids))
+        values, last = await _held(store, model, body.cell_ids, arrival + budget_for_rows(
+            served.controls, len(body.cell_ids), plan.budget_s))
+        answer = await decider.forecast(served, values, last.as_unit("ns").asi8,
+                                        max(plan.horizons), arrival, store.freq,
+                                        plan.quantiles, plan.budget_s)
+        latency = admission.observe(request.scope["route"], arrival, answer,
+                                    len(body.cell_ids), plan.budget_s)
         local = last.tz_convert(calendar_zone(model.metadata.calendar_tz)).to_pydatetime()
         step = model.step.to_pytimedelta()
         items = [cell_response(cell_id, answer, row, local[row], step, latency,
@@ -123,29 +171,13 @@ def forecast_handlers(service: Service) -> Handlers:
                  for row, cell_id in enumerate(body.cell_ids)]
         return json_response(batch_response(items, latency))
 
-    return {
-        "forecast": (forecast, {
-            "response_model": ForecastResponse, "responses": ERRORS, "tags": ["forecast"],
-            "openapi_extra": {"requestBody": {"content": {
-                "application/json": {"schema": openapi.component_ref(ForecastRequest)}},
-                "required": True}}}),
-        "forecast_batch": (forecast_batch, {
-            "response_model": BatchResponse, "tags": ["forecast"],
-            "responses": {**ERRORS, 200: {"content": {arrow_ipc.ARROW_STREAM: {
-                "schema": {"type": "string", "format": "binary"}}}}},
-            "openapi_extra": {"requestBody": {"content": {
-                "application/json": {"schema": openapi.component_ref(BatchRequest)},
-                arrow_ipc.ARROW_STREAM: {"schema": {"type": "string", "format": "binary"}},
-            }, "required": True}},
-            "description": "JSON items, or an Arrow IPC stream (`cell_id` string, `start` "
-            "timestamp with a time zone, `values` list of floats, null = missing) answered in "
-            "Arrow: a long table `cell_id, timestamp, pNN...`, with the model version, source "
-            "and latency in the X-Model-Version, X-Source and X-Latency-Ms headers."}),
-        "cell_forecast": (cell_forecast, {
-            "response_model": ForecastResponse, "responses": ERRORS, "tags": ["cells"]}),
-        "cells_forecast": (cells_forecast, {
-            "response_model": BatchResponse, "responses": ERRORS, "tags": ["cells"]}),
-    }
+
+
+def held_store(served: Served) -> CellHistory:
+    """The cell history, or a Shed while no model has said on which grid."""
+    if served.history is None:
+        raise Shed("not_ready", "no model loaded yet: the history grid is not known")
+    return served.history
 
 
 @dataclass(frozen=True)
@@ -158,7 +190,7 @@ class _Plan:
     budget_s: float | None  # the smallest of the cells' budgets (None: the controls')
 
 
-def _plan(service: Service, model: OnnxForecaster, cell_ids: list[str],
+def _plan(service: Service, served: Served, model: OnnxForecaster, cell_ids: list[str],
           asked: list[int | None]) -> _Plan:
     """Each item's horizon (asked, else its policy's, else the controls') and quantiles; the
     client's error for a horizon beyond the model's or a cell excluded from forecasting."""
@@ -166,12 +198,13 @@ def _plan(service: Service, model: OnnxForecaster, cell_ids: list[str],
     steering = service.policies.for_cells(cell_ids)
     wanted = [a or s.horizon for a, s in zip(asked, steering, strict=True)]
     # Each distinct horizon checked once, not once per item of up to 10^5.
-    resolved = {h: decider.check_request(model.metadata.freq, h)[1] for h in set(wanted)}
-    budget_s = request_budget(steering, service.budget.seconds)
+    resolved = {h: decider.check_request(served, model.metadata.freq, h)[1]
+                for h in set(wanted)}
+    budget_s = request_budget(steering, latency_budget_s(served.controls))
     asked_quantiles = {s.quantiles for s in steering}
     if asked_quantiles == {None}:
         return _Plan([resolved[h] for h in wanted], None, [None] * len(cell_ids), budget_s)
-    per_set = {q: decider.wanted(model, q) for q in asked_quantiles}
+    per_set = {q: Decider.wanted(served, model, q) for q in asked_quantiles}
     union = set().union(*per_set.values())
     quantiles = tuple(q for q in model.metadata.quantiles if q in union)
     names = {q: tuple(quantile_name(v) for v in chosen) for q, chosen in per_set.items()}
@@ -179,7 +212,7 @@ def _plan(service: Service, model: OnnxForecaster, cell_ids: list[str],
                  [names[s.quantiles] for s in steering], budget_s)
 
 
-async def _held(store: History, model: OnnxForecaster, cell_ids: list[str], deadline: float
+async def _held(store: CellHistory, model: OnnxForecaster, cell_ids: list[str], deadline: float
                 ) -> tuple[np.ndarray, pd.DatetimeIndex]:
     """The cells' windows [cells, length] and last steps, or the client's error: a cell not
     held (404), or one with less than a patch of samples (409). A store that has not answered
@@ -203,14 +236,14 @@ async def _held(store: History, model: OnnxForecaster, cell_ids: list[str], dead
             pd.DatetimeIndex([last for _, last in windows]))
 
 
-async def _batch_json(service: Service, batch: BatchRequest, arrival: float,
-                      freq: str | None, horizon: int | None) -> Response:
+async def _batch_json(service: Service, served: Served, route: Route, batch: BatchRequest,
+                      arrival: float, freq: str | None, horizon: int | None) -> Response:
     """Items of any lengths and horizons (``horizon`` for those that give none): one model
     call at the longest horizon asked for, each answer cut to its own."""
     decider = service.decider
     for spelling in {item.freq for item in batch.items} | ({freq} if freq is not None else set()):
-        model, _ = decider.check_request(spelling, horizon)  # each the model's step
-    plan = _plan(service, model, [item.cell_id for item in batch.items],
+        model, _ = decider.check_request(served, spelling, horizon)  # each the model's step
+    plan = _plan(service, served, model, [item.cell_id for item in batch.items],
                  [item.horizon or horizon for item in batch.items])
     rows = [series(item, model) for item in batch.items]
     longest = max(len(values) for values, _, _ in rows)
@@ -218,10 +251,9 @@ async def _batch_json(service: Service, batch: BatchRequest, arrival: float,
     for row, (values, _, _) in enumerate(rows):
         history[row, longest - len(values) :] = values
     last_ns = np.array([stamp_ns for _, _, stamp_ns in rows], np.int64)
-    answer = await decider.forecast(history, last_ns, max(plan.horizons), arrival,
+    answer = await decider.forecast(served, history, last_ns, max(plan.horizons), arrival,
                                     model.metadata.freq, plan.quantiles, plan.budget_s)
-    latency = service.gate.observe(BY_NAME["forecast_batch"], arrival, answer, len(rows),
-                                   plan.budget_s)
+    latency = service.admission.observe(route, arrival, answer, len(rows), plan.budget_s)
     step = model.step.to_pytimedelta()
     items = [
         cell_response(item.cell_id, answer, row, stamp, step, latency, plan.horizons[row],
@@ -229,3 +261,98 @@ async def _batch_json(service: Service, batch: BatchRequest, arrival: float,
         for row, (item, (_, stamp, _)) in enumerate(zip(batch.items, rows, strict=True))
     ]
     return json_response(batch_response(items, latency))
+
+
+async def _batch_arrow(service: Service, served: Served, route: Route, body: bytes,
+                         freq: str | None, horizon: int | None, arrival: float) -> Response:
+    """An Arrow body (``arrow_ipc``): one table of forecasts for all its rows, at one horizon."""
+    decider = service.decider
+    freq = decider.served(served).metadata.freq if freq is None else freq
+    model, horizon = decider.check_request(served, freq, horizon)
+    try:
+        cells, start, history, lengths = arrow_ipc.read_request(body)
+    except arrow_ipc.BodyError as exc:
+        raise ClientError(422, str(exc)) from None
+    bad = not_kpis(history)
+    if bad.any():
+        row, step = (int(i) for i in np.argwhere(bad)[0])
+        value = float(history[row, step])
+        raise ClientError(422, f"series {row} ({cells[row]}): value {value} is not a KPI: "
+                          f"{kpi_problem(value)}")
+    outside = (start.year < FIRST_YEAR) | (start.year > LAST_YEAR)
+    if outside.any():
+        row = int(np.argmax(outside))
+        raise ClientError(422, f"series {row} ({cells[row]}): start {start[row].isoformat()} "
+                          f"is outside the years {FIRST_YEAR} to {LAST_YEAR}")
+    start = start.as_unit("ns")
+    late = ~fits(start.asi8, lengths - 1 + model.metadata.horizon, model.step.value)
+    if late.any():
+        row = int(np.argmax(late))
+        raise ClientError(422, f"series {row} ({cells[row]}): {lengths[row]} steps from "
+                          f"{start[row].isoformat()}, and the model's horizon after them, end "
+                          f"past {pd.Timestamp.max.date()}")
+    # One table answers every row at one horizon and one set of quantiles: A1 policies have
+    # their say here in the cells they exclude and the budget they set.
+    budget_s = request_budget(service.policies.for_cells(cells),
+                              latency_budget_s(served.controls))
+    last_ns = start.asi8 + (lengths - 1) * model.step.value  # fits() checked it stays in range
+    answer = await decider.forecast(served, history, last_ns, horizon, arrival, freq,
+                                    budget_s=budget_s)
+    steps = np.arange(1, horizon + 1, dtype=np.int64) * model.step.value
+    stamps = last_ns[:, None] + steps[None, :]
+    payload = arrow_ipc.write_response(cells, stamps, answer.quantiles, answer.names)
+    latency = service.admission.observe(route, arrival, answer, len(cells), budget_s)
+    headers = {"X-Model-Version": answer.model_version or "", "X-Source": answer.source,
+               "X-Latency-Ms": f"{latency:.3f}"}
+    if answer.reason:
+        headers["X-Fallback-Reason"] = answer.reason
+    return Response(payload, media_type=arrow_ipc.ARROW_STREAM, headers=headers)
+
+
+DECIMALS = 4  # of the quantiles answered in JSON: a tenth of a thousandth of any KPI unit
+
+
+def _points(answer: Answer, row: int, last: dt.datetime, step: dt.timedelta,
+            horizon: int | None, names: tuple[str, ...] | None) -> list[dict]:
+    quantiles = answer.quantiles[row, :horizon]
+    if names is not None and list(names) != answer.names:
+        quantiles = quantiles[:, [answer.names.index(name) for name in names]]
+    rows = np.round(quantiles.astype(np.float64), DECIMALS).tolist()
+    stamps = _timestamps(last.astimezone(dt.UTC), last.tzinfo, step, len(rows))
+    keys = ("timestamp", *(names or answer.names))
+    return [dict(zip(keys, (stamp, *values), strict=True))
+            for stamp, values in zip(stamps, rows, strict=True)]
+
+
+@functools.lru_cache(maxsize=256)
+def _timestamps(last: dt.datetime, zone: dt.tzinfo, step: dt.timedelta, horizon: int
+                ) -> tuple[str, ...]:
+    """The forecast steps' ISO timestamps in ``zone``, from ``last`` in UTC: the same few
+    windows are asked for all hour long.
+
+    Steps are added in UTC: an aware datetime adds on the wall clock, which across a DST
+    switch would label two steps with one instant. The zone is part of the key because
+    datetimes of one instant in two zones are equal, and hash alike.
+    """
+    return tuple((last + (k + 1) * step).astimezone(zone).isoformat() for k in range(horizon))
+
+
+def cell_response(cell_id: str, answer: Answer, row: int, last: dt.datetime,
+                  step: dt.timedelta, latency_ms: float, horizon: int | None = None,
+                  names: tuple[str, ...] | None = None) -> dict:
+    """One cell's answer (a ``ForecastResponse``): its first ``horizon`` steps and its
+    quantiles ``names`` (default: all the answer holds)."""
+    return {
+        "cell_id": cell_id, "forecasts": _points(answer, row, last, step, horizon, names),
+        "model_version": answer.model_version, "source": answer.source,
+        "reason": answer.reason, "latency_ms": round(latency_ms, 3),
+    }
+
+
+def batch_response(items: list[dict], latency_ms: float) -> dict:
+    """Many cells' answers (a ``BatchResponse``)."""
+    return {"items": items, "latency_ms": round(latency_ms, 3)}
+
+
+def json_response(payload: dict) -> Response:
+    return Response(orjson.dumps(payload), media_type="application/json")

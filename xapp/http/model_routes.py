@@ -6,22 +6,29 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from fastapi import APIRouter
+
 from kpi_forecast.model.artifact import ArtifactError
+from kpi_forecast.xapp.http.edge import facts
 from kpi_forecast.xapp.http.errors import ERRORS, ClientError, Shed
-from kpi_forecast.xapp.http.routes import Handlers
 from kpi_forecast.xapp.http.schemas import ModelOut, ReloadRequest
 from kpi_forecast.xapp.service import Service
 
 
-def model_handlers(service: Service) -> Handlers:
-    """Each route's handler and OpenAPI options, by the route table's name."""
+def add_model_routes(router: APIRouter, service: Service) -> None:
+    """These routes, on ``router`` (the app's), their handlers reading ``service``."""
+    options = {"response_model": ModelOut, "responses": ERRORS, "tags": ["model"]}
 
+    @router.get("/v1/model", **options)
     async def model_info() -> ModelOut:
         """The model served: its version, data contract, runtime and recalibration in force."""
-        if service.model is None:
+        if service.state.now.model is None:
             raise Shed("not_ready", "no model loaded yet")
         return _model_out(service)
 
+    @router.post("/v1/model/reload", **options, openapi_extra=facts(group="model_control"),
+                 description="Loads the model directory named (default: controls.modelDir), "
+                 "which must lie in controls.modelRoot (symlinks resolved; 403 otherwise).")
     async def reload(body: ReloadRequest | None = None) -> ModelOut:
         """Load a model directory (by default the configured one), verify and warm it up, then
         swap it in; on any failure the current model keeps serving."""
@@ -35,18 +42,13 @@ def model_handlers(service: Service) -> Handlers:
                               ) from None
         return _model_out(service)
 
-    options = {"response_model": ModelOut, "responses": ERRORS, "tags": ["model"]}
-    return {"model_info": (model_info, options), "reload": (reload, {
-        **options,
-        "description": "Loads the model directory named (default: controls.modelDir), which "
-        "must lie in controls.modelRoot (symlinks resolved; 403 otherwise)."})}
 
 
 def confined(model_dir: str, service: Service) -> str:
     """``model_dir`` resolved (symlinks followed), or a 403 when it lies outside the model
     root: checked before anything in it is read, so that no caller can make the xApp load
     (or probe) a directory elsewhere on its filesystem."""
-    controls = service.controls
+    controls = service.state.now.controls
     root = Path(controls.model_root or Path(controls.model_dir).resolve().parent).resolve()
     target = Path(model_dir).resolve()
     if not target.is_relative_to(root):
@@ -56,7 +58,7 @@ def confined(model_dir: str, service: Service) -> str:
 
 
 def _model_out(service: Service) -> ModelOut:
-    model = service.model
+    model = service.state.now.model
     meta = model.metadata
     return ModelOut(
         model_version=meta.model_version, model_dir=str(model.model_dir), target=meta.target,

@@ -10,7 +10,7 @@ another model is swapped in, so that client generators and fuzzers produce what 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from fastapi import FastAPI
@@ -19,8 +19,9 @@ from pydantic import BaseModel
 
 from kpi_forecast.model.artifact import ModelMetadata
 from kpi_forecast.xapp.descriptor.controls import API_KEY_ENV, API_KEY_HEADER, Api
-from kpi_forecast.xapp.http.routes import ROUTES
-from kpi_forecast.xapp.http.schemas import ErrorOut
+from kpi_forecast.xapp.http.edge import Route
+from kpi_forecast.xapp.http.errors import ErrorOut
+from kpi_forecast.xapp.serving.state import ServingState
 
 COMPONENTS = "#/components/schemas/{model}"
 API_KEY_SCHEME = "ApiKey"
@@ -32,23 +33,25 @@ def component_ref(model: type[BaseModel]) -> dict:
 
 
 class Document:
-    """``app.openapi``: the document for the model ``served()`` returns, remade on a swap."""
+    """``app.openapi``: the document for the model and the access of ``state.now``, remade when
+    either changes."""
 
-    def __init__(self, app: FastAPI, served: Callable[[], ModelMetadata | None],
-                 access: Callable[[], Api], extra_models: tuple[type[BaseModel], ...] = ()
-                 ) -> None:
+    def __init__(self, app: FastAPI, state: ServingState,
+                 extra_models: tuple[type[BaseModel], ...] = ()) -> None:
         self._app = app
-        self._served = served
-        self._access = access
+        self._state = state
         self._extra_models = extra_models
         self._base: dict | None = None
         self._made: tuple[tuple, dict] | None = None
 
     def __call__(self) -> dict[str, Any]:
-        meta, access = self._served(), self._access()
+        served = self._state.now
+        meta = served.model.metadata if served.model else None
+        access = served.controls.api
         made_for = (meta.model_version if meta else None, access)
         if self._made is None or self._made[0] != made_for:
-            self._made = made_for, restricted(constrained(self.base(), meta), access)
+            routes = [r for r in self._app.routes if isinstance(r, Route)]
+            self._made = made_for, restricted(constrained(self.base(), meta), access, routes)
         return self._made[1]
 
     def base(self) -> dict[str, Any]:
@@ -72,16 +75,15 @@ def register(document: dict, model: type[BaseModel]) -> None:
     schemas.setdefault(model.__name__, schema)
 
 
-def restricted(document: dict, access: Api) -> dict:
-    """``document`` saying which access each restricted route needs: its group
-    (``x-api-group``), the 403 it may answer, and the API key as its security requirement
-    where its group needs one (controls.api)."""
-    for route in ROUTES:
+def restricted(document: dict, access: Api, routes: list[Route]) -> dict:
+    """``document`` saying which access each restricted route needs (its group, declared as
+    ``x-api-group``): the 403 it may answer, and the API key as its security requirement where
+    its group needs one (controls.api)."""
+    for route in routes:
         if route.group == "read":
             continue
         operation = document["paths"][route.path][route.method.lower()]
         mode = getattr(access, route.group)
-        operation["x-api-group"] = route.group
         operation["description"] = (f"{operation.get('description', '')}\n\nRoute group "
                                     f"{route.group}: {mode} (controls.api).").strip()
         operation["responses"]["403"] = {"description": "Refused: the route group is off, or "

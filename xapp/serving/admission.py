@@ -1,23 +1,170 @@
-"""Admission of forecast requests: refuse one before it is read when it could only be
-answered late, and steer the in-flight limit (``overload.py``) on what the answers took."""
+"""Admission control: how many forecast requests may be in flight before new ones are shed, and
+the refusal of a request before it is read when it could only be answered late.
+
+Under overload, queueing anywhere (in the socket, the event loop, the batcher) only makes every
+answer late, so the excess is refused before its body is read. How much is excess is not fixed
+in advance, nor a share of the budget: it follows the queueing delay, as Netflix's
+concurrency-limits (Gradient2) and Envoy's adaptive concurrency filter do.
+
+Each single forecast's latency splits in two, both measured by the xApp on every request:
+
+- its **queueing delay**: arrival to the start of its model call, plus the event loop's own
+  lateness (the time a request waits in the socket before the app reads it is invisible to
+  per-request timers, and grows with the loop's lag). A request answered by the fallback
+  waited all its time;
+- its **service time**: the model call and the answer, what it takes once nothing is ahead of
+  it (the no-load latency at the batch size the load makes).
+
+The **allowance** is how long a request may wait and still be answered by the model within the
+budget: the budget, less the slice kept back for the fallback, less the service time (and never
+less than one service time: waiting for the call in progress is how batching works). After each
+window of answers the limit moves by the gradient allowance / queueing delay (the window's 99th
+percentiles; bounded to [1/2, 2] and smoothed). It grows while requests wait less than the
+allowance, so it never sheds while requests are not waiting: fast while they wait less than half
+of it, by at most one request per window nearer to it. Once they wait longer it shrinks from the
+concurrency the window actually had. The
+fixed point is the largest concurrency whose answers still fit the budget, on a slow machine and
+a fast one alike, since every term is measured where it runs.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import math
 import time
+from typing import Protocol
 
 from kpi_forecast.xapp.http.errors import Shed
-from kpi_forecast.xapp.http.routes import Route
 from kpi_forecast.xapp.metrics import Metrics
-from kpi_forecast.xapp.serving.decision import Answer, Budget
-from kpi_forecast.xapp.serving.overload import ConcurrencyLimit, LoopLag
+from kpi_forecast.xapp.serving.decision import (
+    Answer,
+    budget_for_rows,
+    fallback_reserve,
+    latency_budget_s,
+)
+from kpi_forecast.xapp.serving.state import ServingState
+
+
+class RouteFacts(Protocol):
+    """What admission reads of a forecast route (``http.edge.Route``)."""
+
+    path: str  # the template, as the metrics label it
+    series: str  # "one" or "many"
+
+
+TICK_S = 0.002
+LAG_SMOOTHING = 0.3  # weight of the newest tick: reacts within a few milliseconds
+WINDOW_ANSWERS = 100  # answers per window: enough for its 99th percentile to be a real one
+DELAY_QUANTILE = 0.99  # the window's delay that must fit the allowance: the p99 in budget
+MAX_GRADIENT = 2.0  # per window, at most double the limit (nothing waits) ...
+MIN_GRADIENT = 0.5  # ... or halve it (requests wait twice the allowance)
+SMOOTHING = 0.2  # weight of the newest window's limit, as in Gradient2
+MIN_LIMIT = 2.0
+
+
+class LoopLag:
+    """How late the event loop runs, smoothed over the last few ticks."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    async def run(self) -> None:
+        while True:
+            started = time.monotonic()
+            await asyncio.sleep(TICK_S)
+            late = max(time.monotonic() - started - TICK_S, 0.0)
+            self.seconds = LAG_SMOOTHING * late + (1.0 - LAG_SMOOTHING) * self.seconds
+
+
+class ConcurrencyLimit:
+    """The in-flight limit for single forecasts; ``enabled=False`` admits everything (it still
+    measures, so the metrics tell what the limit would be)."""
+
+    def __init__(self, maximum: float, enabled: bool = True) -> None:
+        self.limit = maximum  # start open: the limit only closes once requests wait
+        self.maximum = maximum
+        self.enabled = enabled
+        self.in_flight = 0
+        # The last window's 99th percentiles (s); NaN until a window has closed.
+        self.delay = math.nan
+        self.service = math.nan
+        self.allowance = math.nan
+        self._waits: list[float] = []
+        self._services: list[float] = []
+        self._window_started = 0.0
+        self._peak = 0  # the most in flight during the window
+
+    def configure(self, maximum: float, enabled: bool) -> None:
+        """Apply new controls (a config reload); the limit keeps what it has learnt."""
+        self.maximum, self.enabled = maximum, enabled
+        self.limit = min(self.limit, maximum)
+
+    def try_acquire(self) -> bool:
+        # Rounded up: one window's cut by a fraction of a request sheds nothing yet.
+        if self.enabled and self.in_flight >= math.ceil(self.limit):
+            return False
+        self.in_flight += 1
+        self._peak = max(self._peak, self.in_flight)
+        return True
+
+    def release(self) -> None:
+        self.in_flight -= 1
+
+    def record(self, waited: float, latency: float, budget_left: float, now: float) -> None:
+        """A single forecast answered after ``latency`` s, ``waited`` s of them before its
+        model call began; ``budget_left`` is how long it could take in all and still be the
+        model's answer (the budget less the fallback's slice)."""
+        if not self._waits:
+            self._window_started = now
+        self._waits.append(waited)
+        self._services.append(max(latency - waited, 0.0))
+        # A window is at least one round: what was admitted when it opened has answered.
+        if len(self._waits) >= WINDOW_ANSWERS and now - self._window_started >= latency:
+            self._close_window(budget_left)
+
+    def _close_window(self, budget_left: float) -> None:
+        self.delay, self.service = quantile(self._waits), quantile(self._services)
+        self._waits.clear()
+        self._services.clear()
+        # Waiting for the model call in progress is the price of batching, not a queue: a
+        # request may always wait one service time, even when the service alone is too slow
+        # for the budget (shedding would not make it faster).
+        self.allowance = max(budget_left - self.service, self.service)
+        if self.delay <= 0.0:
+            gradient = MAX_GRADIENT
+        else:
+            gradient = min(MAX_GRADIENT, max(MIN_GRADIENT, self.allowance / self.delay))
+        if gradient >= 1.0:
+            # Growth is gentle near the fixed point (at most one request per window, as TCP's
+            # congestion avoidance probes), fast only while requests wait less than half
+            # their allowance.
+            grown = self.limit * (1.0 - SMOOTHING + SMOOTHING * gradient)
+            self.limit = grown if gradient >= MAX_GRADIENT else min(grown, self.limit + 1.0)
+        else:
+            # A cut applies to the concurrency there was: a limit far above it (the open
+            # start, a quiet spell) would otherwise take many windows to come down to where
+            # it bites.
+            base = min(self.limit, max(self._peak, MIN_LIMIT))
+            self.limit = base * (1.0 - SMOOTHING + SMOOTHING * gradient)
+        self.limit = min(self.maximum, max(MIN_LIMIT, self.limit))
+        self._peak = self.in_flight
+
+
+def quantile(samples: list[float]) -> float:
+    """The ``DELAY_QUANTILE`` of ``samples`` (nearest rank)."""
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(DELAY_QUANTILE * len(ordered)))]
 
 
 class Admission:
-    def __init__(self, limit: ConcurrencyLimit, loop_lag: LoopLag, budget: Budget,
+    """Refuses a forecast request before it is read when it could only be answered late, and
+    steers the in-flight limit on what the answers took."""
+
+    def __init__(self, limit: ConcurrencyLimit, loop_lag: LoopLag, state: ServingState,
                  metrics: Metrics) -> None:
         self.limit = limit
         self.loop_lag = loop_lag
-        self._budget = budget
+        self._state = state
         self._metrics = metrics
 
     def admit(self) -> None:
@@ -26,7 +173,8 @@ class Admission:
         request has waited in the socket for about as long: it could only be answered late).
         """
         limit, lag = self.limit, self.loop_lag.seconds
-        if limit.enabled and lag > self._budget.seconds - self._budget.fallback_reserve:
+        budget = latency_budget_s(self._state.now.controls)
+        if limit.enabled and lag > budget - fallback_reserve(budget):
             self._metrics.shed.labels(reason="deadline").inc()
             raise Shed("deadline", f"the event loop runs {lag * 1000:.1f} ms late: the request "
                        "could not be answered within the budget", retry_after_s=1.0)
@@ -38,23 +186,23 @@ class Admission:
     def release(self) -> None:
         self.limit.release()
 
-    def observe(self, route: Route, arrival: float, answer: Answer, rows: int = 1,
+    def observe(self, route: RouteFacts, arrival: float, answer: Answer, rows: int = 1,
                 budget_s: float | None = None) -> float:
         """Record a forecast response's latency and whether it was goodput (the model's answer
         within the budget: ``budget_s``, the request's own, else the controls'); a single
         forecast's wait and latency steer the limit. Returns the latency in milliseconds."""
         now = time.monotonic()
         seconds = now - arrival
-        metrics, label = self._metrics, route.path
+        metrics, label, controls = self._metrics, route.path, self._state.now.controls
         metrics.request_latency.labels(route=label).observe(seconds)
-        if seconds > self._budget.for_rows(rows, budget_s):
+        if seconds > budget_for_rows(controls, rows, budget_s):
             metrics.budget_violations.labels(route=label).inc()
         elif answer.source == "model":
             metrics.goodput.labels(route=label).inc()
         if route.series == "one":
-            budget = self._budget.seconds if budget_s is None else budget_s
+            budget = latency_budget_s(controls) if budget_s is None else budget_s
             self.limit.record(answer.waited, max(seconds, answer.waited),
-                              budget - self._budget.reserve(budget), now)
+                              budget - fallback_reserve(budget), now)
         return seconds * 1000.0
 
     def show(self) -> None:

@@ -16,7 +16,6 @@ import asyncio
 import collections
 import logging
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -26,6 +25,7 @@ import pandas as pd
 from kpi_forecast.model.recalibration import Recalibration
 from kpi_forecast.model.runtime import OnnxForecaster
 from kpi_forecast.xapp.metrics import Metrics
+from kpi_forecast.xapp.serving.state import ServingState
 
 log = logging.getLogger(__name__)
 
@@ -56,17 +56,12 @@ class _Job:
 
 
 class DynamicBatcher:
-    def __init__(
-        self,
-        model: Callable[[], OnnxForecaster | None],
-        recalibration: Callable[[OnnxForecaster], Recalibration],
-        metrics: Metrics,
-        max_batch_size: int,
-        max_queue_delay_s: float,
-        max_queue_size: int,
-    ) -> None:
-        self._model = model
-        self._recalibration = recalibration
+    """Runs each batch on the model in force (``state.now``) as the batch starts, with that
+    model's recalibration."""
+
+    def __init__(self, state: ServingState, metrics: Metrics, max_batch_size: int,
+                 max_queue_delay_s: float, max_queue_size: int) -> None:
+        self._state = state
         self._metrics = metrics
         self.max_batch_size = max_batch_size
         self.max_queue_delay_s = max_queue_delay_s
@@ -154,7 +149,8 @@ class DynamicBatcher:
         return jobs
 
     async def _run_batch(self, loop: asyncio.AbstractEventLoop, jobs: list[_Job]) -> None:
-        model = self._model()
+        served = self._state.now
+        model = served.model
         if model is None:
             for job in jobs:
                 _fail(job, ModelUnavailable("no model loaded"))
@@ -167,7 +163,7 @@ class DynamicBatcher:
         try:
             quantiles = await loop.run_in_executor(
                 self._executor, _forecast, model, [job.history for job in jobs], last_ns,
-                self._recalibration(model))
+                served.recalibration)
         except Exception as exc:  # the model failing must not take the loop down with it
             log.exception("model call failed on a batch of %d series", len(last_ns))
             for job in jobs:
@@ -201,7 +197,7 @@ class DynamicBatcher:
 
 
 def _forecast(model: OnnxForecaster, blocks: list[np.ndarray], last_ns: np.ndarray,
-              recalibration: Recalibration) -> np.ndarray:
+              recalibration: Recalibration | None) -> np.ndarray:
     """The batch's model call, in the worker thread: the index of its last steps is made
     there, once per batch."""
     return model.forecast(blocks, pd.DatetimeIndex(last_ns, tz="UTC"), recalibration)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +17,7 @@ from kpi_forecast.xapp.http.errors import ClientError, Shed
 from kpi_forecast.xapp.metrics import Metrics
 from kpi_forecast.xapp.serving.batcher import DynamicBatcher, ModelUnavailable, QueueFull
 from kpi_forecast.xapp.serving.fallback import seasonal_naive
+from kpi_forecast.xapp.serving.state import Served
 
 
 @dataclass
@@ -31,31 +31,26 @@ class Answer:
     waited: float
 
 
-class Budget:
-    """The latency budget of the controls in force."""
+# The slice of a single forecast's budget kept back to answer from the fallback, should the
+# model be late: a tenth of the budget, at most this.
+MAX_FALLBACK_RESERVE_S = 0.005
 
-    def __init__(self, controls: Callable[[], Controls]) -> None:
-        self._controls = controls
 
-    @property
-    def seconds(self) -> float:
-        return self._controls().latency_budget_ms / 1000.0
+def latency_budget_s(controls: Controls) -> float:
+    """The controls' latency budget, in seconds."""
+    return controls.latency_budget_ms / 1000.0
 
-    @property
-    def fallback_reserve(self) -> float:
-        return self.reserve(self.seconds)
 
-    @staticmethod
-    def reserve(seconds: float) -> float:
-        """The slice of a single forecast's budget kept back to answer from the fallback,
-        should the model be late."""
-        return min(0.1 * seconds, 0.005)
+def fallback_reserve(seconds: float) -> float:
+    """The slice of a single forecast's budget of ``seconds`` kept back for the fallback."""
+    return min(0.1 * seconds, MAX_FALLBACK_RESERVE_S)
 
-    def for_rows(self, rows: int, seconds: float | None = None) -> float:
-        """A batch call of many series is held to the budget of the model calls it needs;
-        ``seconds``: the request's own budget (an A1 policy's), else the controls'."""
-        seconds = self.seconds if seconds is None else seconds
-        return seconds * max(1.0, rows / self._controls().batching.max_batch_size)
+
+def budget_for_rows(controls: Controls, rows: int, seconds: float | None = None) -> float:
+    """A call of many series is held to the budget of the model calls it needs; ``seconds``:
+    the request's own budget (an A1 policy's), else the controls'."""
+    seconds = latency_budget_s(controls) if seconds is None else seconds
+    return seconds * max(1.0, rows / controls.batching.max_batch_size)
 
 
 def quantile_name(q: float) -> str:
@@ -73,102 +68,101 @@ def parse_step(freq: str) -> pd.Timedelta | None:
 
 
 class Decider:
-    def __init__(self, model: Callable[[], OnnxForecaster | None],
-                 controls: Callable[[], Controls], batcher: DynamicBatcher, budget: Budget,
-                 metrics: Metrics) -> None:
-        self._model = model
-        self._controls = controls
+    def __init__(self, batcher: DynamicBatcher, metrics: Metrics) -> None:
         self._batcher = batcher
-        self._budget = budget
         self._metrics = metrics
 
-    def served(self) -> OnnxForecaster:
+    def served(self, served: Served) -> OnnxForecaster:
         """The model in force, or a Shed while none is loaded."""
-        model = self._model()
-        if model is None:
+        if served.model is None:
             self._metrics.shed.labels(reason="not_ready").inc()
             raise Shed("not_ready", "no model loaded yet", retry_after_s=1.0)
-        return model
+        return served.model
 
-    def check_request(self, freq: str, horizon: int | None) -> tuple[OnnxForecaster, int]:
+    def check_request(self, served: Served, freq: str, horizon: int | None
+                      ) -> tuple[OnnxForecaster, int]:
         """The model and the horizon a request at ``freq`` gets, or the client's error."""
-        model = self.served()
+        model = self.served(served)
         meta = model.metadata
         step = parse_step(freq)
         if step is None:
             raise ClientError(422, f"freq {freq!r} is not a frequency such as 1h or 15min")
         if step != model.step:
             raise ClientError(422, f"freq {freq} does not match the model's {meta.freq}")
-        horizon = horizon or self._controls().default_horizon or meta.horizon
+        horizon = horizon or served.controls.default_horizon or meta.horizon
         if horizon > meta.horizon:
             raise ClientError(422, f"horizon {horizon} exceeds the model's {meta.horizon}")
         return model, horizon
 
-    def wanted(self, model: OnnxForecaster,
+    @staticmethod
+    def wanted(served: Served, model: OnnxForecaster,
                quantiles: tuple[float, ...] | None = None) -> list[float]:
         """The quantiles answered: those asked for (an A1 policy's), else the controls', else
         all the model has."""
-        return list(quantiles or self._controls().quantiles or model.metadata.quantiles)
+        return list(quantiles or served.controls.quantiles or model.metadata.quantiles)
 
-    def selected(self, model: OnnxForecaster, quantiles: tuple[float, ...] | None = None
-                 ) -> tuple[list[int], list[str]]:
-        quantiles, wanted = model.metadata.quantiles, self.wanted(model, quantiles)
+    @classmethod
+    def selected(cls, served: Served, model: OnnxForecaster,
+                 quantiles: tuple[float, ...] | None = None) -> tuple[list[int], list[str]]:
+        quantiles, wanted = model.metadata.quantiles, cls.wanted(served, model, quantiles)
         columns = [quantiles.index(q) for q in wanted]
         return columns, [quantile_name(q) for q in wanted]
 
     async def forecast(
-        self, history: np.ndarray, last_ns: np.ndarray, horizon: int | None, arrival: float,
-        freq: str, quantiles: tuple[float, ...] | None = None, budget_s: float | None = None,
+        self, served: Served, history: np.ndarray, last_ns: np.ndarray, horizon: int | None,
+        arrival: float, freq: str, quantiles: tuple[float, ...] | None = None,
+        budget_s: float | None = None,
     ) -> Answer:
         """Forecasts for the rows of ``history`` [B, n], whose last steps are ``last_ns``
         (int64 ns since 1970 UTC); the model within the budget, else the fallback, else a
         Shed. ``quantiles`` and ``budget_s``: the request's own (an A1 policy's), else the
         controls'."""
-        model, horizon = self.check_request(freq, horizon)
+        model, horizon = self.check_request(served, freq, horizon)
         if np.isnan(history).all(axis=1).any():
             row = int(np.isnan(history).all(axis=1).argmax())
             raise ClientError(422, f"series {row} has no observed value")
-        batcher = self._batcher
-        deadline = arrival + self._budget.for_rows(len(history), budget_s)
+        batcher, controls = self._batcher, served.controls
+        deadline = arrival + budget_for_rows(controls, len(history), budget_s)
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             self._metrics.shed.labels(reason="deadline").inc()
             raise Shed("deadline", "the latency budget was spent before the request was read")
-        reserve = (self._budget.reserve(budget_s or self._budget.seconds)
+        reserve = (fallback_reserve(budget_s or latency_budget_s(controls))
                    if len(history) == 1 else 0.0)
         # With a full batch or more already waiting, the wait can be told in advance; short
         # of that the request joins the next batch and the timeout below guards it.
         if (len(history) == 1 and batcher.depth >= batcher.max_batch_size
                 and (wait := batcher.expected_wait()) > remaining - reserve):
             # It counts the wait it was spared.
-            return self._fallback(model, history, horizon, quantiles, "queue_delay",
+            return self._fallback(served, model, history, horizon, quantiles, "queue_delay",
                                   time.monotonic() - arrival + wait)
         try:
             future = batcher.submit(history, last_ns)
         except QueueFull as exc:
             self._metrics.shed.labels(reason="queue_full").inc()
             raise Shed("queue_full", str(exc),
-                       retry_after_s=max(self._budget.seconds, 0.1)) from None
+                       retry_after_s=max(latency_budget_s(controls), 0.1)) from None
         try:
             if len(history) == 1:
                 result = await asyncio.wait_for(future, remaining - reserve)
             else:
                 result = await future  # a batch call has no cheaper answer: it waits its turn
         except TimeoutError:
-            return self._fallback(model, history, horizon, quantiles, "timeout", (
+            return self._fallback(served, model, history, horizon, quantiles, "timeout", (
                 batcher.call_started(future) or time.monotonic()) - arrival)
         except ModelUnavailable:
-            return self._fallback(model, history, horizon, quantiles, "model_error",
+            return self._fallback(served, model, history, horizon, quantiles, "model_error",
                                   time.monotonic() - arrival)
-        columns, names = self.selected(result.model, quantiles)
+        columns, names = self.selected(served, result.model, quantiles)
         return Answer(result.quantiles[:, :horizon, columns], names,
                       result.model.metadata.model_version, "model", None,
                       result.started - arrival)
 
-    def _fallback(self, model: OnnxForecaster, history: np.ndarray, horizon: int,
-                  asked: tuple[float, ...] | None, reason: str, waited: float) -> Answer:
+    def _fallback(self, served: Served, model: OnnxForecaster, history: np.ndarray,
+                  horizon: int, asked: tuple[float, ...] | None, reason: str, waited: float
+                  ) -> Answer:
         self._metrics.fallbacks.labels(reason=reason).inc(len(history))
-        columns, names = self.selected(model, asked)
+        columns, names = self.selected(served, model, asked)
         quantiles = [model.metadata.quantiles[c] for c in columns]
         steps_per_day = int(pd.Timedelta("1D") // model.step)
         forecast = np.stack([

@@ -1,8 +1,9 @@
-"""The model being served and the per-cell history on its grid: they change together.
+"""Loading the model to serve, with the per-cell history on its grid: they change together.
 
 A new model is loaded, verified and warmed up off the event loop, given a history store on
-its grid and of its KPI, and only then swapped in (one assignment), so a request always sees
-a whole model; on any failure the current one keeps serving.
+its grid and of its KPI (the state replicas share is opened with the first), and only then
+swapped into the serving state (one snapshot, one assignment), so a request always sees a
+whole model; on any failure the current one keeps serving.
 """
 
 from __future__ import annotations
@@ -17,36 +18,35 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wai
 
 from kpi_forecast.model.artifact import ArtifactError
 from kpi_forecast.model.runtime import OnnxForecaster, RuntimeOptions
-from kpi_forecast.xapp.descriptor.controls import Controls, KpiSource
+from kpi_forecast.xapp.descriptor.controls import Controls
 from kpi_forecast.xapp.failures import describe, log_retry
-from kpi_forecast.xapp.http.errors import Shed
 from kpi_forecast.xapp.metrics import Metrics
 from kpi_forecast.xapp.serving import model_source
-from kpi_forecast.xapp.store.history import (
+from kpi_forecast.xapp.serving.state import ServingState
+from kpi_forecast.xapp.store.cell_history import (
     Aggregate,
-    History,
+    CellHistory,
     HistoryError,
     HistoryUnavailable,
-    MemoryHistory,
+    MemoryCellHistory,
 )
-from kpi_forecast.xapp.store.sdl import RedisHistory
+from kpi_forecast.xapp.store.sdl import RedisCellHistory
+from kpi_forecast.xapp.store.shared_state import RedisSharedState, SharedState
 
 log = logging.getLogger(__name__)
 
 
 class ModelHolder:
-    """``model`` and ``history`` (None until the first load); ``prepare`` runs on a new model
-    before it serves, ``swapped`` once it does."""
+    """Swaps models (and their history) into ``state``; ``prepare`` runs on a new model with
+    the shared state before it serves, ``swapped`` once it does."""
 
-    def __init__(self, controls: Callable[[], Controls], metrics: Metrics,
-                 prepare: Callable[[OnnxForecaster], Awaitable[None]],
+    def __init__(self, state: ServingState, metrics: Metrics,
+                 prepare: Callable[[OnnxForecaster, SharedState], Awaitable[None]],
                  swapped: Callable[[OnnxForecaster], None]) -> None:
-        self._controls = controls
+        self._state = state
         self._metrics = metrics
         self._prepare = prepare
         self._swapped = swapped
-        self.model: OnnxForecaster | None = None
-        self.history: History | None = None
         self.load_seconds = 0.0
         # Why no model serves yet, while there is none: the readiness probe's answer says it.
         self.problem: str | None = None
@@ -54,7 +54,7 @@ class ModelHolder:
 
     def _load(self, model_dir: str) -> tuple[OnnxForecaster, float]:
         started = time.monotonic()
-        controls = self._controls()
+        controls = self._state.now.controls
         options = RuntimeOptions(provider=controls.execution_provider,
                                  precision=controls.precision,
                                  intra_op_threads=controls.intra_op_threads)
@@ -65,13 +65,20 @@ class ModelHolder:
     async def reload(self, model_dir: str | None = None) -> OnnxForecaster:
         """Load, verify and warm up a model directory, then swap it in; on any failure the
         current model keeps serving and the error propagates."""
-        model_dir = model_dir or self._controls().model_dir
+        model_dir = model_dir or self._state.now.controls.model_dir
         async with self._lock:
             forecaster, seconds = await asyncio.to_thread(self._load, model_dir)
-            await self._history_for(model_dir, forecaster)
-            await self._prepare(forecaster)
-            self.model, self.load_seconds = forecaster, seconds  # one assignment: atomic
+            history = await self._history_for(model_dir, forecaster)
+            shared = self._state.now.shared or await open_shared(self._state.now.controls)
+            await self._prepare(forecaster, shared)
+            old = self._state.now.history
+            # One snapshot: a request sees the old model with its history or the new with its.
+            self._state.swap(model=forecaster, history=history, shared=shared,
+                             recalibration=None)
+            self.load_seconds = seconds
             self._swapped(forecaster)
+        if old is not None and old is not history:
+            await old.close()
         meta = forecaster.metadata
         self._metrics.model.info({
             "version": meta.model_version, "provider": forecaster.provider,
@@ -84,42 +91,27 @@ class ModelHolder:
                  forecaster.provider, seconds)
         return forecaster
 
-    async def _history_for(self, model_dir: str, model: OnnxForecaster) -> None:
-        """Keep the history if it is on the model's grid and of its KPI, else open one that
+    async def _history_for(self, model_dir: str, model: OnnxForecaster) -> CellHistory:
+        """The history held if it is on the model's grid and of its KPI, else a new one that
         is; refuse the model (ArtifactError) when history is held on another grid or of
         another KPI: forecasting one KPI from another's values would be silently wrong."""
         freq, kpi = model.metadata.freq, model.metadata.target
-        held = self.history
+        held = self._state.now.history
         if held is not None and held.freq == freq and held.kpi == kpi:
-            return
+            return held
         if held is not None and (cells := await held.count()):
             if held.freq != freq:
                 raise ArtifactError(f"{model_dir}: model frequency {freq} differs from the "
                                     f"{held.freq} history held for {cells} cells")
             raise ArtifactError(f"{model_dir}: model KPI {kpi} differs from the {held.kpi} "
                                 f"history held for {cells} cells")
-        controls = self._controls()
+        controls = self._state.now.controls
         source = controls.e2.kpis.get(kpi)
         try:
-            store = await open_history(controls, freq, source.aggregate if source else "mean",
-                                       kpi)
+            return await open_history(controls, freq, source.aggregate if source else "mean",
+                                      kpi)
         except HistoryError as exc:
             raise ArtifactError(f"{model_dir}: {exc}") from None
-        old, self.history = self.history, store
-        if old is not None:
-            await old.close()
-
-    def store(self) -> History:
-        """The history, or a Shed while no model has said on which grid."""
-        if self.history is None:
-            raise Shed("not_ready", "no model loaded yet: the history grid is not known")
-        return self.history
-
-    def kpi_source(self) -> KpiSource | None:
-        """The E2 measurement behind the served model's KPI (None: not mapped, or no model)."""
-        if self.model is None:
-            return None
-        return self._controls().e2.kpis.get(self.model.metadata.target)
 
     async def reload_logged(self) -> None:
         """A reload that a config change asked for: a failure is logged, not raised."""
@@ -134,7 +126,7 @@ class ModelHolder:
         while the model cannot be fetched or the shared history cannot be reached it is
         retried, and the xApp stays unready (``problem`` says why), as O-RAN SC xApps wait
         for their SDL."""
-        controls = self._controls()
+        controls = self._state.now.controls
         if controls.model_url and model_source.fetched_from(controls.model_dir) != (
                 controls.model_url):
             self.problem = f"fetching the model from {controls.model_url}"
@@ -161,18 +153,28 @@ class ModelHolder:
         log_retry(log, self.problem)(state)
 
     async def close(self) -> None:
-        if self.history is not None:
-            await self.history.close()
+        served = self._state.now
+        for store in (served.history, served.shared):
+            if store is not None:
+                await store.close()
 
 
 async def open_history(controls: Controls, freq: str, aggregate: Aggregate,
-                       kpi: str) -> History:
+                       kpi: str) -> CellHistory:
     """The store the controls pick, on the model's grid, for the model's KPI."""
     settings = controls.history_store
     if settings.backend == "memory":
-        return MemoryHistory(freq, controls.history_length, settings.max_cells, aggregate, kpi,
-                             settings.max_rest_cells)
-    return await RedisHistory.open(settings, freq, controls.history_length, aggregate, kpi)
+        return MemoryCellHistory(freq, controls.history_length, settings.max_cells, aggregate,
+                                 kpi, settings.max_rest_cells)
+    return await RedisCellHistory.open(settings, freq, controls.history_length, aggregate, kpi)
+
+
+async def open_shared(controls: Controls) -> SharedState:
+    """What replicas share, where the controls keep the history."""
+    settings = controls.history_store
+    if settings.backend == "memory":
+        return SharedState()
+    return RedisSharedState.open(settings)
 
 
 def check_controls(controls: Controls, model: OnnxForecaster) -> None:

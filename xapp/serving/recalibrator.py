@@ -4,11 +4,12 @@
 (``model.recalibration``). The xApp does the same in the background: when the offsets in force
 are older than ``controls.recalibration.everySeconds``, it takes the most recently reported
 cells of its history (at most ``maxCells``), forecasts the last week of horizons of each, and
-keeps the offsets that make the quantiles hold there; a forecast then only applies them, so
-the latency budget pays nothing. The offsets are kept in the history store beside the cells,
-so replicas sharing the RIC's Redis apply the same ones (a replica takes up another's refresh
-within a second) and a restarted replica does not recompute them. Offsets belong to one model:
-a new model starts with its own calibration and gets its offsets at once.
+keeps the offsets that make the quantiles hold there; the serving state then carries them
+with the model (``Served.recalibration``) and a forecast only applies them, so the latency
+budget pays nothing. The offsets are kept in the shared state beside the history, so replicas
+sharing the RIC's Redis apply the same ones (a replica takes up another's refresh within a
+second) and a restarted replica does not recompute them. Offsets belong to one model: a new
+model starts with its own calibration and gets its offsets at once.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,15 +25,15 @@ import pandas as pd
 
 from kpi_forecast.model.recalibration import Recalibration, recalibration, week_of_windows
 from kpi_forecast.model.runtime import InputError, OnnxForecaster
-from kpi_forecast.xapp.descriptor.controls import RecalibrationControls
 from kpi_forecast.xapp.failures import describe
 from kpi_forecast.xapp.http.schemas import RecalibrationOut
 from kpi_forecast.xapp.metrics import Metrics
-from kpi_forecast.xapp.store.history import History, HistoryUnavailable
+from kpi_forecast.xapp.serving.state import ServingState
+from kpi_forecast.xapp.store.cell_history import HistoryUnavailable
+from kpi_forecast.xapp.store.shared_state import SharedState
 
 log = logging.getLogger(__name__)
 
-SHARED_NAME = "recalibration"
 TICK_S = 1.0  # how often the loop looks for another replica's refresh, or a due one
 RETRY_S = 60.0  # after a failed or empty refresh (at most everySeconds)
 
@@ -74,10 +74,10 @@ class Offsets:
 
 
 class Recalibrator:
-    def __init__(self, model: Callable[[], OnnxForecaster | None],
-                 history: Callable[[], History | None],
-                 controls: Callable[[], RecalibrationControls], metrics: Metrics) -> None:
-        self._model, self._history, self._controls = model, history, controls
+    """Refreshes the served model's offsets and puts those in force into ``state``."""
+
+    def __init__(self, state: ServingState, metrics: Metrics) -> None:
+        self._state = state
         self.metrics = metrics
         self.offsets: Offsets | None = None
         self._retry_at = 0.0
@@ -86,7 +86,7 @@ class Recalibrator:
     def _for(self, model: OnnxForecaster) -> Offsets | None:
         offsets = self.offsets
         if (offsets is None or offsets.model_version != model.metadata.model_version
-                or self._controls().every_seconds == 0):
+                or self._state.now.controls.recalibration.every_seconds == 0):
             return None
         return offsets
 
@@ -117,12 +117,13 @@ class Recalibrator:
     async def refresh(self) -> Recalibration:
         """Recompute the offsets from the store now and share them; keeps the old ones (and
         raises) if it cannot."""
-        model, store = self._model(), self._history()
-        if model is None or store is None:
+        served = self._state.now
+        model, store = served.model, served.history
+        if model is None or store is None or served.shared is None:
             return Recalibration()
         started = time.monotonic()
         cells = sorted(await store.cells(), key=lambda c: c.last, reverse=True)
-        chosen = [c.cell_id for c in cells[: self._controls().max_cells]]
+        chosen = [c.cell_id for c in cells[: served.controls.recalibration.max_cells]]
         held = [w for w in await store.windows(chosen) if w is not None]
         fitted = Recalibration()
         if held:
@@ -132,7 +133,7 @@ class Recalibrator:
             # controls.recalibration.maxCells has chosen the cells: all of them are fitted.
             fitted = await asyncio.to_thread(recalibration, model, history, last, windows, None)
         offsets = Offsets(model.metadata.model_version, fitted, len(held), time.time())
-        await store.share(SHARED_NAME, offsets.to_json())
+        await served.shared.put_recalibration(offsets.to_json())
         self._adopt(model, offsets)
         self.metrics.recalibration_seconds.set(time.monotonic() - started)
         log.info("quantiles %s (%d cells)",
@@ -142,12 +143,16 @@ class Recalibrator:
     def _adopt(self, model: OnnxForecaster, offsets: Offsets) -> None:
         self.offsets = offsets
         self.metrics.recalibration_time.set(offsets.refreshed_at)
-        self.show(model)
+        self.put_in_force(model)
 
-    def show(self, model: OnnxForecaster) -> None:
-        """Set the gauges to what ``model``'s forecasts get now. After a reload or a config
-        change they would otherwise go on showing offsets that no longer apply, and the
-        quantiles of a model no longer served."""
+    def put_in_force(self, model: OnnxForecaster) -> None:
+        """Put what ``model``'s forecasts get now into the serving state, where ``model`` is
+        the one served (a model about to be swapped in gets them with the swap), and on the
+        gauges. After a reload or a config change they would otherwise go on showing offsets
+        that no longer apply, and the quantiles of a model no longer served."""
+        offsets = self._for(model)
+        if self._state.now.model is model:
+            self._state.swap(recalibration=None if offsets is None else offsets.recalibration)
         m, applied = self.metrics, self.for_model(model)
         m.recalibration_windows.set(applied.windows)
         m.recalibration_weight.set(applied.weight)
@@ -158,15 +163,12 @@ class Recalibrator:
         for name, offset in zip(model.metadata.quantile_names(), values, strict=True):
             m.recalibration_offset.labels(quantile=name).set(float(offset))
 
-    async def take_shared(self, model: OnnxForecaster) -> Offsets | None:
-        """Adopt the refresh the store holds for ``model``; the offsets in force for ``model``
-        afterwards. The store's is the one in force even when ours is newer: two replicas
+    async def take_shared(self, model: OnnxForecaster, shared: SharedState) -> Offsets | None:
+        """Adopt the refresh ``shared`` holds for ``model``; the offsets in force for ``model``
+        afterwards. The shared one is in force even when ours is newer: two replicas
         refreshing at once keep whichever was written last, and so agree."""
-        store = self._history()
         mine = self._for(model)
-        if store is None:
-            return mine
-        blob = await store.shared(SHARED_NAME)
+        blob = await shared.recalibration()
         try:
             shared = Offsets.from_json(blob) if blob else None
         except ValueError as exc:  # written by another build: this replica's own stand
@@ -182,11 +184,12 @@ class Recalibrator:
         """Take up the refresh the store holds; refresh when it is not fresh. One that
         found no recent week to fit (a new deployment, history still arriving) is retried like
         a failed one, not kept for ``everySeconds``."""
-        model, store = self._model(), self._history()
-        every = self._controls().every_seconds
-        if model is None or store is None or every == 0:
+        served = self._state.now
+        model, shared = served.model, served.shared
+        every = served.controls.recalibration.every_seconds
+        if model is None or shared is None or every == 0:
             return
-        mine = await self.take_shared(model)
+        mine = await self.take_shared(model, shared)
         now = time.time()
         fresh_for = every if mine is not None and mine.recalibration.windows else \
             min(every, RETRY_S)

@@ -14,11 +14,8 @@ ring is the in-memory store's, so the two read the same. ``{ns},cells`` is the s
 (``{ns},rest-cells`` those first written over REST, which have a quota of their own) and
 ``{ns},grid`` the grid step, so that a replica serving a model on another grid is refused
 instead of misreading the history. A write is one Lua script, atomic in Redis: two replicas
-ingesting the same indication, or a replay after a restart, change nothing. ``{ns},shared:<name>``
-holds what replicas share besides the history (the quantile recalibration), and the hash
-``{ns},map:<name>`` what they share entry by entry (A1 policy instances). ``{ns},e2-lease:<node>``
-names the replica that owns an E2 node for now, ``{ns},e2-subscribed:<node>`` the owner once
-it has subscribed to the node, and ``{ns},e2-replicas`` the replicas alive (``lease_round``).
+ingesting the same indication, or a replay after a restart, change nothing. What replicas share
+besides the cells lives in the same namespace (``shared_state.RedisSharedState``).
 """
 
 from __future__ import annotations
@@ -26,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import struct
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,13 +36,12 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from kpi_forecast.xapp.descriptor.controls import HistoryStore
-from kpi_forecast.xapp.store.history import (
+from kpi_forecast.xapp.store.cell_history import (
     Aggregate,
+    CellHistory,
     CellInfo,
-    History,
     HistoryError,
     HistoryUnavailable,
-    Leases,
     Origin,
     aggregated,
     locate,
@@ -126,51 +122,6 @@ return results
 """
 
 
-# KEYS: the sorted set of live replicas (member: replica id, score: when it expires, in ms of
-# Redis's clock), then one lease key per node, then one "subscribed by" key per node. ARGV:
-# the replica id, the lease's life in ms, the node names in the order of their keys, then per
-# node "1" where the replica is subscribed to it. Returns the nodes the replica owns after
-# the round, and those it is subscribed to but another owns and has subscribed to. Atomic, so
-# two replicas never take one node; Redis's clock, so the replicas' clocks need not agree.
-_LEASE_ROUND = """
-local n = (#KEYS - 1) / 2
-local now = redis.call('TIME')
-now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-local me, ttl = ARGV[1], tonumber(ARGV[2])
-redis.call('ZADD', KEYS[1], now + ttl, me)
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-local share = math.ceil(n / redis.call('ZCARD', KEYS[1]))
-local mine, free = {}, {}
-for i = 2, n + 1 do
-  local holder = redis.call('GET', KEYS[i])
-  if holder == me then table.insert(mine, i) elseif not holder then table.insert(free, i) end
-end
-while #mine > share do redis.call('DEL', KEYS[table.remove(mine)]) end
-for _, i in ipairs(mine) do redis.call('PEXPIRE', KEYS[i], ttl) end
-for _, i in ipairs(free) do
-  if #mine >= share then break end
-  redis.call('SET', KEYS[i], me, 'PX', ttl)
-  table.insert(mine, i)
-end
-local owned, handed, is_mine = {}, {}, {}
-for _, i in ipairs(mine) do
-  is_mine[i] = true
-  table.insert(owned, ARGV[i + 1])
-end
-for i = 2, n + 1 do
-  if ARGV[n + 1 + i] == '1' then
-    if is_mine[i] then
-      redis.call('SET', KEYS[n + i], me, 'PX', ttl)
-    else
-      local by = redis.call('GET', KEYS[n + i])
-      if by and by ~= me then table.insert(handed, ARGV[i + 1]) end
-    end
-  end
-end
-return {owned, handed}
-"""
-
-
 def address(settings: HistoryStore, environ: Mapping[str, str] = os.environ) -> tuple[str, int]:
     """Where Redis is: the controls' host and port, else the RIC's DBAAS service variables."""
     host = settings.host or environ.get("DBAAS_SERVICE_HOST")
@@ -191,8 +142,8 @@ class _Window:
     seen: np.ndarray  # [length] uint64 masks
 
 
-class RedisHistory(History):
-    """The shared store: the same contract as ``MemoryHistory``, held in Redis."""
+class RedisCellHistory(CellHistory):
+    """The shared store: the same contract as ``MemoryCellHistory``, held in Redis."""
 
     def __init__(self, client: aioredis.Redis, namespace: str, freq: str, length: int,
                  max_cells: int = 100_000, aggregate: Aggregate = "mean",
@@ -201,23 +152,14 @@ class RedisHistory(History):
         self._redis = client
         self._prefix = f"{{{namespace}}},"
         self._script = client.register_script(_WRITE)
-        self._lease_round = client.register_script(_LEASE_ROUND)
 
     @classmethod
     async def open(cls, settings: HistoryStore, freq: str, length: int,
                    aggregate: Aggregate = "mean", kpi: str | None = None,
-                   environ: Mapping[str, str] = os.environ) -> RedisHistory:
+                   environ: Mapping[str, str] = os.environ) -> RedisCellHistory:
         """Connect and claim the namespace's grid and KPI; HistoryError when it holds cells
         on another grid or of another KPI, HistoryUnavailable when Redis does not answer."""
-        host, port = address(settings, environ)
-        timeout = settings.timeout_ms / 1000.0
-        client = aioredis.Redis(
-            host=host, port=port, db=settings.db, socket_timeout=timeout,
-            socket_connect_timeout=timeout, health_check_interval=30,
-            # A dropped connection is retried; a Redis that stays away is the caller's 503.
-            retry=Retry(ExponentialBackoff(cap=timeout, base=0.01), retries=2),
-            retry_on_error=[RedisConnectionError, RedisTimeoutError],
-        )
+        client = connect(settings, environ)
         store = cls(client, settings.namespace, freq, length, settings.max_cells, aggregate, kpi,
                     settings.max_rest_cells)
         try:
@@ -235,7 +177,7 @@ class RedisHistory(History):
 
     async def _claim_grid(self) -> None:
         step = str(self.step.value)
-        async with self._errors("opening the history"):
+        async with errors("opening the history"):
             grid = self._key("grid")
             held_step, held_kpi = await self._redis.hmget(grid, ["step_ns", "kpi"])
             other_step = held_step is not None and held_step.decode() != step
@@ -269,7 +211,7 @@ class RedisHistory(History):
                 packed = np.array([(*locate(report, step), value) for report, value in reports],
                                   dtype="<f8")
                 args += [cell_id, packed.tobytes()]
-            async with self._errors(f"writing {len(writes)} cell(s)"):
+            async with errors(f"writing {len(writes)} cell(s)"):
                 counts = await self._script(keys=keys, args=args)
         results = iter(counts)
         kept: list[int | HistoryError] = []
@@ -286,7 +228,7 @@ class RedisHistory(History):
             pd.Timestamp(ring.newest * self.step.value, tz="UTC")) for ring in rings]
 
     async def _rings(self, cell_ids: Sequence[str]) -> list[_Window | None]:
-        async with (self._errors(f"reading {len(cell_ids)} cell(s)"),
+        async with (errors(f"reading {len(cell_ids)} cell(s)"),
                     self._redis.pipeline(transaction=False) as pipe):
             for cell_id in cell_ids:
                 pipe.get(self._cell_key(cell_id))
@@ -309,7 +251,7 @@ class RedisHistory(History):
         return _Window(newest, sums, seen)
 
     async def cells(self) -> list[CellInfo]:
-        async with self._errors("listing the cells"):
+        async with errors("listing the cells"):
             ids = sorted(m.decode() for m in await self._redis.smembers(self._key("cells")))
         infos = []
         for first in range(0, len(ids), 1000):  # a bounded pipeline, however many cells
@@ -321,48 +263,30 @@ class RedisHistory(History):
         return infos
 
     async def count(self) -> int:
-        async with self._errors("counting the cells"):
+        async with errors("counting the cells"):
             return int(await self._redis.scard(self._key("cells")))
-
-    async def shared(self, name: str) -> bytes | None:
-        async with self._errors(f"reading {name}"):
-            return await self._redis.get(self._key(f"shared:{name}"))
-
-    async def share(self, name: str, value: bytes) -> None:
-        async with self._errors(f"writing {name}"):
-            await self._redis.set(self._key(f"shared:{name}"), value)
-
-    async def entries(self, name: str) -> dict[str, bytes]:
-        async with self._errors(f"reading {name}"):
-            held = await self._redis.hgetall(self._key(f"map:{name}"))
-        return {key.decode(): value for key, value in held.items()}
-
-    async def put_entry(self, name: str, key: str, value: bytes) -> None:
-        async with self._errors(f"writing {name} {key}"):
-            await self._redis.hset(self._key(f"map:{name}"), key, value)
-
-    async def delete_entry(self, name: str, key: str) -> None:
-        async with self._errors(f"deleting {name} {key}"):
-            await self._redis.hdel(self._key(f"map:{name}"), key)
-
-    async def lease_round(self, replica: str, nodes: Sequence[str], ttl_s: float,
-                          subscribed: Collection[str] = ()) -> Leases:
-        ordered = sorted(nodes)
-        keys = [self._key("e2-replicas"), *(self._key(f"e2-lease:{n}") for n in ordered),
-                *(self._key(f"e2-subscribed:{n}") for n in ordered)]
-        flags = ["1" if node in subscribed else "0" for node in ordered]
-        async with self._errors("renewing the E2 node leases"):
-            owned, handed = await self._lease_round(
-                keys=keys, args=[replica, round(ttl_s * 1000), *ordered, *flags])
-        return Leases([node.decode() for node in owned], [node.decode() for node in handed])
 
     async def close(self) -> None:
         await self._redis.aclose()
 
-    @contextlib.asynccontextmanager
-    async def _errors(self, doing: str) -> AsyncIterator[None]:
-        """Redis's errors become HistoryUnavailable, naming what was being done."""
-        try:
-            yield
-        except RedisError as exc:
-            raise HistoryUnavailable(f"history store: {doing} failed: {exc}") from exc
+
+def connect(settings: HistoryStore, environ: Mapping[str, str] = os.environ) -> aioredis.Redis:
+    """A client of the Redis the settings (or the RIC's DBAAS variables) name."""
+    host, port = address(settings, environ)
+    timeout = settings.timeout_ms / 1000.0
+    return aioredis.Redis(
+        host=host, port=port, db=settings.db, socket_timeout=timeout,
+        socket_connect_timeout=timeout, health_check_interval=30,
+        # A dropped connection is retried; a Redis that stays away is the caller's 503.
+        retry=Retry(ExponentialBackoff(cap=timeout, base=0.01), retries=2),
+        retry_on_error=[RedisConnectionError, RedisTimeoutError],
+    )
+
+
+@contextlib.asynccontextmanager
+async def errors(doing: str) -> AsyncIterator[None]:
+    """Redis's errors become HistoryUnavailable, naming what was being done."""
+    try:
+        yield
+    except RedisError as exc:
+        raise HistoryUnavailable(f"history store: {doing} failed: {exc}") from exc

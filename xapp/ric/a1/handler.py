@@ -1,10 +1,10 @@
 """A1 policy instances over RMR: what the A1 mediator sends, what the xApp answers, and the
-instances shared by every replica on one history store.
+instances shared by every replica of one shared state.
 
 The RIC routes each A1_POLICY_REQ to one replica (the RMR Service's): that replica checks the
 instance (the type's schema, the served model, no cell steered twice), writes it to the
-history store, puts it in force and answers A1_POLICY_RESP by route. The other replicas read
-the store every second and put in force what they find, so every replica steers alike and a
+shared state, puts it in force and answers A1_POLICY_RESP by route. The other replicas read
+the shared state every second and put in force what they find, so every replica steers alike and a
 restarted one steers at once. Once a model is served (the instances are checked against it),
 the xApp sends A1_POLICY_QUERY, and the mediator sends every instance that exists again.
 """
@@ -16,11 +16,9 @@ import json
 import logging
 import socket
 import time
-from collections.abc import Callable
 
 from pydantic import ValidationError
 
-from kpi_forecast.model.runtime import OnnxForecaster
 from kpi_forecast.xapp.failures import describe
 from kpi_forecast.xapp.metrics import Metrics
 from kpi_forecast.xapp.ric.a1.policies import Policies, misfit
@@ -35,11 +33,12 @@ from kpi_forecast.xapp.ric.a1.policy_type import (
     PolicyResponse,
 )
 from kpi_forecast.xapp.ric.e2.transport import Frame, Transport
-from kpi_forecast.xapp.store.history import History, HistoryUnavailable
+from kpi_forecast.xapp.serving.state import ServingState
+from kpi_forecast.xapp.store.cell_history import HistoryUnavailable
+from kpi_forecast.xapp.store.shared_state import SharedState
 
 log = logging.getLogger(__name__)
 
-STORE_NAME = "a1-policies"
 TICK_S = 1.0  # how soon a replica puts in force what another wrote
 QUERY_RETRY_S = 5.0  # between A1_POLICY_QUERY attempts while no route takes it
 
@@ -56,18 +55,17 @@ def stored_form(policy: ForecastPolicy) -> bytes:
 
 
 class PolicyHandler:
-    def __init__(self, policies: Policies, transport: Transport,
-                 history: Callable[[], History | None],
-                 model: Callable[[], OnnxForecaster | None], metrics: Metrics,
-                 handler_id: str | None = None) -> None:
+    """A1 requests put in force on ``policies`` for the model of ``state.now``, and kept in its
+    shared state."""
+
+    def __init__(self, policies: Policies, transport: Transport, state: ServingState,
+                 metrics: Metrics, handler_id: str | None = None) -> None:
         self.policies = policies
         self._transport = transport
-        self._history = history
-        self._model = model
+        self._state = state
         self._metrics = metrics
         self.handler_id = handler_id or socket.gethostname()  # the pod's name in Kubernetes
-        self._stored: dict[str, bytes] = {}  # the store's entries as last put in force
-        self._store: History | None = None  # the store they were read from
+        self._stored: dict[str, bytes] = {}  # the shared instances as last put in force
         self._lock = asyncio.Lock()
         self._last_logged: dict[str, float] = {}
 
@@ -106,13 +104,14 @@ class PolicyHandler:
         if request.policy_type_id != POLICY_TYPE_ID:
             return "ERROR", (f"policy type {request.policy_type_id} is not handled here "
                              f"(kpi-forecast takes {POLICY_TYPE_ID})")
-        history, instance_id = self._history(), request.policy_instance_id
-        if history is None:
+        served, instance_id = self._state.now, request.policy_instance_id
+        shared = served.shared
+        if shared is None:
             return "ERROR", ("no model is served yet: the xApp asks for this instance again "
                              "once one is")
         try:
             if request.operation == "DELETE":
-                await history.delete_entry(STORE_NAME, instance_id)
+                await shared.delete_policy(instance_id)
                 instances = dict(self.policies.instances)
                 instances.pop(instance_id, None)
                 self._put_in_force(instances)
@@ -121,17 +120,17 @@ class PolicyHandler:
                 policy = ForecastPolicy.model_validate(request.payload)
             except ValidationError as exc:
                 return "ERROR", f"the payload does not fit the policy type: {first_error(exc)}"
-            reason = misfit(policy, self._model()) or self.policies.conflict(instance_id, policy)
+            reason = misfit(policy, served.model) or self.policies.conflict(instance_id, policy)
             if reason:
                 return "ERROR", reason
-            await history.put_entry(STORE_NAME, instance_id, stored_form(policy))
+            await shared.put_policy(instance_id, stored_form(policy))
         except HistoryUnavailable as exc:
             return "ERROR", f"the history store cannot keep it now: {exc}"
         self._put_in_force({**self.policies.instances, instance_id: policy})
         return "OK", None
 
     def _put_in_force(self, instances: dict[str, ForecastPolicy]) -> None:
-        self.policies.replace(instances, self._model())
+        self.policies.replace(instances, self._state.now.model)
         self._stored = {key: stored_form(value) for key, value in instances.items()}
         self.show()
 
@@ -160,7 +159,7 @@ class PolicyHandler:
 
     def model_swapped(self) -> None:
         """A new model may serve instances the old one could not, or not serve some."""
-        self.policies.replace(self.policies.instances, self._model())
+        self.policies.replace(self.policies.instances, self._state.now.model)
         self.show()
 
     async def run(self) -> None:
@@ -168,15 +167,15 @@ class PolicyHandler:
         in force what the store holds."""
         queried = False
         while True:
-            history = self._history()
-            if history is not None:
+            shared = self._state.now.shared
+            if shared is not None:
                 if not queried:
                     queried = await self._query()
                 try:
-                    await self.take_stored(history)
+                    await self.take_stored(shared)
                 except HistoryUnavailable as exc:
                     self._log_once("store", f"a1: the instances cannot be read: {exc}")
-            await asyncio.sleep(TICK_S if queried or history is None else QUERY_RETRY_S)
+            await asyncio.sleep(TICK_S if queried or shared is None else QUERY_RETRY_S)
 
     async def _query(self) -> bool:
         payload = PolicyQuery(policy_type_id=POLICY_TYPE_ID).model_dump_json().encode()
@@ -190,18 +189,11 @@ class PolicyHandler:
                  POLICY_TYPE_ID)
         return True
 
-    async def take_stored(self, history: History) -> None:
-        """Put in force the instances the store holds, when they differ from those in force
+    async def take_stored(self, shared: SharedState) -> None:
+        """Put in force the instances ``shared`` holds, when they differ from those in force
         (another replica took a request)."""
         async with self._lock:
-            stored = await history.entries(STORE_NAME)
-            if history is not self._store and not stored and self._stored:
-                # A store of its own for a model on another grid (memory): the instances in
-                # force go with the xApp, not with the old store.
-                for instance_id, blob in self._stored.items():
-                    await history.put_entry(STORE_NAME, instance_id, blob)
-                stored = dict(self._stored)
-            self._store = history
+            stored = await shared.policies()
             if stored == self._stored:
                 return
             instances = {}
@@ -211,7 +203,7 @@ class PolicyHandler:
                 except ValidationError as exc:
                     self._log_once(f"stored {instance_id}", f"a1: the stored instance "
                                    f"{instance_id!r} is unreadable: {first_error(exc)}")
-            self.policies.replace(instances, self._model())
+            self.policies.replace(instances, self._state.now.model)
             self._stored = stored
             self.show()
 

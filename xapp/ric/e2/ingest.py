@@ -18,15 +18,14 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from kpi_forecast.model.kpi import kpi_problem
-from kpi_forecast.xapp.descriptor.controls import KpiSource
 from kpi_forecast.xapp.metrics import Metrics
 from kpi_forecast.xapp.ric.e2 import indication, kpm
 from kpi_forecast.xapp.ric.e2.transport import MESSAGE_TYPES, RIC_INDICATION, Frame
-from kpi_forecast.xapp.store.history import History, HistoryError, HistoryUnavailable
+from kpi_forecast.xapp.serving.state import ServingState
+from kpi_forecast.xapp.store.cell_history import HistoryError, HistoryUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -47,12 +46,13 @@ class _Write:
 
 
 class Ingestor:
-    def __init__(self, history: Callable[[], History | None], metrics: Metrics,
-                 source: Callable[[], KpiSource | None], max_batch: int = 512,
+    """Indications into the served model's history (``state.now``): the values of the
+    measurement behind its KPI."""
+
+    def __init__(self, state: ServingState, metrics: Metrics, max_batch: int = 512,
                  max_pending: int = 10_000) -> None:
-        self._history = history
+        self._state = state
         self._metrics = metrics
-        self._source = source  # the measurement behind the served model's KPI
         self.routes: dict[tuple[int, int], Route] = {}
         self._last_logged: dict[str, float] = {}
         self._max_batch = max_batch
@@ -92,7 +92,7 @@ class Ingestor:
         await self._pending.join()
 
     async def _write(self, batch: list[_Write]) -> None:
-        store = self._history()
+        store = self._state.now.history
         if store is None:
             for _ in batch:
                 self.reject("not-ready", "no history store yet")
@@ -131,7 +131,7 @@ class Ingestor:
         if route is None:
             raise _Rejected("unknown-subscription", f"no subscription with instance "
                             f"{pdu.instance_id}, action {pdu.action_id}")
-        source = self._source()
+        source = self._state.now.kpi_source
         if source is None:
             raise _Rejected("not-ready", "no model (or no measurement for its KPI) yet")
         try:

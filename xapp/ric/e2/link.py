@@ -9,13 +9,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable
 
 import httpx
 import pandas as pd
 
-from kpi_forecast.model.runtime import OnnxForecaster
-from kpi_forecast.xapp.descriptor.controls import E2, KpiSource
 from kpi_forecast.xapp.failures import describe
 from kpi_forecast.xapp.metrics import Metrics
 from kpi_forecast.xapp.ric.a1.handler import PolicyHandler
@@ -24,6 +21,7 @@ from kpi_forecast.xapp.ric.e2.ingest import Ingestor
 from kpi_forecast.xapp.ric.e2.ownership import ROUND_S, Ownership
 from kpi_forecast.xapp.ric.e2.subscription import Subscriber
 from kpi_forecast.xapp.ric.e2.transport import RIC_INDICATION, Frame, Transport
+from kpi_forecast.xapp.serving.state import ServingState
 
 log = logging.getLogger(__name__)
 
@@ -35,18 +33,14 @@ RESUBSCRIBE_BOUND_S = (CHECK_ROUNDS + 1) * ROUND_S  # from the loss to the reque
 
 
 class E2Link:
-    def __init__(self, controls: Callable[[], E2], transport: Transport | None,
-                 ingestor: Ingestor, model: Callable[[], OnnxForecaster | None],
-                 kpi_source: Callable[[], KpiSource | None], http_port: int,
-                 ownership: Ownership, metrics: Metrics,
+    def __init__(self, state: ServingState, transport: Transport | None, ingestor: Ingestor,
+                 http_port: int, ownership: Ownership, metrics: Metrics,
                  policies: PolicyHandler | None = None) -> None:
         """``transport`` is None when E2 and A1 are off; it is built before the app starts,
         so that a transport that cannot be had (no librmr) is said before anything runs."""
-        self._controls = controls
+        self._state = state
         self.transport = transport
         self.ingestor = ingestor
-        self._model = model
-        self._kpi_source = kpi_source
         self._http_port = http_port
         self._policies = policies
         self.ownership = ownership
@@ -59,7 +53,7 @@ class E2Link:
     async def start(self) -> list[asyncio.Task]:
         """Listen when E2 is enabled, and subscribe in the background when the subscription
         manager is known; the writer of what E2 delivers runs in any case."""
-        e2 = self._controls()
+        e2 = self._state.now.controls.e2
         tasks = []
         if self.transport is not None:
             await self.transport.start(self._on_frame)
@@ -103,16 +97,16 @@ class E2Link:
         """Subscribe once a model says which KPI, and at which step, to ask for; a model whose
         KPI no measurement feeds (controls.e2.kpis) is said once, then waited out."""
         told = None
-        while (source := self._kpi_source()) is None:
-            model = self._model()
+        while (source := (served := self._state.now).kpi_source) is None:
+            model = served.model
             if model is not None and model.metadata.model_version != told:
                 told = model.metadata.model_version
                 log.warning("e2: not subscribing: the model's KPI %r has no measurement in "
                             "controls.e2.kpis (%s); waiting for a model or config that maps it",
-                            model.metadata.target, ", ".join(self._controls().kpis))
+                            model.metadata.target, ", ".join(served.controls.e2.kpis))
             await asyncio.sleep(0.1)
-        step_ms = int(self._model().step / pd.Timedelta("1ms"))
-        period = self._controls().reporting_period_ms or step_ms
+        step_ms = int(served.model.step / pd.Timedelta("1ms"))
+        period = served.controls.e2.reporting_period_ms or step_ms
         await self._follow_ownership(source.measurement, period)
 
     async def _follow_ownership(self, measurement: str, period_ms: int) -> None:

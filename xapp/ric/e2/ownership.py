@@ -1,5 +1,5 @@
 """Which E2 nodes this replica subscribes to: with the shared history (Redis), each node is
-owned by one live replica at a time, by a lease in the same Redis (``History.lease_round``);
+owned by one live replica at a time, by a lease in the same Redis (``SharedState.lease_round``);
 with the memory store the one replica owns them all.
 
 Every ``ROUND_S`` a replica says it is alive, renews its leases, gives up the nodes beyond its
@@ -20,10 +20,11 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 
 from kpi_forecast.xapp.failures import describe
-from kpi_forecast.xapp.store.history import History, HistoryUnavailable
+from kpi_forecast.xapp.serving.state import ServingState
+from kpi_forecast.xapp.store.cell_history import HistoryUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -39,9 +40,10 @@ def replica_name() -> str:
 
 
 class Ownership:
-    def __init__(self, history: Callable[[], History | None], replica: str | None = None
-                 ) -> None:
-        self._history = history
+    """This replica's nodes, by lease rounds in the shared state of ``state.now``."""
+
+    def __init__(self, state: ServingState, replica: str | None = None) -> None:
+        self._state = state
         self.replica = replica or replica_name()
         self.owned: set[str] = set()
         # Subscribed to here, owned and subscribed to by another replica: to be given up.
@@ -51,7 +53,7 @@ class Ownership:
     async def round(self, nodes: Sequence[str], subscribed: Collection[str] = ()) -> set[str]:
         """The nodes this replica owns after one round (those it had while the store is
         away, or before one is open); ``handed_over`` is updated too."""
-        store = self._history()
+        store = self._state.now.shared
         if store is None:
             return self.owned
         try:

@@ -1,5 +1,5 @@
-"""Per-cell KPI history on the model's grid: the contract every store keeps, and the in-memory
-store, which holds each cell in a fixed-size ring buffer.
+"""Per-cell KPI history on the model's grid: the contract every cell store keeps, and the
+in-memory store, which holds each cell in a fixed-size ring buffer.
 
 E2 ingestion (and `POST /v1/cells/{id}/history`) writes reports; the cell forecast routes read
 each cell's latest window. Several reports within one grid step are aggregated as the KPI
@@ -9,15 +9,16 @@ replay or a second replica ingesting the same report is harmless. A cell holds `
 steps ending at its newest report, and a store at most ``max_cells`` cells that E2 wrote first
 and ``max_rest_cells`` that REST callers did.
 
-The in-memory store is the single-node default; ``xapp.sdl.RedisHistory`` keeps the same
+The in-memory store is the single-node default; ``sdl.RedisCellHistory`` keeps the same
 contract in the RIC's shared Redis, so that replicas are stateless. The methods are coroutines
-because the shared store does network I/O on the event loop.
+because the shared store does network I/O on the event loop. What replicas share besides the
+cells (recalibration offsets, A1 policy instances, E2 node leases) is ``shared_state.py``'s.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -51,15 +52,6 @@ class CellInfo:
     steps_held: int  # observed samples inside the buffer
     first: pd.Timestamp  # first grid step the buffer covers
     last: pd.Timestamp  # last grid step the buffer covers (the newest sample)
-
-
-@dataclass(frozen=True)
-class Leases:
-    """A replica's E2 nodes after a lease round."""
-
-    owned: list[str]
-    # Nodes it is subscribed to but no longer owns, whose new owner has subscribed too.
-    handed_over: list[str]
 
 
 def locate(report_ns: int, step: int) -> tuple[int, int]:
@@ -107,7 +99,7 @@ class _Ring:
         return True
 
 
-class History:
+class CellHistory:
     """What every store does, on one grid: ``freq`` steps, ``length`` steps per cell, of one
     ``kpi`` (the served model's target; None where the caller names none)."""
 
@@ -210,45 +202,11 @@ class History:
     async def count(self) -> int:
         raise NotImplementedError
 
-    async def shared(self, name: str) -> bytes | None:
-        """A small value that every replica on this history reads (None: never written)."""
-        raise NotImplementedError
-
-    async def share(self, name: str, value: bytes) -> None:
-        raise NotImplementedError
-
-    async def entries(self, name: str) -> dict[str, bytes]:
-        """A small map that every replica on this history reads, entry by entry (A1 policy
-        instances); empty when none was written."""
-        raise NotImplementedError
-
-    async def put_entry(self, name: str, key: str, value: bytes) -> None:
-        raise NotImplementedError
-
-    async def delete_entry(self, name: str, key: str) -> None:
-        raise NotImplementedError
-
-    async def lease_round(self, replica: str, nodes: Sequence[str], ttl_s: float,
-                          subscribed: Collection[str] = ()) -> Leases:
-        """One round of E2 node ownership for ``replica``: which of ``nodes`` it owns now,
-        and which of those it is ``subscribed`` to it may now give up.
-
-        A replica owns a node by a lease that lives ``ttl_s`` unless renewed; each round says
-        the replica is alive for as long, renews its leases, gives up those beyond its share
-        (the nodes over the replicas alive, rounded up: so that one that joined finds some
-        free) and takes free ones up to its share. A replica that stops calling loses its
-        nodes ``ttl_s`` later. An owner says in its rounds which of its nodes it has
-        subscribed to; one that gave a node up keeps its subscription until the new owner
-        has said so (make before break: the history keeps the overlap's reports once). The
-        base store serves one replica: it owns them all.
-        """
-        return Leases(list(nodes), [])
-
     async def close(self) -> None:
         """Release connections; the history itself stays where it is."""
 
 
-class MemoryHistory(History):
+class MemoryCellHistory(CellHistory):
     """The single-node store. Thread-safe: ingestion and the REST routes run concurrently."""
 
     def __init__(self, freq: str, length: int, max_cells: int = 100_000,
@@ -257,8 +215,6 @@ class MemoryHistory(History):
         super().__init__(freq, length, max_cells, aggregate, kpi, max_rest_cells)
         self._cells: dict[str, _Ring] = {}
         self._rest: set[str] = set()  # the cells first written over REST
-        self._shared: dict[str, bytes] = {}
-        self._maps: dict[str, dict[str, bytes]] = {}
         self._lock = threading.Lock()
 
     async def _write_cells(self, items: list[tuple[str, list[tuple[int, float]]]],
@@ -296,18 +252,3 @@ class MemoryHistory(History):
 
     async def count(self) -> int:
         return len(self._cells)
-
-    async def shared(self, name: str) -> bytes | None:
-        return self._shared.get(name)
-
-    async def share(self, name: str, value: bytes) -> None:
-        self._shared[name] = value
-
-    async def entries(self, name: str) -> dict[str, bytes]:
-        return dict(self._maps.get(name, {}))
-
-    async def put_entry(self, name: str, key: str, value: bytes) -> None:
-        self._maps.setdefault(name, {})[key] = value
-
-    async def delete_entry(self, name: str, key: str) -> None:
-        self._maps.get(name, {}).pop(key, None)

@@ -1,0 +1,77 @@
+"""The serving core's shape, measured: how many project modules one forecast request runs code
+in, how many entries the serving package has at its top, and how its parts are wired."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+from pathlib import Path
+
+from tests.xapp_helpers import descriptor, make_model, running
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = ("cli", "data", "model", "training", "xapp")
+MAX_MODULES_PER_FORECAST = 12
+MAX_XAPP_ENTRIES = 12
+
+
+def forecast_body() -> dict:
+    values = [float(10 + (i % 24)) for i in range(24 * 14)]
+    return {"cell_id": "c1", "start": "2026-03-01T00:00:00Z", "freq": "1h", "values": values,
+            "horizon": 24}
+
+
+def project_module(filename: str) -> str | None:
+    path = Path(filename)
+    if not path.is_relative_to(ROOT) or path.suffix != ".py":
+        return None
+    relative = path.relative_to(ROOT)
+    return str(relative) if relative.parts[0] in SHIPPED else None
+
+
+def test_one_forecast_request_runs_code_in_at_most_twelve_project_modules(
+        tmp_path: Path) -> None:
+    """Traced in the running app, its worker threads included, between the request's start
+    and its answer (a first request before, so nothing is loaded or warmed up on the way)."""
+    modules: set[str] = set()
+    tracing = threading.Event()
+
+    def profile(frame, event, arg) -> None:
+        if tracing.is_set() and event == "call":
+            module = project_module(frame.f_code.co_filename)
+            if module is not None:
+                modules.add(module)
+
+    async def go() -> None:
+        async with running(descriptor(tmp_path, make_model(tmp_path / "model"))) as client:
+            assert (await client.post("/v1/forecast", json=forecast_body())).status_code == 200
+            tracing.set()
+            try:
+                answer = await client.post("/v1/forecast", json=forecast_body())
+            finally:
+                tracing.clear()
+            assert answer.status_code == 200
+
+    threading.setprofile(profile)  # the threads the app starts, as the batcher's worker
+    sys.setprofile(profile)
+    try:
+        asyncio.run(go())
+    finally:
+        sys.setprofile(None)
+        threading.setprofile(None)  # type: ignore[arg-type]
+    assert "xapp/serving/batcher.py" in modules  # the trace saw the model's call
+    assert len(modules) <= MAX_MODULES_PER_FORECAST, " ".join(sorted(modules))
+
+
+def test_the_serving_package_has_few_entries_at_its_top() -> None:
+    entries = [p.name for p in (ROOT / "xapp").iterdir()
+               if p.name != "__pycache__" and not p.name.startswith(".")]
+    assert len(entries) <= MAX_XAPP_ENTRIES, sorted(entries)
+
+
+def test_the_serving_package_wires_its_parts_without_late_binding_getters() -> None:
+    getters = [f"{path.relative_to(ROOT)}:{number}" for path in (ROOT / "xapp").rglob("*.py")
+               for number, line in enumerate(path.read_text().splitlines(), 1)
+               if "lambda: self." in line]
+    assert not getters, getters

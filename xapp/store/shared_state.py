@@ -1,0 +1,172 @@
+"""What replicas share besides the cells' history: the recalibration offsets in force, the A1
+policy instances, and which replica owns which E2 node. In one replica's memory (the single-node
+default: it owns every node), or in the RIC's Redis (``RedisSharedState``), in the history's
+namespace: ``{ns},shared:recalibration`` holds the offsets, the hash ``{ns},map:a1-policies``
+the instances by id, ``{ns},e2-lease:<node>`` names the replica that owns an E2 node for now,
+``{ns},e2-subscribed:<node>`` the owner once it has subscribed to the node, and
+``{ns},e2-replicas`` the replicas alive (``lease_round``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+import redis.asyncio as aioredis
+
+from kpi_forecast.xapp.descriptor.controls import HistoryStore
+from kpi_forecast.xapp.store.sdl import connect, errors
+
+RECALIBRATION_KEY = "shared:recalibration"
+POLICIES_KEY = "map:a1-policies"
+
+
+@dataclass(frozen=True)
+class Leases:
+    """A replica's E2 nodes after a lease round."""
+
+    owned: list[str]
+    # Nodes it is subscribed to but no longer owns, whose new owner has subscribed too.
+    handed_over: list[str]
+
+
+class SharedState:
+    """The contract, kept in this process's memory: one replica, which owns every node."""
+
+    def __init__(self) -> None:
+        self._recalibration: bytes | None = None
+        self._policies: dict[str, bytes] = {}
+
+    async def recalibration(self) -> bytes | None:
+        """The recalibration offsets last written (None: never)."""
+        return self._recalibration
+
+    async def put_recalibration(self, value: bytes) -> None:
+        self._recalibration = value
+
+    async def policies(self) -> dict[str, bytes]:
+        """The A1 policy instances by id, as written."""
+        return dict(self._policies)
+
+    async def put_policy(self, instance_id: str, value: bytes) -> None:
+        self._policies[instance_id] = value
+
+    async def delete_policy(self, instance_id: str) -> None:
+        self._policies.pop(instance_id, None)
+
+    async def lease_round(self, replica: str, nodes: Sequence[str], ttl_s: float,
+                          subscribed: Collection[str] = ()) -> Leases:
+        """One round of E2 node ownership for ``replica``: which of ``nodes`` it owns now,
+        and which of those it is ``subscribed`` to it may now give up.
+
+        A replica owns a node by a lease that lives ``ttl_s`` unless renewed; each round says
+        the replica is alive for as long, renews its leases, gives up those beyond its share
+        (the nodes over the replicas alive, rounded up: so that one that joined finds some
+        free) and takes free ones up to its share. A replica that stops calling loses its
+        nodes ``ttl_s`` later. An owner says in its rounds which of its nodes it has
+        subscribed to; one that gave a node up keeps its subscription until the new owner
+        has said so (make before break: the history keeps the overlap's reports once). In
+        memory there is one replica: it owns them all.
+        """
+        return Leases(list(nodes), [])
+
+    async def close(self) -> None:
+        """Release connections; what is shared stays where it is."""
+
+
+# KEYS: the sorted set of live replicas (member: replica id, score: when it expires, in ms of
+# Redis's clock), then one lease key per node, then one "subscribed by" key per node. ARGV:
+# the replica id, the lease's life in ms, the node names in the order of their keys, then per
+# node "1" where the replica is subscribed to it. Returns the nodes the replica owns after
+# the round, and those it is subscribed to but another owns and has subscribed to. Atomic, so
+# two replicas never take one node; Redis's clock, so the replicas' clocks need not agree.
+_LEASE_ROUND = """
+local n = (#KEYS - 1) / 2
+local now = redis.call('TIME')
+now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local me, ttl = ARGV[1], tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], now + ttl, me)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local share = math.ceil(n / redis.call('ZCARD', KEYS[1]))
+local mine, free = {}, {}
+for i = 2, n + 1 do
+  local holder = redis.call('GET', KEYS[i])
+  if holder == me then table.insert(mine, i) elseif not holder then table.insert(free, i) end
+end
+while #mine > share do redis.call('DEL', KEYS[table.remove(mine)]) end
+for _, i in ipairs(mine) do redis.call('PEXPIRE', KEYS[i], ttl) end
+for _, i in ipairs(free) do
+  if #mine >= share then break end
+  redis.call('SET', KEYS[i], me, 'PX', ttl)
+  table.insert(mine, i)
+end
+local owned, handed, is_mine = {}, {}, {}
+for _, i in ipairs(mine) do
+  is_mine[i] = true
+  table.insert(owned, ARGV[i + 1])
+end
+for i = 2, n + 1 do
+  if ARGV[n + 1 + i] == '1' then
+    if is_mine[i] then
+      redis.call('SET', KEYS[n + i], me, 'PX', ttl)
+    else
+      local by = redis.call('GET', KEYS[n + i])
+      if by and by ~= me then table.insert(handed, ARGV[i + 1]) end
+    end
+  end
+end
+return {owned, handed}
+"""
+
+
+
+
+class RedisSharedState(SharedState):
+    """The same contract in Redis, for every replica of one namespace."""
+
+    def __init__(self, client: aioredis.Redis, namespace: str) -> None:
+        super().__init__()
+        self._redis = client
+        self._prefix = f"{{{namespace}}},"
+        self._lease_round = client.register_script(_LEASE_ROUND)
+
+    @classmethod
+    def open(cls, settings: HistoryStore, environ: Mapping[str, str] = os.environ
+             ) -> RedisSharedState:
+        return cls(connect(settings, environ), settings.namespace)
+
+    async def recalibration(self) -> bytes | None:
+        async with errors("reading the recalibration"):
+            return await self._redis.get(self._prefix + RECALIBRATION_KEY)
+
+    async def put_recalibration(self, value: bytes) -> None:
+        async with errors("writing the recalibration"):
+            await self._redis.set(self._prefix + RECALIBRATION_KEY, value)
+
+    async def policies(self) -> dict[str, bytes]:
+        async with errors("reading the A1 policy instances"):
+            held = await self._redis.hgetall(self._prefix + POLICIES_KEY)
+        return {key.decode(): value for key, value in held.items()}
+
+    async def put_policy(self, instance_id: str, value: bytes) -> None:
+        async with errors(f"writing A1 policy instance {instance_id}"):
+            await self._redis.hset(self._prefix + POLICIES_KEY, instance_id, value)
+
+    async def delete_policy(self, instance_id: str) -> None:
+        async with errors(f"deleting A1 policy instance {instance_id}"):
+            await self._redis.hdel(self._prefix + POLICIES_KEY, instance_id)
+
+    async def lease_round(self, replica: str, nodes: Sequence[str], ttl_s: float,
+                          subscribed: Collection[str] = ()) -> Leases:
+        ordered = sorted(nodes)
+        keys = [self._prefix + "e2-replicas", *(f"{self._prefix}e2-lease:{n}" for n in ordered),
+                *(f"{self._prefix}e2-subscribed:{n}" for n in ordered)]
+        flags = ["1" if node in subscribed else "0" for node in ordered]
+        async with errors("renewing the E2 node leases"):
+            owned, handed = await self._lease_round(
+                keys=keys, args=[replica, round(ttl_s * 1000), *ordered, *flags])
+        return Leases([node.decode() for node in owned], [node.decode() for node in handed])
+
+    async def close(self) -> None:
+        await self._redis.aclose()
