@@ -38,7 +38,7 @@ from kpi_forecast.xapp.app import create_app
 from kpi_forecast.xapp.descriptor.config_file import CONFIG_FILE_NAME, DEFAULT_DIR, load_descriptor
 from kpi_forecast.xapp.descriptor.controls import HistoryStore, KpiSource
 from kpi_forecast.xapp.metrics import Metrics
-from kpi_forecast.xapp.ric.e2 import e2ap, kpm, rmr
+from kpi_forecast.xapp.ric.e2 import e2ap, kpm, kpm_indication, rmr
 from kpi_forecast.xapp.ric.e2.indication import fast_e2ap, fast_header_stamp, fast_message
 from kpi_forecast.xapp.ric.e2.ingest import Ingestor, Route
 from kpi_forecast.xapp.ric.e2.rmr import RmrTransport
@@ -58,8 +58,8 @@ PASSES = 5
 
 
 def indication(action: int, start: dt.datetime, values: list[float]) -> Frame:
-    header = kpm.encode_indication_header(start)
-    message = kpm.encode_indication_message(kpm.IndicationMessage(
+    header = kpm_indication.encode_indication_header(start)
+    message = kpm_indication.encode_indication_message(kpm.IndicationMessage(
         [kpm.Measurement(MEASUREMENT, values)], granularity_ms=3_600_000))
     return Frame(RIC_INDICATION, 1, e2ap.encode_indication(1, 1, 2, action, None, header,
                                                            message))
@@ -84,9 +84,9 @@ def decode_cost(frames: list[Frame]) -> dict:
     by_payload = {f.payload: p for f, p in zip(frames, pdus, strict=True)}
     return {
         "e2ap_us": median_us(lambda f: e2ap.decode(f.payload)),
-        "kpm_header_us": median_us(lambda f: kpm.decode_indication_header(
+        "kpm_header_us": median_us(lambda f: kpm_indication.decode_indication_header(
             by_payload[f.payload].header)),
-        "kpm_message_us": median_us(lambda f: kpm.decode_indication_message(
+        "kpm_message_us": median_us(lambda f: kpm_indication.decode_indication_message(
             by_payload[f.payload].message, subscribed=[MEASUREMENT])),
         "fast_e2ap_us": median_us(lambda f: fast_e2ap(f.payload)),
         "fast_kpm_us": median_us(lambda f: (

@@ -39,7 +39,7 @@ from kpi_forecast.xapp.app import create_app
 from kpi_forecast.xapp.descriptor.config_file import CONFIG_FILE_NAME, DEFAULT_DIR, load_descriptor
 from kpi_forecast.xapp.descriptor.controls import HistoryStore, KpiSource
 from kpi_forecast.xapp.metrics import Metrics
-from kpi_forecast.xapp.ric.e2 import e2ap, kpm
+from kpi_forecast.xapp.ric.e2 import e2ap, kpm, kpm_indication
 from kpi_forecast.xapp.ric.e2.ingest import Ingestor, Route
 from kpi_forecast.xapp.ric.e2.transport import RIC_INDICATION, Frame
 from kpi_forecast.xapp.store.cell_history import CellHistory, MemoryCellHistory
@@ -78,8 +78,8 @@ def route_of(cell: int) -> tuple[int, int]:
 
 
 def indication(cell: int, start: dt.datetime, value: float) -> Frame:
-    header = kpm.encode_indication_header(start)
-    message = kpm.encode_indication_message(kpm.IndicationMessage(
+    header = kpm_indication.encode_indication_header(start)
+    message = kpm_indication.encode_indication_message(kpm.IndicationMessage(
         [kpm.Measurement(MEASUREMENT, [value])], granularity_ms=3_600_000))
     return Frame(RIC_INDICATION, 1, e2ap.encode_indication(1, route_of(cell)[0], 2,
                                                            route_of(cell)[1], None, header,

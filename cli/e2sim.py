@@ -44,7 +44,8 @@ def synthetic_panel(column: str, cells: int, seed: int):  # -> Panel
 
 
 def cmd_e2sim(args: argparse.Namespace) -> None:
-    from kpi_forecast.cli.mock_e2_node import MockE2Node, create_app
+    from kpi_forecast.cli.mock_e2_node import MockE2Node
+    from kpi_forecast.cli.mock_ric import create_app
     from kpi_forecast.data.ingest import load_panel
     from kpi_forecast.xapp.ric.e2.rmr import RmrTransport
 

@@ -17,27 +17,27 @@ def cmd_k8s(args: argparse.Namespace) -> None:
     from kubernetes.config import ConfigException
     from tabulate import tabulate
 
-    from kpi_forecast.cli import deployment as k8s
+    from kpi_forecast.cli import deployment
 
     # urllib3 logs each retry of a failing call: the one-line error below says it all.
     logging.getLogger("urllib3").setLevel(logging.ERROR)
     try:
         if args.k8s_command == "package":
-            version = k8s.package(Path(args.model), Path(args.out))
+            version = deployment.package(Path(args.model), Path(args.out))
             print(f"{args.out}: model {version}; publish it where the chart's fetcher reads "
                   "MODEL_URL, then run 'kpi-forecast k8s rollout'")
             return
         api = kubernetes_client(args)
         if args.k8s_command == "rollout":
             with stop_on_signals("no longer watching; the rollout goes on in the cluster") as stop:
-                state = k8s.rollout(api, args.namespace, args.name, Path(args.model),
-                                    args.model_url, timeout_s=args.timeout, stop=stop)
+                state = deployment.rollout(api, args.namespace, args.name, Path(args.model),
+                                           args.model_url, timeout_s=args.timeout, stop=stop)
             if stop.is_set():
                 print(f"{args.namespace}/{args.name}: stopped watching the rollout; "
                       "'kpi-forecast k8s status' follows it")
             else:
                 print(f"{args.namespace}/{args.name}: every pod serves {state.model_version}")
-        state = k8s.status(api, args.namespace, args.name)
+        state = deployment.status(api, args.namespace, args.name)
     except ConfigException as exc:
         raise UserError(str(exc)) from None
     except urllib3.exceptions.HTTPError as exc:

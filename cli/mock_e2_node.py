@@ -1,15 +1,7 @@
-"""A mock E2 node with the RIC platform around it: replays a KPI file as E2SM-KPM indications.
+"""A mock E2 node: replays a KPI file as E2SM-KPM indications (the E2 Manager and the
+subscription manager around it, by their published REST APIs: ``mock_ric.py``).
 
-It plays three parts, each by its published contract (O-RAN SC's REST API documents):
-
-- the E2 Manager (``/v1``): ``GET /v1/nodeb/states`` lists the nodes (cells grouped into nodes
-  of ``cells_per_node``) and whether each is connected, ``GET /v1/nodeb/{ranName}`` one node
-  with its served NR cells and its RAN functions, the E2SM-KPM one with the RAN function
-  description an E2 node declares at E2 setup (encoded from the same cell list and the
-  measurements it has: KPM v3+, or v2 with its node list);
-- the subscription manager (``/ric/v1``): ``GET`` and ``POST /ric/v1/subscriptions`` and
-  ``DELETE /ric/v1/subscriptions/{subscriptionId}``;
-- the E2 node: for each accepted subscription, an E2AP RICsubscriptionResponse on the
+For each accepted subscription the node sends an E2AP RICsubscriptionResponse on the
   subscriber's rmr-data endpoint, then the file's values for the subscribed cells as RIC
   Indications: one per reporting period, holding one value per step of the data, stamped with
   the collection start time. The messages go through a ``Transport``: librmr in
@@ -34,30 +26,22 @@ duplicates, late (out-of-order) reports and lost reports (gaps).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import math
 import random
 import time
 from collections import Counter, deque
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Annotated
 
 import numpy as np
 import pandas as pd
-from fastapi import FastAPI, HTTPException, Query, Request, Response
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from fastapi.routing import APIRoute
-from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import Match
+from fastapi import HTTPException
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
+from kpi_forecast.cli import indication_writer
 from kpi_forecast.data.panel import Panel
 from kpi_forecast.xapp.failures import describe, log_retry
-from kpi_forecast.xapp.ric.e2 import discovery, e2ap, indication, kpm
+from kpi_forecast.xapp.ric.e2 import discovery, e2ap, kpm, kpm_indication
 from kpi_forecast.xapp.ric.e2.rmr import RmrError
 from kpi_forecast.xapp.ric.e2.subscription import (
     SubscriptionDetail,
@@ -160,14 +144,14 @@ class MockE2Node:
         return [cell_id(row) for row in range(self.panel.n_cells)]
 
     @cached_property
-    def _nodes(self) -> dict[str, list[int]]:
+    def nodes(self) -> dict[str, list[int]]:
         """Each node's cells (rows of the panel), by meid."""
         per = self.cells_per_node
         return {f"gnb-{k // per:03d}": list(range(k, min(k + per, self.panel.n_cells)))
                 for k in range(0, self.panel.n_cells, per)}
 
     def node_names(self) -> list[str]:
-        return list(self._nodes)
+        return list(self.nodes)
 
     def disconnect(self, meid: str) -> None:
         """The node's E2 connection is lost: e2mgr lists it disconnected, and its
@@ -181,43 +165,18 @@ class MockE2Node:
 
     # --- the E2 Manager ---------------------------------------------------------------------
 
-    def _status(self, meid: str) -> str:
-        return "DISCONNECTED" if meid in self.disconnected else "CONNECTED"
-
-    def _global_nb_id(self, meid: str) -> dict:
-        return {"plmnId": PLMN, "nbId": f"{int(meid.removeprefix('gnb-')):08x}"}
-
-    def nodeb_states(self) -> list[dict]:
-        """``GET /v1/nodeb/states``: e2mgr's NodebIdentity of every node."""
-        return [{"inventoryName": meid, "globalNbId": self._global_nb_id(meid),
-                 "connectionStatus": self._status(meid)} for meid in self._nodes]
-
     def ran_function_definition(self, meid: str) -> str:
         """The E2SM-KPM RAN function description the node declares, as e2mgr shows it (in
         hex): report style 1 with the measurements the node has and, in v2, its cells."""
         if meid not in self._definitions:
             cells = [kpm.CellObject(self.cell_ids[row],
                                     discovery.parse_cell_id(self.cell_ids[row]))
-                     for row in self._nodes[meid]] if self.kpm_version == 2 else None
+                     for row in self.nodes[meid]] if self.kpm_version == 2 else None
             description = kpm.RanFunctionDescription(
                 kpm.SHORT_NAME, kpm.OID_V2 if self.kpm_version == 2 else kpm.OID_V3,
                 {kpm.NODE_MEASUREMENT_STYLE: sorted(self._values)}, self.kpm_version, cells)
             self._definitions[meid] = kpm.encode_ran_function_description(description).hex()
         return self._definitions[meid]
-
-    def nodeb(self, meid: str) -> dict | None:
-        """``GET /v1/nodeb/{ranName}``: e2mgr's NodebResponse (None: no such node)."""
-        rows = self._nodes.get(meid)
-        if rows is None:
-            return None
-        cells = [{"servedNrCellInformation": {
-            "cellId": self.cell_ids[row], "servedPlmns": [PLMN], "nrPci": row % 1008,
-            "nrMode": "FDD", "choiceNrMode": {"fdd": {}}}} for row in rows]
-        return {"ranName": meid, "connectionStatus": self._status(meid), "nodeType": "GNB",
-                "globalNbId": self._global_nb_id(meid), "setupFromNetwork": True,
-                "gnb": {"gnbType": "GNB", "servedNrCells": cells, "ranFunctions": [{
-                    "ranFunctionId": RAN_FUNCTION_ID, "ranFunctionRevision": 1,
-                    "ranFunctionDefinition": self.ran_function_definition(meid)}]}}
 
     async def open(self) -> None:
         """Start the transport (before the first subscription)."""
@@ -233,7 +192,7 @@ class MockE2Node:
         """Accept or refuse each entry and answer at once, as submgr does: the outcomes go to
         the subscriber's rmr-data endpoint in the background, then the replay. An endpoint
         that cannot be reached is retried, with its reason logged, until it can."""
-        rows = self._nodes.get(request.meid)
+        rows = self.nodes.get(request.meid)
         if rows is None or request.meid in self.disconnected:
             raise HTTPException(404, f"no connected E2 node {request.meid}")
         # The node refuses what names another RAN function than its E2SM-KPM one.
@@ -279,15 +238,6 @@ class MockE2Node:
         payload = e2ap.encode_subscription_failure(requestor, instance, RAN_FUNCTION_ID,
                                                       ("ricRequest", cause))
         return Frame(RIC_SUB_FAILURE, instance, payload)
-
-    def subscription_list(self) -> list[dict]:
-        """``GET /ric/v1/subscriptions``: submgr's SubscriptionList."""
-        return [{"SubscriptionId": int(subscription_id), "Meid": subscription.meid,
-                 "ClientEndpoint": [f"{subscription.host}:{subscription.port}"],
-                 "SubscriptionInstances": [
-                     {"XappEventInstanceId": stream.requestor_id,
-                      "E2EventInstanceId": stream.instance_id} for stream in subscription.streams]}
-                for subscription_id, subscription in self.subscriptions.items()]
 
     def unsubscribe(self, subscription_id: str) -> None:
         subscription = self.subscriptions.pop(subscription_id, None)
@@ -361,12 +311,13 @@ class MockE2Node:
         if header is None:
             if len(self._headers) > 64:
                 self._headers.clear()
-            header = self._headers[steps.start] = kpm.encode_indication_header(
+            header = self._headers[steps.start] = kpm_indication.encode_indication_header(
                 self.panel.index[steps.start].to_pydatetime())
-        message = indication.encode_message(kpm.IndicationMessage(
+        message = indication_writer.encode_message(kpm.IndicationMessage(
             measurements, granularity_ms=self.step_ms))
-        payload = indication.encode_e2ap(stream.requestor_id, stream.instance_id, RAN_FUNCTION_ID,
-                                         stream.action_id, steps.start % 65536, header, message)
+        payload = indication_writer.encode_e2ap(
+            stream.requestor_id, stream.instance_id, RAN_FUNCTION_ID, stream.action_id,
+            steps.start % 65536, header, message)
         return Frame(RIC_INDICATION, stream.instance_id, payload)
 
     async def _send_with_faults(self, subscription: Subscription, frame: Frame,
@@ -446,72 +397,3 @@ class MockE2Node:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.transport.close()
-
-
-def create_app(node: MockE2Node) -> FastAPI:
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        await node.open()
-        yield
-        await node.close()  # the replays stop with the server
-
-    app = FastAPI(title="kpi-forecast mock E2 node, E2 Manager and subscription manager",
-                  lifespan=lifespan)
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        # The published APIs answer a body they cannot read with 400 (FastAPI's own: 422).
-        return JSONResponse({"errorCode": "402", "errorMessage": str(exc.errors()[:3])}, 400)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        headers = dict(exc.headers or {})
-        if exc.status_code == 405:  # every method of the path, not the first route's only
-            headers["Allow"] = ", ".join(sorted(
-                method for route in app.routes if isinstance(route, APIRoute)
-                and route.matches(request.scope)[0] != Match.NONE for method in route.methods))
-        return JSONResponse({"detail": exc.detail}, exc.status_code, headers=headers)
-
-    @app.get("/v1/nodeb/states")
-    async def nodeb_states() -> list[dict]:
-        return node.nodeb_states()
-
-    @app.get("/v1/nodeb/{ran_name}")
-    async def nodeb(ran_name: str) -> JSONResponse:
-        found = node.nodeb(ran_name)
-        if found is None:
-            return JSONResponse({"errorCode": "404", "errorMessage": f"no RAN {ran_name}"},
-                                404, media_type="application/problem+json")
-        return JSONResponse(found)
-
-    @app.get("/ric/v1/subscriptions")
-    async def subscriptions() -> list[dict]:
-        return node.subscription_list()
-
-    @app.post("/ric/v1/subscriptions", status_code=201, response_model=SubscriptionResponse,
-              response_model_by_alias=True)
-    async def subscribe(body: SubscriptionRequest) -> SubscriptionResponse:
-        return node.subscribe(body)
-
-    @app.delete("/ric/v1/subscriptions/{subscription_id}", status_code=204)
-    async def unsubscribe(subscription_id: str) -> Response:
-        node.unsubscribe(subscription_id)
-        return Response(status_code=204)
-
-    @app.get("/stats")
-    async def stats(seconds: Annotated[float | None, Query(gt=0)] = None) -> dict:
-        """What went out, by kind, who holds a subscription to each node (its rmr-data
-        endpoints, host:port) and, on the wall clock, how late the node itself sent: the
-        median and p99 from a period's end to its last report handed to RMR, over the
-        periods of the last ``seconds`` (all those kept, without)."""
-        subscribers: dict[str, list[str]] = {}
-        for subscription in node.subscriptions.values():
-            subscribers.setdefault(subscription.meid, []).append(
-                f"{subscription.host}:{subscription.port}")
-        since = -math.inf if seconds is None else time.monotonic() - seconds
-        lags = np.asarray([lag for at, lag in node.send_lag_ms if at >= since])
-        lag = {f"send_lag_{name}_ms": float(np.percentile(lags, q)) if len(lags) else None
-               for name, q in (("p50", 50), ("p99", 99))}
-        return {**node.sent, **lag, "subscribers": subscribers}
-
-    return app

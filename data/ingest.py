@@ -10,49 +10,33 @@ up silently instead (sorting, exact duplicates, off-grid samples, short cells) i
 
 Timestamps are read as ISO 8601 only (``2013-11-01T00:00:00+01:00``, ``2013-11-01 00:00``, a
 trailing ``Z``): other layouts such as ``01/11/2013`` are ambiguous between day-first and
-month-first, and guessing would silently shift data by months.
+month-first, and guessing would silently shift data by months. Reading the file (or a rank's
+block of a dataset) is ``files.py``'s; the timestamps and the zone they imply ``timestamps.py``'s.
 """
 
 from __future__ import annotations
 
-import datetime
 import logging
-import re
-import zlib
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.dataset as ds
-import pyarrow.parquet as pq
 from pandas.tseries.frequencies import to_offset
 
+from kpi_forecast.data.files import (
+    CELL_ID,
+    NA_STRINGS,
+    TIMESTAMP,
+    DatasetFiles,
+    read_dataset,
+    read_table,
+    row_error,
+)
 from kpi_forecast.data.panel import DataError, Panel
-from kpi_forecast.model.features import calendar_zone
+from kpi_forecast.data.timestamps import checked_zone, parse_timestamps, zone_of_data
 from kpi_forecast.model.kpi import kpi_problem, not_kpis
 
 logger = logging.getLogger(__name__)
-
-TIMESTAMP = "timestamp"
-CELL_ID = "cell_id"
-
-_CSV_SUFFIXES = (".csv", ".csv.gz")
-_PARQUET_SUFFIXES = (".parquet", ".pq")
-
-# Spellings of "no value" in KPI exports; the timestamp and cell columns get none of these so
-# that a cell literally named "NA" stays a cell.
-_NA_STRINGS = ["", "nan", "NaN", "NAN", "NA", "N/A", "n/a", "null", "NULL", "None", "#N/A"]
-
-# pandas writes a non-default DataFrame index into Parquet under these names; it is not data.
-_PANDAS_INDEX_COLUMN = re.compile(r"__index_level_\d+__")
-
-# A UTC offset at the end of an ISO 8601 timestamp that has a time part (the time part is
-# required so that the "-01" of a bare date is not taken for an offset).
-_TRAILING_OFFSET = re.compile(
-    r"[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?\s*(Z|[+-]\d{2}(?::?\d{2})?)$"
-)
-
 
 _US = pd.Timedelta(1, "us")
 
@@ -69,13 +53,6 @@ _ALIAS_UNITS = [
 # A typo such as year 2031 in one row would otherwise ask for a grid of millions of steps per
 # cell and exhaust memory; 250M float32 values is 1 GB.
 _MAX_GRID_VALUES = 250_000_000
-
-
-def _checked_zone(name: str) -> datetime.tzinfo:
-    try:
-        return calendar_zone(name)
-    except ValueError as exc:
-        raise DataError(str(exc)) from None
 
 
 def load_panel(
@@ -133,18 +110,18 @@ def load_panel(
     # Cheap argument checks first, so a typo does not cost a read of a large file.
     step_us = _parse_freq(freq) if freq is not None else None
     if tz is not None:
-        _checked_zone(tz)
+        checked_zone(tz)
 
     if path.is_dir():
-        frame, ignored, path = _read_dataset(path, target, shard)
+        frame, ignored, path = read_dataset(path, target, shard)
     else:
-        frame, ignored = _read_table(path, target)
+        frame, ignored = read_table(path, target)
     if ignored:
         logger.info("%s: ignoring columns %s", path, ", ".join(map(repr, ignored)))
     if frame.empty:
         raise DataError(f"{path}: no data rows")
 
-    ts_us, data_tz = _parse_timestamps(frame[TIMESTAMP], path)
+    ts_us, data_tz = parse_timestamps(frame[TIMESTAMP], path)
     cell_codes, cell_ids = _parse_cells(frame[CELL_ID], path)
     cell_codes_all = cell_codes  # per row in read order, before sorting and de-duplication
     values = _parse_values(frame[target], path, target, cell_codes, cell_ids)
@@ -197,7 +174,7 @@ def load_panel(
         order = np.lexsort((np.arange(len(cell_ids)), first_file))
         grid, cell_ids = grid[order], [cell_ids[i] for i in order]
 
-    calendar_tz = tz if tz is not None else _calendar_tz(data_tz, path)
+    calendar_tz = tz if tz is not None else zone_of_data(data_tz, path)
     index = pd.date_range(
         pd.Timestamp(start_us, unit="us", tz="UTC"), periods=grid.shape[1], freq=freq_alias
     )
@@ -243,210 +220,6 @@ def _alias(step_us: int) -> str:
     raise AssertionError("every step is a whole number of microseconds")
 
 
-def _read_table(path: Path, target: str) -> tuple[pd.DataFrame, list[str]]:
-    """The timestamp, cell and target columns of ``path``, and the names of the other ones."""
-    name = path.name.lower()
-    is_csv = name.endswith(_CSV_SUFFIXES)
-    if not is_csv and not name.endswith(_PARQUET_SUFFIXES):
-        raise DataError(
-            f"{path}: unsupported file type; use {', '.join(_CSV_SUFFIXES + _PARQUET_SUFFIXES)}"
-        )
-    if not path.is_file():
-        raise DataError(f"{path}: no such file")
-    try:
-        if is_csv:
-            columns = list(pd.read_csv(path, nrows=0).columns)
-        else:
-            columns = [
-                c for c in pq.read_schema(path).names if not _PANDAS_INDEX_COLUMN.fullmatch(c)
-            ]
-        for required in (TIMESTAMP, CELL_ID, target):
-            if required not in columns:
-                what = "target column" if required == target else "column"
-                raise DataError(
-                    f"{path}: {what} {required!r} not found; available columns: "
-                    f"{', '.join(map(repr, columns))}"
-                )
-        if target in (TIMESTAMP, CELL_ID):
-            raise DataError(f"{path}: target {target!r} must be a KPI column")
-        wanted = [TIMESTAMP, CELL_ID, target]
-        if is_csv:
-            frame = pd.read_csv(
-                path,
-                usecols=wanted,
-                dtype={TIMESTAMP: str, CELL_ID: str},
-                keep_default_na=False,
-                na_values={target: _NA_STRINGS},
-            )
-        else:
-            frame = pd.read_parquet(path, columns=wanted)
-    except DataError:
-        raise
-    except (OSError, ValueError, EOFError, zlib.error) as exc:
-        # pandas / pyarrow / gzip messages can span lines; the first one says what broke.
-        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise DataError(f"{path}: cannot read file: {first_line}") from None
-    return frame.reset_index(drop=True), [c for c in columns if c not in wanted]
-
-
-def _row_error(path: Path, row: int, column: str, message: str, value: object) -> DataError:
-    # Numbers print as in the file (-3, inf); text is quoted so blanks and commas show.
-    shown = repr(value.item() if isinstance(value, np.generic) else value)
-    if len(shown) > 60:
-        shown = shown[:57] + "..."
-    where = path.locate(row) if isinstance(path, DatasetFiles) else f"{path}: row {row}"
-    return DataError(f"{where}, column {column!r}: {message}: {shown}")
-
-
-class DatasetFiles(type(Path())):
-    """A dataset directory that can name the file and row behind a row of its read frame."""
-
-    files: list[str]
-    first_rows: np.ndarray  # 1-based row of the frame where each file starts
-    n_rows: int
-
-    def file_of_rows(self) -> np.ndarray:
-        """Index into ``files`` of every row of the frame, in read order."""
-        rows = np.arange(1, self.n_rows + 1)
-        return np.searchsorted(self.first_rows, rows, side="right") - 1
-
-    def locate(self, row: int) -> str:
-        which = int(np.searchsorted(self.first_rows, row, side="right")) - 1
-        return f"{self.files[which]}: row {row - self.first_rows[which] + 1}"
-
-
-def _read_dataset(
-    directory: Path, target: str, shard: tuple[int, int]
-) -> tuple[pd.DataFrame, list[str], DatasetFiles]:
-    """The timestamp, cell and target columns of a block of a Parquet dataset's files.
-
-    Only those columns of those files are read (``pyarrow.dataset`` projection), so a rank's
-    memory holds its own cells and nothing else.
-    """
-    rank, world = shard
-    try:
-        dataset = ds.dataset(directory, format="parquet", partitioning="hive")
-    except (OSError, ValueError) as exc:
-        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise DataError(f"{directory}: cannot read Parquet dataset: {first_line}") from None
-    fragments = sorted(dataset.get_fragments(), key=lambda fragment: fragment.path)
-    files = [fragment.path for fragment in fragments]
-    if not files:
-        raise DataError(f"{directory}: no Parquet files in this directory")
-    if len(files) < world:
-        raise DataError(f"{directory}: {len(files)} files for {world} ranks: every rank needs "
-                        "at least one (write the dataset in more files, or use fewer ranks)")
-    columns = [c for c in dataset.schema.names if not _PANDAS_INDEX_COLUMN.fullmatch(c)]
-    for required in (TIMESTAMP, CELL_ID, target):
-        if required not in columns:
-            what = "target column" if required == target else "column"
-            raise DataError(f"{directory}: {what} {required!r} not found; available columns: "
-                            f"{', '.join(map(repr, columns))}")
-    if target in (TIMESTAMP, CELL_ID):
-        raise DataError(f"{directory}: target {target!r} must be a KPI column")
-    block = slice(rank * len(files) // world, (rank + 1) * len(files) // world)
-    mine = files[block]
-    wanted = [TIMESTAMP, CELL_ID, target]
-    try:
-        # With the dataset's schema a partition key (cell_id=...) comes back as a column.
-        tables = [fragment.to_table(schema=dataset.schema, columns=wanted)
-                  for fragment in fragments[block]]
-    except (OSError, ValueError, pa.ArrowInvalid) as exc:
-        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise DataError(f"{directory}: cannot read file: {first_line}") from None
-    source = DatasetFiles(directory)
-    source.files = mine
-    source.first_rows = np.cumsum([1] + [t.num_rows for t in tables[:-1]])
-    source.n_rows = sum(t.num_rows for t in tables)
-    frame = pa.concat_tables(tables, promote_options="default").to_pandas()
-    frame[CELL_ID] = frame[CELL_ID].astype(str)
-    return frame, [c for c in columns if c not in wanted], source
-
-
-def _parse_timestamps(column: pd.Series, path: Path) -> tuple[np.ndarray, str | None]:
-    """UTC microseconds per row, and the calendar zone the data itself implies.
-
-    The zone is a name, ``"+HH:MM"``, ``"UTC"``, or None when the offsets are mixed.
-    """
-    if isinstance(column.dtype, pd.DatetimeTZDtype):
-        _reject_missing_timestamps(column.isna().to_numpy(), column, path)
-        stamps = pd.DatetimeIndex(column)
-        return stamps.tz_convert("UTC").as_unit("us").asi8, _zone_name(stamps.tz)
-    if pd.api.types.is_datetime64_dtype(column.dtype):
-        _reject_missing_timestamps(column.isna().to_numpy(), column, path)
-        return pd.DatetimeIndex(column).as_unit("us").asi8, "UTC"
-
-    # Exports repeat each timestamp once per cell, so parse every distinct string once.
-    codes, uniques = pd.factorize(column.astype(str), use_na_sentinel=False)
-    parsed = pd.to_datetime(uniques, utc=True, format="ISO8601", errors="coerce")
-    bad = np.flatnonzero(parsed.isna()[codes])
-    if bad.size:
-        row = int(bad[0])
-        raise _row_error(
-            path,
-            row + 1,
-            TIMESTAMP,
-            "not an ISO 8601 timestamp (e.g. 2013-11-01T00:00:00+01:00)",
-            column.iloc[row],
-        )
-    ts_us = parsed.as_unit("us").asi8[codes]
-
-    offsets = pd.Series(uniques).str.extract(_TRAILING_OFFSET, expand=False)
-    distinct = {_normalise_offset(o) for o in offsets.dropna().unique()}
-    if offsets.isna().all():
-        return ts_us, "UTC"
-    if len(distinct) == 1 and offsets.notna().all():
-        (offset,) = distinct
-        return ts_us, "UTC" if offset == "+00:00" else offset
-    return ts_us, None
-
-
-def _reject_missing_timestamps(missing: np.ndarray, column: pd.Series, path: Path) -> None:
-    if missing.any():
-        row = int(np.argmax(missing))
-        raise _row_error(path, row + 1, TIMESTAMP, "missing timestamp", column.iloc[row])
-
-
-def _normalise_offset(text: str) -> str:
-    """``Z``, ``+01``, ``+0100`` and ``+01:00`` all as ``+01:00``."""
-    if text == "Z":
-        return "+00:00"
-    digits = text[1:].replace(":", "")
-    return f"{text[0]}{digits[:2]}:{digits[2:] or '00'}"
-
-
-def _zone_name(tz: datetime.tzinfo) -> str:
-    """A :func:`calendar_zone` name for the zone of a tz-aware datetime column."""
-    # A fixed offset: datetime.timezone, or pytz's FixedOffset (pandas 2 with pytz) whose
-    # ``zone`` is None.
-    if isinstance(tz, datetime.timezone) or (hasattr(tz, "zone") and tz.zone is None):
-        offset = tz.utcoffset(None)
-        if not offset:
-            return "UTC"
-        sign = "-" if offset < datetime.timedelta(0) else "+"
-        minutes = abs(offset) // datetime.timedelta(minutes=1)
-        return f"{sign}{minutes // 60:02d}:{minutes % 60:02d}"
-    # zoneinfo names its zone in ``key``, pytz in ``zone``; both print as the name too.
-    return getattr(tz, "key", None) or getattr(tz, "zone", None) or str(tz)
-
-
-def _calendar_tz(data_tz: str | None, path: Path) -> str:
-    if data_tz is None:
-        logger.warning(
-            "%s: timestamps carry mixed UTC offsets (e.g. across a DST switch); calendar "
-            "features use UTC, pass --tz (e.g. --tz Europe/Rome) to use local time",
-            path,
-        )
-        return "UTC"
-    try:
-        _checked_zone(data_tz)
-    except DataError:
-        # A zone the data names but this machine cannot resolve must not fail the load.
-        logger.warning("%s: unknown time zone %r in the data; calendar uses UTC", path, data_tz)
-        return "UTC"
-    return data_tz
-
-
 def _parse_cells(column: pd.Series, path: Path) -> tuple[np.ndarray, list[str]]:
     """Per-row codes into the returned cell ids, which are sorted as strings."""
     codes, uniques = pd.factorize(column, use_na_sentinel=True)
@@ -454,7 +227,7 @@ def _parse_cells(column: pd.Series, path: Path) -> tuple[np.ndarray, list[str]]:
     empty = np.array([not n for n in names] + [True])[codes]  # code -1 (missing) -> last
     if empty.any():
         row = int(np.argmax(empty))
-        raise _row_error(path, row + 1, CELL_ID, "empty cell_id", column.iloc[row])
+        raise row_error(path, row + 1, CELL_ID, "empty cell_id", column.iloc[row])
     # Stripping can merge ids that differed only in padding, so re-code on the cleaned names.
     cell_ids = sorted(set(names))
     position = {name: i for i, name in enumerate(cell_ids)}
@@ -472,7 +245,7 @@ def _parse_values(
     else:
         text = column.astype(object).where(column.notna(), None)
         # Parquet string columns have not been through the CSV reader's NA spellings.
-        text = text.where(~text.isin(_NA_STRINGS), None)
+        text = text.where(~text.isin(NA_STRINGS), None)
         values = pd.to_numeric(text, errors="coerce").to_numpy(dtype=np.float64)
         not_numeric = np.isnan(values) & text.notna().to_numpy()
 
@@ -480,7 +253,7 @@ def _parse_values(
         if mask.any():
             row = int(np.argmax(mask))
             problem = "not a number" if not_numeric[row] else f"value {kpi_problem(values[row])}"
-            raise _row_error(path, row + 1, target,
+            raise row_error(path, row + 1, target,
                              f"{problem} for cell {cell_ids[cell_codes[row]]!r}",
                              column.iloc[row])
     return values

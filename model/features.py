@@ -200,7 +200,7 @@ def sunday_sources(last: pd.DatetimeIndex, horizon: int, step: pd.Timedelta, cal
     return sources[inverse.reshape(-1)]
 
 
-def _days_of(end_ns: int, length: int, step_ns: int, calendar_tz: str, holidays: str
+def days_of(end_ns: int, length: int, step_ns: int, calendar_tz: str, holidays: str
              ) -> tuple[np.ndarray, np.ndarray]:
     """The local day of the week (Monday = 0) of the ``length`` steps ending at ``end_ns``, and
     whether their local date is a public holiday."""
@@ -218,7 +218,7 @@ def _sunday_sources(end_ns: int, horizon: int, step_ns: int, calendar_tz: str,
     own = np.arange(horizon)
     if not holidays or NS_PER_DAY % step_ns:
         return own
-    day_of_week, holiday = _days_of(end_ns + horizon * step_ns, horizon, step_ns, calendar_tz,
+    day_of_week, holiday = days_of(end_ns + horizon * step_ns, horizon, step_ns, calendar_tz,
                                     holidays)
     moved = holiday & (day_of_week < 5)
     sources = own.copy()
@@ -235,30 +235,10 @@ def _sunday_sources(end_ns: int, horizon: int, step_ns: int, calendar_tz: str,
     return sources
 
 
-@dataclass(frozen=True)
-class WallClock:
-    """The naives' history and horizon on the calendar's wall clock, for batches where its UTC
-    offset changes within the history the naives read or the horizon (a DST switch): cell load
-    follows people's hours, so a week-old value is read at the same local time, not 168 hours
-    back. Per group of rows that share a last timestamp."""
-
-    history: np.ndarray  # [G, reach] the UTC step each wall-clock step reads, back from the
-    # history's end (-1: its last step; 0 where the clock skipped the hour)
-    horizon: np.ndarray  # [G, H] the wall-clock horizon step each UTC horizon step is
-    group: np.ndarray  # [B] each row's group
-
-    def rows(self, rows: slice) -> WallClock:
-        return WallClock(self.history, self.horizon, self.group[rows])
-
-    def read(self, history: np.ndarray) -> np.ndarray:
-        """The last ``reach`` steps of each row of ``history`` [B, n] on the wall clock."""
-        return on_wall_clock(history, self.history, self.group)
-
-
 def on_wall_clock(history: np.ndarray, reads: np.ndarray, group: np.ndarray) -> np.ndarray:
     """The last ``reach`` steps of ``history`` [B, n] on the wall clock: row b's step k is the
-    UTC step ``reads[group[b], k]`` back from its end (``WallClock.history``); NaN where the
-    clock skipped an hour, or before the history starts."""
+    UTC step ``reads[group[b], k]`` back from its end (``model.naive.WallClock.history``); NaN
+    where the clock skipped an hour, or before the history starts."""
     reach = reads.shape[1]
     history = history[:, -reach:]
     batch, n_steps = history.shape
@@ -328,7 +308,7 @@ def wall_clock_windows(last: pd.DatetimeIndex, context: int, horizon: int, step:
     # A clock gone back within the window reads a step before its UTC start; a switch moves
     # it by less than a day.
     reach = context + NS_PER_DAY // step.value
-    clocks = [_wall_clock(int(end), horizon, step.value, calendar_tz, reach) for end in ends]
+    clocks = [wall_clock(int(end), horizon, step.value, calendar_tz, reach) for end in ends]
     moved = [i for i, clock in enumerate(clocks) if clock.history is not None]
     if not moved:
         return None
@@ -362,66 +342,19 @@ def wall_clock_places(index: pd.DatetimeIndex, calendar_tz: str) -> np.ndarray |
 
 
 @dataclass(frozen=True)
-class NaiveSources:
-    """Where the simple forecasts of ``model.naive`` read each horizon step from, per row of a
-    batch: offsets back from the end of its history (-1: its last step), on the wall clock
-    where ``wall`` is given (then over its horizon, which a clock going forward lengthens)."""
-
-    day: np.ndarray  # [B, H] the last day's values
-    week: np.ndarray  # [B, H] the last week's values
-    phase: np.ndarray  # [B, H] the weekly profile's, in the history's last week
-    wall: WallClock | None = None
-
-    def rows(self, rows: slice) -> NaiveSources:
-        return NaiveSources(self.day[rows], self.week[rows], self.phase[rows],
-                            None if self.wall is None else self.wall.rows(rows))
-
-
-def naive_sources(last: pd.DatetimeIndex, horizon: int, step: pd.Timedelta, calendar_tz: str,
-                  holidays: str, reach: int) -> NaiveSources | None:
-    """Where the naives take each horizon step after ``last`` from, in a history of ``reach``
-    steps at most, on the wall clock of ``calendar_tz``. A public holiday on a working day is
-    read as ``holiday_as_sunday`` reads it: it takes its plain source's time of day on the most
-    recent day off at or before that source (a Sunday, or another such holiday), and the weekly
-    profile's Sunday; a working day whose last week's value fell on such a holiday reads the
-    week before it. Where the UTC offset changes within the history or the horizon, every
-    naive reads the history on the wall clock (``WallClock``). Every other step reads as
-    usual. None where nothing can move: no holiday calendar and no change of offset, or a step
-    that does not divide a day."""
-    if NS_PER_DAY % step.value:
-        return None
-    ends, inverse = distinct_ends(last)
-    clocks = [_wall_clock(int(end), horizon, step.value, calendar_tz, reach) for end in ends]
-    moved = [clock for clock in clocks if clock.history is not None]
-    if not holidays and not moved:
-        return None
-    width = max([horizon, *(int(clock.horizon.max()) + 1 for clock in moved)])
-    found = [_naive_sources(clock.end, width, step.value, clock.zone, holidays, reach)
-             for clock in clocks]
-    group = inverse.reshape(-1)
-    wall = None
-    if moved:
-        wall = WallClock(
-            np.stack([np.arange(-reach, 0) if c.history is None else c.history for c in clocks]),
-            np.stack([np.arange(horizon) if c.horizon is None else c.horizon for c in clocks]),
-            group)
-    return NaiveSources(*(np.stack([f[i] for f in found])[group] for i in range(3)), wall=wall)
-
-
-@dataclass(frozen=True)
-class _Clock:
-    """Where ``_naive_sources`` counts steps: on the wall clock (``end`` in local nanoseconds,
+class Clock:
+    """Where a window's steps are counted: on the wall clock (``end`` in local nanoseconds,
     ``zone`` UTC), or in UTC steps read in the calendar's zone."""
 
     end: int  # the history's last step
     zone: str
-    history: np.ndarray | None  # WallClock.history's row; None: the UTC steps
-    horizon: np.ndarray | None  # WallClock.horizon's row
+    history: np.ndarray | None  # model.naive.WallClock.history's row; None: the UTC steps
+    horizon: np.ndarray | None  # model.naive.WallClock.horizon's row
 
 
 @functools.lru_cache(maxsize=256)
-def _wall_clock(end_ns: int, horizon: int, step_ns: int, calendar_tz: str, reach: int
-                ) -> _Clock:
+def wall_clock(end_ns: int, horizon: int, step_ns: int, calendar_tz: str, reach: int
+                ) -> Clock:
     """The wall clock of the ``reach`` steps up to ``end_ns`` and the ``horizon`` after it;
     the UTC steps where the offset does not change, or changes by what a step does not divide."""
     def offsets(stamps: pd.DatetimeIndex) -> np.ndarray:
@@ -434,13 +367,13 @@ def _wall_clock(end_ns: int, horizon: int, step_ns: int, calendar_tz: str, reach
     daily = np.append(np.arange(first, last, NS_PER_DAY), last)
     if (offsets(pd.DatetimeIndex(daily, tz="UTC")) == offsets(pd.DatetimeIndex(
             [end_ns], tz="UTC"))).all():
-        return _Clock(end_ns, calendar_tz, None, None)
+        return Clock(end_ns, calendar_tz, None, None)
     stamps = window_timestamps(pd.DatetimeIndex([last], tz="UTC"), reach + horizon,
                                pd.Timedelta(step_ns))
     offset = offsets(stamps)
     change = offset - offset[reach - 1]
     if not change.any() or (change % step_ns).any():
-        return _Clock(end_ns, calendar_tz, None, None)
+        return Clock(end_ns, calendar_tz, None, None)
     # Each UTC step's place on the wall clock: 0 the history's last step, 1 the next.
     place = np.arange(reach + horizon) - (reach - 1) + change // step_ns
     # A clock that went back in the history's last hour left steps after its last on the
@@ -454,40 +387,4 @@ def _wall_clock(end_ns: int, horizon: int, step_ns: int, calendar_tz: str, reach
     ahead = np.maximum(place[reach:] - 1, 0)
     for array in (history, ahead):
         array.flags.writeable = False
-    return _Clock(end_ns + int(offset[reach - 1]), "UTC", history, ahead)
-
-
-@functools.lru_cache(maxsize=256)
-def _naive_sources(end_ns: int, horizon: int, step_ns: int, calendar_tz: str, holidays: str,
-                   reach: int) -> tuple[np.ndarray, ...]:
-    day = NS_PER_DAY // step_ns
-    week = 7 * day
-    weekday, holiday = _days_of(end_ns + horizon * step_ns, reach + horizon, step_ns,
-                                calendar_tz, holidays)
-    day_off = holiday | (weekday >= 5)
-    working_holiday = holiday & (weekday < 5)
-    moved = working_holiday[reach:]
-    steps = np.arange(horizon)
-    found = []
-    for period in (day, week):
-        plain = steps % period - period
-        source = plain.copy()
-        # Back a day at a time from a working day: a week holds a Sunday.
-        for _ in range(6):
-            working = (source >= -reach) & ~day_off[np.clip(reach + source, 0, None)]
-            source = np.where(moved & working, source - day, source)
-        found.append(np.where(source >= -reach, source, plain))
-    # A working day whose week-old source was a holiday takes the same weekday a week earlier
-    # (again while that was one too): the holiday's values say nothing of a working day's.
-    working_step = ~day_off[reach:]
-    for _ in range(reach // week):
-        on_holiday = working_holiday[np.clip(reach + found[1], 0, None)]
-        found[1] = np.where(working_step & on_holiday & (found[1] - week >= -reach),
-                            found[1] - week, found[1])
-    # The profile's phase has its weekday in the history's last week.
-    phase = steps % week - week
-    days_back = (weekday[reach + phase] - SUNDAY) % 7
-    found.append(np.where(moved, (phase - days_back * day) % week - week, phase))
-    for array in found:
-        array.flags.writeable = False
-    return tuple(found)
+    return Clock(end_ns + int(offset[reach - 1]), "UTC", history, ahead)

@@ -9,13 +9,21 @@ seasonal naive's in-sample error: MASE's scale, and the recalibration's for zero
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
-if TYPE_CHECKING:  # numpy only at run time; the calendar reading lives with the calendar
-    from kpi_forecast.model.features import NaiveSources
+from kpi_forecast.model.features import (
+    NS_PER_DAY,
+    SUNDAY,
+    days_of,
+    distinct_ends,
+    on_wall_clock,
+    wall_clock,
+)
 
 NAIVES = ("last_day", "last_week", "weekly_profile")
 PROFILE_WEEKS = 8  # the weeks a weekly profile averages, at most
@@ -46,7 +54,7 @@ def last_season(history: np.ndarray, horizon: int, season: int,
     """Seasonal naive: each step repeats the value one ``season`` (in steps) before it, the
     last season again for a longer horizon (NaN where that is missing, or the history is
     shorter than a season); or, with ``sources`` [B, horizon], the value that many steps
-    back from the history's end (-1: its last step; ``model.features.naive_sources``)."""
+    back from the history's end (-1: its last step; ``naive_sources``)."""
     batch, n_steps = history.shape
     if season < 1 or n_steps < season:
         return np.full((batch, horizon), np.nan, np.float32)
@@ -130,7 +138,7 @@ def naive_forecasts(history: np.ndarray, horizon: int, steps_per_day: int,
                     sources: NaiveSources | None = None, names: Sequence[str] = NAIVES
                     ) -> np.ndarray:
     """[len(names), B, horizon]: each naive of ``names`` (of NAIVES), read on the calendar where
-    ``sources`` are given (``model.features.naive_sources``), on the wall clock where they say
+    ``sources`` are given (``naive_sources``), on the wall clock where they say
     so: the history read on it once for all of them."""
     wall = None if sources is None else sources.wall
     if wall is None:
@@ -141,3 +149,110 @@ def naive_forecasts(history: np.ndarray, horizon: int, steps_per_day: int,
     return np.stack([np.take_along_axis(
         _naive(name, local, sources.day.shape[1], steps_per_day, sources), ahead, axis=1)
         for name in names])
+
+
+# Where the naives read each horizon step from: on the calendar, with its holidays and its
+# DST switches.
+
+
+@dataclass(frozen=True)
+class WallClock:
+    """The naives' history and horizon on the calendar's wall clock, for batches where its UTC
+    offset changes within the history the naives read or the horizon (a DST switch): cell load
+    follows people's hours, so a week-old value is read at the same local time, not 168 hours
+    back. Per group of rows that share a last timestamp."""
+
+    history: np.ndarray  # [G, reach] the UTC step each wall-clock step reads, back from the
+    # history's end (-1: its last step; 0 where the clock skipped the hour)
+    horizon: np.ndarray  # [G, H] the wall-clock horizon step each UTC horizon step is
+    group: np.ndarray  # [B] each row's group
+
+    def rows(self, rows: slice) -> WallClock:
+        return WallClock(self.history, self.horizon, self.group[rows])
+
+    def read(self, history: np.ndarray) -> np.ndarray:
+        """The last ``reach`` steps of each row of ``history`` [B, n] on the wall clock."""
+        return on_wall_clock(history, self.history, self.group)
+
+
+@dataclass(frozen=True)
+class NaiveSources:
+    """Where the simple forecasts of ``model.naive`` read each horizon step from, per row of a
+    batch: offsets back from the end of its history (-1: its last step), on the wall clock
+    where ``wall`` is given (then over its horizon, which a clock going forward lengthens)."""
+
+    day: np.ndarray  # [B, H] the last day's values
+    week: np.ndarray  # [B, H] the last week's values
+    phase: np.ndarray  # [B, H] the weekly profile's, in the history's last week
+    wall: WallClock | None = None
+
+    def rows(self, rows: slice) -> NaiveSources:
+        return NaiveSources(self.day[rows], self.week[rows], self.phase[rows],
+                            None if self.wall is None else self.wall.rows(rows))
+
+
+def naive_sources(last: pd.DatetimeIndex, horizon: int, step: pd.Timedelta, calendar_tz: str,
+                  holidays: str, reach: int) -> NaiveSources | None:
+    """Where the naives take each horizon step after ``last`` from, in a history of ``reach``
+    steps at most, on the wall clock of ``calendar_tz``. A public holiday on a working day is
+    read as ``holiday_as_sunday`` reads it: it takes its plain source's time of day on the most
+    recent day off at or before that source (a Sunday, or another such holiday), and the weekly
+    profile's Sunday; a working day whose last week's value fell on such a holiday reads the
+    week before it. Where the UTC offset changes within the history or the horizon, every
+    naive reads the history on the wall clock (``WallClock``). Every other step reads as
+    usual. None where nothing can move: no holiday calendar and no change of offset, or a step
+    that does not divide a day."""
+    if NS_PER_DAY % step.value:
+        return None
+    ends, inverse = distinct_ends(last)
+    clocks = [wall_clock(int(end), horizon, step.value, calendar_tz, reach) for end in ends]
+    moved = [clock for clock in clocks if clock.history is not None]
+    if not holidays and not moved:
+        return None
+    width = max([horizon, *(int(clock.horizon.max()) + 1 for clock in moved)])
+    found = [naive_sources_of(clock.end, width, step.value, clock.zone, holidays, reach)
+             for clock in clocks]
+    group = inverse.reshape(-1)
+    wall = None
+    if moved:
+        wall = WallClock(
+            np.stack([np.arange(-reach, 0) if c.history is None else c.history for c in clocks]),
+            np.stack([np.arange(horizon) if c.horizon is None else c.horizon for c in clocks]),
+            group)
+    return NaiveSources(*(np.stack([f[i] for f in found])[group] for i in range(3)), wall=wall)
+
+
+@functools.lru_cache(maxsize=256)
+def naive_sources_of(end_ns: int, horizon: int, step_ns: int, calendar_tz: str, holidays: str,
+                   reach: int) -> tuple[np.ndarray, ...]:
+    day = NS_PER_DAY // step_ns
+    week = 7 * day
+    weekday, holiday = days_of(end_ns + horizon * step_ns, reach + horizon, step_ns,
+                                calendar_tz, holidays)
+    day_off = holiday | (weekday >= 5)
+    working_holiday = holiday & (weekday < 5)
+    moved = working_holiday[reach:]
+    steps = np.arange(horizon)
+    found = []
+    for period in (day, week):
+        plain = steps % period - period
+        source = plain.copy()
+        # Back a day at a time from a working day: a week holds a Sunday.
+        for _ in range(6):
+            working = (source >= -reach) & ~day_off[np.clip(reach + source, 0, None)]
+            source = np.where(moved & working, source - day, source)
+        found.append(np.where(source >= -reach, source, plain))
+    # A working day whose week-old source was a holiday takes the same weekday a week earlier
+    # (again while that was one too): the holiday's values say nothing of a working day's.
+    working_step = ~day_off[reach:]
+    for _ in range(reach // week):
+        on_holiday = working_holiday[np.clip(reach + found[1], 0, None)]
+        found[1] = np.where(working_step & on_holiday & (found[1] - week >= -reach),
+                            found[1] - week, found[1])
+    # The profile's phase has its weekday in the history's last week.
+    phase = steps % week - week
+    days_back = (weekday[reach + phase] - SUNDAY) % 7
+    found.append(np.where(moved, (phase - days_back * day) % week - week, phase))
+    for array in found:
+        array.flags.writeable = False
+    return tuple(found)

@@ -23,11 +23,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from kpi_forecast.model.features import NaiveSources, naive_sources
 from kpi_forecast.model.naive import (
     NAIVES,
+    NaiveSources,
     naive_forecasts,
     naive_reach,
+    naive_sources,
     seasonal_error,
 )
 
@@ -139,7 +140,7 @@ class Recalibration:
 def calendar_sources(metadata: ModelMetadata, step: pd.Timedelta, last: pd.DatetimeIndex
                      ) -> NaiveSources | None:
     """Where the naives read each horizon step after ``last`` on the model's holiday calendar
-    (``model.features.naive_sources``); None: as usual."""
+    (``model.naive.naive_sources``); None: as usual."""
     return naive_sources(last, metadata.horizon, step, metadata.calendar_tz, metadata.holidays,
                          naive_reach(int(DAY // step)))
 

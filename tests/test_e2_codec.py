@@ -22,6 +22,12 @@ from kpi_forecast.xapp.ric.e2.kpm import (
     IndicationMessage,
     Measurement,
 )
+from kpi_forecast.xapp.ric.e2.kpm_indication import (
+    decode_indication_header,
+    decode_indication_message,
+    encode_indication_header,
+    encode_indication_message,
+)
 
 SHARED_ASN1 = Path(__file__).resolve().parents[2] / "shared/asn1"
 KPM_ASN = SHARED_ASN1 / "e2sm-kpm-v4.00.asn"
@@ -153,13 +159,13 @@ def test_cell_id_checks_itself(kwargs: dict[str, Any]) -> None:
     ],
 )
 def test_indication_header_round_trips_to_the_microsecond(moment: datetime) -> None:
-    decoded = kpm.decode_indication_header(kpm.encode_indication_header(moment))
+    decoded = decode_indication_header(encode_indication_header(moment))
     assert decoded == moment
     assert decoded.tzinfo is UTC
 
 
 def test_indication_header_writes_the_ntp_timestamp() -> None:
-    encoded = kpm.encode_indication_header(START)
+    encoded = encode_indication_header(START)
     # 7 bits of extension and presence flags, then the 8 octets, octet-aligned
     assert encoded == b"\x00" + ntp_bytes(START)
     assert int.from_bytes(encoded[1:5], "big") == int(START.timestamp()) + NTP_UNIX_OFFSET
@@ -172,7 +178,7 @@ def test_indication_header_writes_the_ntp_timestamp() -> None:
 )
 def test_indication_header_refuses_times_it_cannot_place(moment: datetime) -> None:
     with pytest.raises(ValueError):
-        kpm.encode_indication_header(moment)
+        encode_indication_header(moment)
 
 
 def test_indication_message_round_trips_integer_real_and_missing_values() -> None:
@@ -184,13 +190,13 @@ def test_indication_message_round_trips_integer_real_and_missing_values() -> Non
         ],
         granularity_ms=1000,
     )
-    assert kpm.decode_indication_message(kpm.encode_indication_message(msg)) == msg
+    assert decode_indication_message(encode_indication_message(msg)) == msg
 
 
 def test_indication_message_keeps_nan_as_a_real_value() -> None:
     msg = IndicationMessage([Measurement("DRB.UEThpUl", [float("nan")])])
     (value,) = (
-        kpm.decode_indication_message(kpm.encode_indication_message(msg)).measurements[0].values
+        decode_indication_message(encode_indication_message(msg)).measurements[0].values
     )
     assert value is not None and math.isnan(value)
 
@@ -204,7 +210,7 @@ def test_indication_message_needs_one_value_per_period_for_each(
     measurements: list[Measurement],
 ) -> None:
     with pytest.raises(ValueError, match="same number of periods"):
-        kpm.encode_indication_message(IndicationMessage(measurements))
+        encode_indication_message(IndicationMessage(measurements))
 
 
 def test_measurement_names_are_the_ts_28_552_ones() -> None:
@@ -304,12 +310,12 @@ def test_labels_and_extensions_we_do_not_declare_are_skipped(ref: Any) -> None:
     theirs = ref.encode("E2SM-KPM-ActionDefinition", ref_action(format1))
     assert kpm.decode_action_definition(theirs) == ActionDefinition(["DRB.UEThpDl"], 100)
     message = ref_message({"measData": [{"measRecord": [("integer", 5)]}], "measInfoList": info})
-    decoded = kpm.decode_indication_message(ref.encode("E2SM-KPM-IndicationMessage", message))
+    decoded = decode_indication_message(ref.encode("E2SM-KPM-IndicationMessage", message))
     assert decoded == IndicationMessage([Measurement("DRB.UEThpDl", [5.0])])
 
 
 def test_indication_header_matches_the_reference(ref: Any) -> None:
-    ours = kpm.encode_indication_header(START)
+    ours = encode_indication_header(START)
     assert ref.decode("E2SM-KPM-IndicationHeader", ours) == ref_header(ntp_bytes(START))
     assert ref.encode("E2SM-KPM-IndicationHeader", ref_header(ntp_bytes(START))) == ours
 
@@ -323,7 +329,7 @@ def test_indication_header_from_the_reference_with_every_optional_field(ref: Any
         vendorName="Example RAN",
     )
     theirs = ref.encode("E2SM-KPM-IndicationHeader", value)
-    assert kpm.decode_indication_header(theirs) == START
+    assert decode_indication_header(theirs) == START
     # The optional strings are not part of the API, so check the module reads them itself: a
     # lenient fallback in the decoder would hide a header type that skips them.
     ours = asn1tools.compile_files(str(PROJECT_ASN), "per")
@@ -350,11 +356,11 @@ def test_indication_message_matches_the_reference(ref: Any) -> None:
         ],
         granularity_ms=1000,
     )
-    ours = kpm.encode_indication_message(msg)
+    ours = encode_indication_message(msg)
     assert ref.decode("E2SM-KPM-IndicationMessage", ours) == value
     theirs = ref.encode("E2SM-KPM-IndicationMessage", value)
     assert theirs == ours
-    assert kpm.decode_indication_message(theirs) == msg
+    assert decode_indication_message(theirs) == msg
 
 
 def test_measdata_is_one_item_per_period_with_one_value_per_measurement(ref: Any) -> None:
@@ -369,7 +375,7 @@ def test_measdata_is_one_item_per_period_with_one_value_per_measurement(ref: Any
             "measInfoList": ref_meas_info("RRU.PrbUsedUl", "RRU.PrbAvailUl"),
         }
     )
-    decoded = kpm.decode_indication_message(ref.encode("E2SM-KPM-IndicationMessage", value))
+    decoded = decode_indication_message(ref.encode("E2SM-KPM-IndicationMessage", value))
     assert decoded == IndicationMessage(
         [
             Measurement("RRU.PrbUsedUl", [10.0, 11.0, 12.0]),
@@ -388,14 +394,14 @@ def test_milan_like_report_three_measurements_one_period(ref: Any) -> None:
         ],
         granularity_ms=600_000,
     )
-    ours = kpm.encode_indication_message(msg)
+    ours = encode_indication_message(msg)
     decoded = ref.decode("E2SM-KPM-IndicationMessage", ours)["indicationMessage-formats"][1]
     assert decoded["measData"] == [
         {"measRecord": [("real", 18342.75), ("integer", 61), ("integer", 37)]}
     ]
     assert decoded["granulPeriod"] == 600_000
     assert (
-        kpm.decode_indication_message(
+        decode_indication_message(
             ref.encode("E2SM-KPM-IndicationMessage", ref_message(decoded))
         )
         == msg
@@ -412,7 +418,7 @@ def test_incomplete_periods_and_unsatisfied_values_decode_as_gaps(ref: Any) -> N
             "measInfoList": ref_meas_info("RRU.PrbUsedDl", "DRB.UEThpDl"),
         }
     )
-    decoded = kpm.decode_indication_message(ref.encode("E2SM-KPM-IndicationMessage", value))
+    decoded = decode_indication_message(ref.encode("E2SM-KPM-IndicationMessage", value))
     assert [m.values for m in decoded.measurements] == [[1.0, None], [None, None]]
 
 
@@ -424,7 +430,7 @@ def test_records_that_do_not_match_meas_info_are_rejected(ref: Any) -> None:
         }
     )
     with pytest.raises(DecodeError) as caught:
-        kpm.decode_indication_message(ref.encode("E2SM-KPM-IndicationMessage", value))
+        decode_indication_message(ref.encode("E2SM-KPM-IndicationMessage", value))
     assert caught.value.reason == "measurement-mismatch"
 
 
@@ -433,9 +439,9 @@ def test_without_meas_info_the_subscribed_names_apply(ref: Any) -> None:
         "E2SM-KPM-IndicationMessage", ref_message({"measData": [{"measRecord": [("integer", 7)]}]})
     )
     with pytest.raises(DecodeError) as caught:
-        kpm.decode_indication_message(theirs)
+        decode_indication_message(theirs)
     assert caught.value.reason == "measurement-mismatch"
-    decoded = kpm.decode_indication_message(theirs, subscribed=["RRC.ConnMean"])
+    decoded = decode_indication_message(theirs, subscribed=["RRC.ConnMean"])
     assert decoded == IndicationMessage([Measurement("RRC.ConnMean", [7.0])])
 
 
@@ -466,7 +472,7 @@ def test_formats_other_than_1_are_rejected_as_such(ref: Any) -> None:
     }
     cases: list[tuple[Callable[[bytes], object], bytes]] = [
         (kpm.decode_action_definition, ref.encode("E2SM-KPM-ActionDefinition", action)),
-        (kpm.decode_indication_message, ref.encode("E2SM-KPM-IndicationMessage", message)),
+        (decode_indication_message, ref.encode("E2SM-KPM-IndicationMessage", message)),
     ]
     for decoder, data in cases:
         with pytest.raises(DecodeError) as caught:
@@ -486,7 +492,7 @@ def test_kpm_v2_header_decodes_unix_and_ntp_seconds(ref_v2: Any, seconds: int) -
     stamp = seconds.to_bytes(4, "big")
     theirs = ref_v2.encode("E2SM-KPM-IndicationHeader", ref_header(stamp))
     assert theirs == b"\x00" + stamp  # what a KPM v2 node puts on the wire
-    assert kpm.decode_indication_header(theirs) == START.replace(microsecond=0)
+    assert decode_indication_header(theirs) == START.replace(microsecond=0)
 
 
 def test_kpm_v2_header_with_optional_fields_decodes(ref_v2: Any) -> None:
@@ -494,12 +500,12 @@ def test_kpm_v2_header_with_optional_fields_decodes(ref_v2: Any) -> None:
     stamp = int(START.timestamp()).to_bytes(4, "big")
     for optional in ({"vendorName": "Acme"}, {"senderName": "cu-cp-1", "senderType": "gNB"}):
         theirs = ref_v2.encode("E2SM-KPM-IndicationHeader", ref_header(stamp, **optional))
-        assert kpm.decode_indication_header(theirs) == START.replace(microsecond=0)
+        assert decode_indication_header(theirs) == START.replace(microsecond=0)
 
 
 def test_hand_made_kpm_v2_header_decodes() -> None:
     # 2024-05-01T12:00:00Z as UNIX seconds, behind the 7 flag bits a v2 node writes as zero
-    assert kpm.decode_indication_header(b"\x00" + (1_714_564_800).to_bytes(4, "big")) == datetime(
+    assert decode_indication_header(b"\x00" + (1_714_564_800).to_bytes(4, "big")) == datetime(
         2024, 5, 1, 12, tzinfo=UTC
     )
 
@@ -632,8 +638,8 @@ def test_what_is_no_kpm_ran_function_description_is_refused() -> None:
 
 # --- E2AP ---------------------------------------------------------------------------------------
 
-HEADER = kpm.encode_indication_header(START)
-MESSAGE = kpm.encode_indication_message(
+HEADER = encode_indication_header(START)
+MESSAGE = encode_indication_message(
     IndicationMessage([Measurement("RRU.PrbUsedDl", [40.0]), Measurement("DRB.UEThpDl", [1.5])])
 )
 TRIGGER = kpm.encode_event_trigger(1000)
@@ -679,8 +685,8 @@ def test_e2ap_pdus_round_trip() -> None:
     assert decoded["subscription_failure"].cause == ("misc", "unspecified")
     indication = decoded["indication"]
     assert (indication.action_id, indication.sequence_number) == (3, 65535)
-    assert kpm.decode_indication_header(indication.header) == START
-    assert kpm.decode_indication_message(indication.message).measurements[1].values == [1.5]
+    assert decode_indication_header(indication.header) == START
+    assert decode_indication_message(indication.message).measurements[1].values == [1.5]
 
 
 def test_e2ap_optional_parts_may_be_absent() -> None:
@@ -792,8 +798,8 @@ def test_e2ap_rejects_pdus_it_does_not_handle() -> None:
 DECODERS: dict[str, Callable[[bytes], object]] = {
     "trigger": kpm.decode_event_trigger,
     "action": kpm.decode_action_definition,
-    "header": kpm.decode_indication_header,
-    "message": kpm.decode_indication_message,
+    "header": decode_indication_header,
+    "message": decode_indication_message,
     "description": kpm.decode_ran_function_description,
     "e2ap": e2ap.decode,
 }
@@ -808,7 +814,7 @@ SEEDS: dict[str, list[bytes]] = {
     "header": [HEADER, b"\x00" + (1_714_564_800).to_bytes(4, "big")],
     "message": [
         MESSAGE,
-        kpm.encode_indication_message(
+        encode_indication_message(
             IndicationMessage(
                 [
                     Measurement("RRC.ConnMean", [1.0, None, 0.25]),

@@ -15,7 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from kpi_forecast.cli.mock_e2_node import PLMN, RAN_FUNCTION_ID, MockE2Node, create_app
+from kpi_forecast.cli import mock_ric
+from kpi_forecast.cli.mock_e2_node import PLMN, RAN_FUNCTION_ID, MockE2Node
+from kpi_forecast.cli.mock_ric import create_app
 from kpi_forecast.data.ingest import load_panel
 from kpi_forecast.data.synthetic import generate
 from kpi_forecast.xapp.ric.e2 import kpm
@@ -74,7 +76,7 @@ def mock(panel, **options) -> MockE2Node:
 
 
 def nodeb(node: MockE2Node, meid: str = "gnb-000") -> NodebResponse:
-    return NodebResponse.model_validate(node.nodeb(meid))
+    return NodebResponse.model_validate(mock_ric.nodeb(node, meid))
 
 
 # --- cells and measurements from e2mgr and the RAN function description --------------------
@@ -110,12 +112,12 @@ def test_the_kpm_description_says_which_cells_are_subscribed(panel) -> None:
     assert description.measurements() == [MEASUREMENT]
     assert subscribable(nodeb(v2, "gnb-001"), MEASUREMENT) == (None, Counter({"kpm-v2": 2}))
     # No KPM function, or one this xApp cannot read (another service model's bytes).
-    raw = mock(panel).nodeb("gnb-000")
+    raw = mock_ric.nodeb(mock(panel), "gnb-000")
     raw["gnb"]["ranFunctions"][0]["ranFunctionDefinition"] = "0001ff"
     assert subscribable(NodebResponse.model_validate(raw), MEASUREMENT) == (
         None, Counter({"no-kpm-function": 2}))
     # One cell whose id e2mgr gives in a form not read: the others are subscribed to.
-    raw = mock(panel).nodeb("gnb-000")
+    raw = mock_ric.nodeb(mock(panel), "gnb-000")
     raw["gnb"]["servedNrCells"][0]["servedNrCellInformation"]["cellId"] = "cell-000"
     node, skipped = subscribable(NodebResponse.model_validate(raw), MEASUREMENT)
     assert [c.cell_id for c in node.cells] == ["00f110:0000000010"]

@@ -17,13 +17,14 @@ import pytest
 import uvicorn
 
 from benchmarks.ports import free_port
-from kpi_forecast.cli.mock_e2_node import RAN_FUNCTION_ID, MockE2Node, create_app
+from kpi_forecast.cli.mock_e2_node import RAN_FUNCTION_ID, MockE2Node
+from kpi_forecast.cli.mock_ric import create_app
 from kpi_forecast.data.ingest import load_panel
 from kpi_forecast.data.synthetic import generate
 from kpi_forecast.model.config import ModelConfig
 from kpi_forecast.xapp.descriptor.controls import KpiSource
 from kpi_forecast.xapp.metrics import Metrics
-from kpi_forecast.xapp.ric.e2 import e2ap, kpm
+from kpi_forecast.xapp.ric.e2 import e2ap, kpm, kpm_indication
 from kpi_forecast.xapp.ric.e2.discovery import parse_cell_id
 from kpi_forecast.xapp.ric.e2.ingest import Ingestor, Route
 from kpi_forecast.xapp.ric.e2.subscription import SubscriptionRequest, SubscriptionResponse
@@ -383,7 +384,7 @@ def test_on_the_wall_clock_each_report_goes_out_as_its_period_ends(tmp_path: Pat
         async def stamp(frame: Frame) -> None:
             if frame.msg_type == RIC_INDICATION:
                 pdu = e2ap.decode(frame.payload)
-                reports.append((kpm.decode_header_us(pdu.header), time.time()))
+                reports.append((kpm_indication.decode_header_us(pdu.header), time.time()))
 
         xapp = rmr_transport()
         await xapp.start(stamp)
@@ -427,7 +428,7 @@ def test_a_node_with_several_kpis_reports_what_was_subscribed(tmp_path: Path,
                 break
             await asyncio.sleep(0.01)
         indications = [e2ap.decode(f.payload) for f in frames if f.msg_type == 12050]
-        message = kpm.decode_indication_message(indications[0].message)
+        message = kpm_indication.decode_indication_message(indications[0].message)
         assert [m.name for m in message.measurements] == ["DRB.UEThpDl", MEASUREMENT]
         assert message.measurements[0].values == [pytest.approx(float(throughput[0, 0]))]
         assert message.measurements[1].values == [pytest.approx(float(panel.values[0, 0]))]

@@ -15,9 +15,17 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
+from kpi_forecast.cli import indication_writer
 from kpi_forecast.xapp.ric.e2 import e2ap, indication, kpm
 from kpi_forecast.xapp.ric.e2.indication import NotFast
 from kpi_forecast.xapp.ric.e2.kpm import DecodeError
+from kpi_forecast.xapp.ric.e2.kpm_indication import (
+    decode_header_us,
+    decode_indication_message,
+    encode_indication_header,
+    encode_indication_message,
+    stamp_us,
+)
 from tests.test_e2_codec import PROJECT_ASN, mutations, ref, ref_message  # noqa: F401
 
 DIFFERENTIAL = settings(max_examples=400, deadline=None, database=None)
@@ -63,7 +71,7 @@ def agree(fast: Callable[[bytes], Any], general: Callable[[bytes], Any], data: b
 
 
 def fast_header(data: bytes) -> int:
-    return kpm.stamp_us(indication.fast_header_stamp(data))
+    return stamp_us(indication.fast_header_stamp(data))
 
 
 # --- what valid indications look like -------------------------------------------------------
@@ -140,21 +148,21 @@ def ours() -> asn1tools.compiler.Specification:
 
 START = datetime(2025, 3, 14, 9, 0, tzinfo=UTC)
 SEEDS = {
-    "e2ap": [e2ap.encode_indication(3, 7, 2, 5, 300, kpm.encode_indication_header(START),
-                                    kpm.encode_indication_message(kpm.IndicationMessage(
+    "e2ap": [e2ap.encode_indication(3, 7, 2, 5, 300, encode_indication_header(START),
+                                    encode_indication_message(kpm.IndicationMessage(
                                         [kpm.Measurement("RRU.PrbUsedDl", [42.0, None, 3.25])],
                                         granularity_ms=3_600_000)))],
-    "header": [kpm.encode_indication_header(START), b"\x00" + (1_714_564_800).to_bytes(4, "big")],
-    "message": [kpm.encode_indication_message(kpm.IndicationMessage(
+    "header": [encode_indication_header(START), b"\x00" + (1_714_564_800).to_bytes(4, "big")],
+    "message": [encode_indication_message(kpm.IndicationMessage(
         [kpm.Measurement("RRU.PrbUsedDl", [40.0, 0.5]), kpm.Measurement("DRB.UEThpDl",
                                                                       [None, 1e300])],
         granularity_ms=1000))],
 }
 PATHS: dict[str, tuple[Callable[[bytes], Any], Callable[[bytes], Any]]] = {
     "e2ap": (indication.fast_e2ap, e2ap.decode),
-    "header": (fast_header, kpm.decode_header_us),
+    "header": (fast_header, decode_header_us),
     "message": (lambda d: indication.fast_message(d, ["A", "B"]),
-                lambda d: kpm.decode_indication_message(d, ["A", "B"])),
+                lambda d: decode_indication_message(d, ["A", "B"])),
 }
 
 
@@ -239,7 +247,7 @@ def test_a_repeated_measinfolist_is_read_once() -> None:
     indication._tail.cache_clear()
 
     def report(name: str, value: float) -> bytes:
-        return kpm.encode_indication_message(kpm.IndicationMessage(
+        return encode_indication_message(kpm.IndicationMessage(
             [kpm.Measurement(name, [value, None])], granularity_ms=1000))
 
     for value in (1.0, 2.5):
@@ -284,9 +292,9 @@ def indication_messages(draw: st.DrawFn) -> kpm.IndicationMessage:
 @given(msg=indication_messages())
 def test_the_fast_message_encoder_writes_the_general_encoders_octets(
         msg: kpm.IndicationMessage) -> None:
-    expected = kpm.encode_indication_message(msg)
-    assert indication.fast_encode_message(msg) == expected
-    assert indication.encode_message(msg) == expected
+    expected = encode_indication_message(msg)
+    assert indication_writer.fast_encode_message(msg) == expected
+    assert indication_writer.encode_message(msg) == expected
 
 
 @DIFFERENTIAL
@@ -299,16 +307,16 @@ def test_the_fast_indication_encoder_writes_the_general_encoders_octets(
         header: bytes, message: bytes) -> None:
     expected = e2ap.encode_indication(requestor, instance, function, action, number, header,
                                       message)
-    assert indication.fast_encode_e2ap(requestor, instance, function, action, number, header,
+    assert indication_writer.fast_encode_e2ap(requestor, instance, function, action, number, header,
                                        message) == expected
 
 
 def test_what_the_fast_encoders_leave_goes_to_the_general_ones() -> None:
     long_name = kpm.IndicationMessage([kpm.Measurement("x" * 151, [1.0])])
     with pytest.raises(NotFast):
-        indication.fast_encode_message(long_name)
+        indication_writer.fast_encode_message(long_name)
     with pytest.raises(NotFast):
-        indication.fast_encode_e2ap(1, 1, 4096, 1, None, b"", b"")
+        indication_writer.fast_encode_e2ap(1, 1, 4096, 1, None, b"", b"")
     with pytest.raises(NotFast):
-        indication.fast_encode_message(kpm.IndicationMessage([kpm.Measurement("Prb\u00e9",
+        indication_writer.fast_encode_message(kpm.IndicationMessage([kpm.Measurement("Prb\u00e9",
                                                                                [1.0])]))

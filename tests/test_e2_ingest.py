@@ -15,7 +15,7 @@ from benchmarks.ports import free_port
 from kpi_forecast.model.config import ModelConfig
 from kpi_forecast.xapp.descriptor.controls import KpiSource
 from kpi_forecast.xapp.metrics import Metrics
-from kpi_forecast.xapp.ric.e2 import e2ap, kpm
+from kpi_forecast.xapp.ric.e2 import e2ap, kpm, kpm_indication
 from kpi_forecast.xapp.ric.e2.ingest import Ingestor, Route
 from kpi_forecast.xapp.ric.e2.transport import RIC_INDICATION, RIC_SUB_RESP, Frame
 from kpi_forecast.xapp.store.cell_history import HistoryUnavailable, MemoryCellHistory
@@ -36,8 +36,8 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def indication(instance_id: int, action_id: int, start: dt.datetime,
                values: list[float | None], measurement: str = MEASUREMENT) -> Frame:
-    header = kpm.encode_indication_header(start)
-    message = kpm.encode_indication_message(kpm.IndicationMessage(
+    header = kpm_indication.encode_indication_header(start)
+    message = kpm_indication.encode_indication_message(kpm.IndicationMessage(
         [kpm.Measurement(measurement, values)], granularity_ms=QUARTER_MS))
     payload = e2ap.encode_indication(1001, instance_id, 2, action_id, None, header, message)
     return Frame(RIC_INDICATION, instance_id, payload)

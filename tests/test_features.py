@@ -13,10 +13,10 @@ from kpi_forecast.model.features import (
     check_holidays,
     distinct_ends,
     forecast_calendar,
-    naive_sources,
     sunday_sources,
     window_calendar,
 )
+from kpi_forecast.model.naive import naive_sources
 from tests.tolerance import rounding_tolerance
 
 

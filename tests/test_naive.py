@@ -4,11 +4,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kpi_forecast.model.features import NaiveSources, naive_sources
 from kpi_forecast.model.naive import (
     NAIVES,
+    NaiveSources,
     last_season,
     naive_forecasts,
+    naive_sources,
     weekly_profile,
 )
 from tests.tolerance import rounding_tolerance
@@ -72,7 +73,7 @@ def test_every_naive_in_order() -> None:
 
 
 def test_on_the_calendar_each_naive_reads_the_steps_it_is_given() -> None:
-    """As ``model.features.naive_sources`` moves a holiday's steps to a Sunday's."""
+    """As ``model.naive.naive_sources`` moves a holiday's steps to a Sunday's."""
     history = weekly_series(weeks=3)
     hours = np.tile(np.arange(DAY), (3, 1))
     # The first horizon day read from three days back, from nine, and, in the profile,

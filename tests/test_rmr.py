@@ -19,6 +19,10 @@ from kpi_forecast.xapp.descriptor.config_file import ConfigError
 from kpi_forecast.xapp.ric.a1.policy_type import A1_POLICY_QUERY, POLICY_TYPE_ID
 from kpi_forecast.xapp.ric.e2 import e2ap, kpm, rmr
 from kpi_forecast.xapp.ric.e2.ingest import Route
+from kpi_forecast.xapp.ric.e2.kpm_indication import (
+    encode_indication_header,
+    encode_indication_message,
+)
 from kpi_forecast.xapp.ric.e2.rmr import RIC_HEALTH_CHECK_REQ, RmrError, RmrTransport
 from kpi_forecast.xapp.ric.e2.transport import (
     RIC_INDICATION,
@@ -158,9 +162,9 @@ def test_a_malformed_message_of_every_type_is_counted_and_ingestion_goes_on(
 
 def good_indication() -> Frame:
     start = dt.datetime(2024, 3, 1, tzinfo=dt.UTC)
-    message = kpm.encode_indication_message(kpm.IndicationMessage(
+    message = encode_indication_message(kpm.IndicationMessage(
         [kpm.Measurement("RRU.PrbUsedDl", [42.0])], granularity_ms=3_600_000))
-    payload = e2ap.encode_indication(1, 7, 2, 1, None, kpm.encode_indication_header(start),
+    payload = e2ap.encode_indication(1, 7, 2, 1, None, encode_indication_header(start),
                                      message)
     return Frame(RIC_INDICATION, 7, payload)
 

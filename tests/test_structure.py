@@ -1,19 +1,26 @@
 """The serving core's shape, measured: how many project modules one forecast request runs code
-in, how many entries the serving package has at its top, and how its parts are wired."""
+in, how many entries the serving package has at its top, how its parts are wired, and how long
+the modules are."""
 
 from __future__ import annotations
 
 import asyncio
 import sys
 import threading
+import time
 from pathlib import Path
 
+import numpy as np
+
+from kpi_forecast.model.recalibration import Recalibration
+from kpi_forecast.xapp.serving.recalibrator import Offsets
 from tests.xapp_helpers import descriptor, make_model, running
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ("cli", "data", "model", "training", "xapp")
 MAX_MODULES_PER_FORECAST = 12
 MAX_XAPP_ENTRIES = 12
+MAX_MODULE_LINES = 400
 
 
 def forecast_body() -> dict:
@@ -33,7 +40,8 @@ def project_module(filename: str) -> str | None:
 def test_one_forecast_request_runs_code_in_at_most_twelve_project_modules(
         tmp_path: Path) -> None:
     """Traced in the running app, its worker threads included, between the request's start
-    and its answer (a first request before, so nothing is loaded or warmed up on the way)."""
+    and its answer (a first request before, so nothing is loaded or warmed up on the way),
+    with recalibration offsets in force that blend the median with every simple forecast."""
     modules: set[str] = set()
     tracing = threading.Event()
 
@@ -45,6 +53,14 @@ def test_one_forecast_request_runs_code_in_at_most_twelve_project_modules(
 
     async def go() -> None:
         async with running(descriptor(tmp_path, make_model(tmp_path / "model"))) as client:
+            service = client.app.state.service
+            model = service.state.now.model
+            fitted = Recalibration(np.array([-0.1, 0.0, 0.2], np.float32), 1, 7, 500,
+                                   shares=(0.5, 0.2, 0.2, 0.1), steps_per_day=24)
+            service.recalibrator.offsets = Offsets(model.metadata.model_version, fitted, 10,
+                                                   time.time())
+            service.recalibrator.put_in_force(model)
+            assert service.state.now.recalibration is fitted
             assert (await client.post("/v1/forecast", json=forecast_body())).status_code == 200
             tracing.set()
             try:
@@ -60,7 +76,8 @@ def test_one_forecast_request_runs_code_in_at_most_twelve_project_modules(
     finally:
         sys.setprofile(None)
         threading.setprofile(None)  # type: ignore[arg-type]
-    assert "xapp/serving/batcher.py" in modules  # the trace saw the model's call
+    # The trace saw the model's call, in the batcher's thread, and its recalibration.
+    assert {"xapp/serving/batcher.py", "model/recalibration.py", "model/naive.py"} <= modules
     assert len(modules) <= MAX_MODULES_PER_FORECAST, " ".join(sorted(modules))
 
 
@@ -68,6 +85,13 @@ def test_the_serving_package_has_few_entries_at_its_top() -> None:
     entries = [p.name for p in (ROOT / "xapp").iterdir()
                if p.name != "__pycache__" and not p.name.startswith(".")]
     assert len(entries) <= MAX_XAPP_ENTRIES, sorted(entries)
+
+
+def test_no_shipped_module_is_longer_than_one_sitting() -> None:
+    long = {str(path.relative_to(ROOT)): n for folder in SHIPPED
+            for path in (ROOT / folder).rglob("*.py")
+            if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not long, long
 
 
 def test_the_serving_package_wires_its_parts_without_late_binding_getters() -> None:

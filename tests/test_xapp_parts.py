@@ -117,7 +117,7 @@ def test_the_batcher_bounds_its_queue_and_skips_abandoned_requests() -> None:
 
 
 def test_the_concurrency_limit_follows_queueing_delay_against_the_allowance() -> None:
-    from kpi_forecast.xapp.serving.admission import (
+    from kpi_forecast.xapp.serving.budget import (
         MAX_GRADIENT,
         MIN_GRADIENT,
         MIN_LIMIT,
@@ -173,7 +173,7 @@ def test_the_concurrency_limit_follows_queueing_delay_against_the_allowance() ->
 
 
 def test_admission_off_admits_everything_and_still_measures() -> None:
-    from kpi_forecast.xapp.serving.admission import WINDOW_ANSWERS, ConcurrencyLimit
+    from kpi_forecast.xapp.serving.budget import WINDOW_ANSWERS, ConcurrencyLimit
 
     limit = ConcurrencyLimit(maximum=4, enabled=False)
     assert all(limit.try_acquire() for _ in range(50))

@@ -22,9 +22,14 @@ from kpi_forecast.xapp.ric.e2.link import E2Link
 from kpi_forecast.xapp.ric.e2.ownership import Ownership
 from kpi_forecast.xapp.ric.e2.rmr import RmrTransport
 from kpi_forecast.xapp.ric.e2.transport import Transport
-from kpi_forecast.xapp.serving.admission import Admission, ConcurrencyLimit, LoopLag
 from kpi_forecast.xapp.serving.batcher import DynamicBatcher
-from kpi_forecast.xapp.serving.decision import Decider, latency_budget_s
+from kpi_forecast.xapp.serving.budget import (
+    Admission,
+    ConcurrencyLimit,
+    Decider,
+    LoopLag,
+    latency_budget_s,
+)
 from kpi_forecast.xapp.serving.model_holder import ModelHolder, check_controls
 from kpi_forecast.xapp.serving.recalibrator import Recalibrator
 from kpi_forecast.xapp.serving.state import ServingState

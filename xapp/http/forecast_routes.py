@@ -46,7 +46,7 @@ from kpi_forecast.xapp.http.schemas import (
 )
 from kpi_forecast.xapp.ric.a1.policies import request_budget
 from kpi_forecast.xapp.service import Service
-from kpi_forecast.xapp.serving.decision import (
+from kpi_forecast.xapp.serving.budget import (
     Answer,
     Decider,
     budget_for_rows,

@@ -125,7 +125,7 @@ class PolicyHandler:
                 return "ERROR", reason
             await shared.put_policy(instance_id, stored_form(policy))
         except HistoryUnavailable as exc:
-            return "ERROR", f"the history store cannot keep it now: {exc}"
+            return "ERROR", f"the shared state (controls.historyStore) cannot keep it now: {exc}"
         self._put_in_force({**self.policies.instances, instance_id: policy})
         return "OK", None
 

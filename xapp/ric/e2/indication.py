@@ -12,23 +12,23 @@ Anything outside that shape (another PDU, an IE or extension it does not know, l
 decimal REAL, a fragmented length, trailing octets) is ``NotFast``, and ``decode_*`` hand the
 same octets to the general decoders, which decide. So this path never needs to be complete,
 only exact: where it answers, it answers what the general decoders answer, field for field
-(``tests/test_e2_fast_path.py`` checks that on random and mutated PDUs).
+(``tests/test_e2_fast_path.py`` checks that on random and mutated PDUs). The same shape written
+fast, as the mock E2 node sends it, is ``cli/indication_writer.py``'s.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from functools import lru_cache
 
-from kpi_forecast.xapp.ric.e2 import e2ap, kpm
+from kpi_forecast.xapp.ric.e2 import e2ap, kpm_indication
 from kpi_forecast.xapp.ric.e2.e2ap import E2apMessage
 from kpi_forecast.xapp.ric.e2.kpm import Bytes, IndicationMessage
 
-_MAX_UINT32 = 2**32 - 1
-_NAME_MAX = 150  # measName PrintableString (SIZE (1..150, ...))
-_NO_LABEL_ONLY = 1 << 20  # a LabelInfoItem whose MeasLabel holds noLabel alone (21 bits)
-_PRINTABLE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+MAX_UINT32 = 2**32 - 1
+NAME_MAX = 150  # measName PrintableString (SIZE (1..150, ...))
+NO_LABEL_ONLY = 1 << 20  # a LabelInfoItem whose MeasLabel holds noLabel alone (21 bits)
+PRINTABLE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
                        b"0123456789 '()+,-./:=?")
 _SPECIAL_REALS = {0x40: float("inf"), 0x41: float("-inf"), 0x42: float("nan"), 0x43: -0.0}
 _KNOWN_IES = frozenset({
@@ -201,7 +201,7 @@ def _names(reader: _Bits) -> list[str]:
             raise NotFast
         size = reader.bits(8) + 1
         name = reader.octets(size)
-        if size > _NAME_MAX or not _PRINTABLE.issuperset(name):
+        if size > NAME_MAX or not PRINTABLE.issuperset(name):
             raise NotFast
         labels = reader.length()
         if not labels:
@@ -209,7 +209,7 @@ def _names(reader: _Bits) -> list[str]:
         for _ in range(labels):
             # Item and MeasLabel extension bits, the 21-bit presence bitmap, noLabel's
             # extension bit: noLabel alone.
-            if reader.bits(23) != _NO_LABEL_ONLY or reader.bits(1):
+            if reader.bits(23) != NO_LABEL_ONLY or reader.bits(1):
                 raise NotFast
         names.append(name.decode("ascii"))
     return names
@@ -238,12 +238,12 @@ def fast_message(data: bytes, subscribed: Sequence[str] | None) -> IndicationMes
     else:
         names, granularity = None, _granularity(reader) if head & 1 else None
         _at_end(reader)
-    return kpm.indication_message(names, subscribed, periods, granularity)
+    return kpm_indication.indication_message(names, subscribed, periods, granularity)
 
 
 def _granularity(reader: _Bits) -> int:
     granularity = int.from_bytes(reader.octets(reader.bits(2) + 1), "big") + 1
-    if granularity > _MAX_UINT32:
+    if granularity > MAX_UINT32:
         raise NotFast
     return granularity
 
@@ -253,10 +253,10 @@ def _at_end(reader: _Bits) -> None:
         raise NotFast
 
 
-_TAILS_KEPT = 4096  # distinct measInfoList + granulPeriod tails: a few per subscription kind
+TAILS_KEPT = 4096  # distinct measInfoList + granulPeriod tails: a few per subscription kind
 
 
-@lru_cache(maxsize=_TAILS_KEPT)
+@lru_cache(maxsize=TAILS_KEPT)
 def _tail(octets: bytes, has_granularity: bool) -> tuple[tuple[str, ...], int | None]:
     """measInfoList and granulPeriod, read once per distinct octets: a node sends the same
     ones in every report of a subscription, and reading the names is most of a message's
@@ -266,179 +266,6 @@ def _tail(octets: bytes, has_granularity: bool) -> tuple[tuple[str, ...], int | 
     granularity = _granularity(reader) if has_granularity else None
     _at_end(reader)
     return names, granularity
-
-
-# --- encoding, for the mock E2 node ------------------------------------------------------------
-
-
-class _Writer:
-    """Aligned-PER octets written front to back, held as one integer of ``size`` bits."""
-
-    __slots__ = ("value", "size")
-
-    def __init__(self) -> None:
-        self.value, self.size = 0, 0
-
-    def bits(self, value: int, count: int) -> None:
-        self.value = (self.value << count) | value
-        self.size += count
-
-    def align(self) -> None:
-        pad = -self.size % 8
-        self.value <<= pad
-        self.size += pad
-
-    def octets(self, data: bytes) -> None:
-        self.align()
-        self.bits(int.from_bytes(data, "big"), len(data) * 8)
-
-    def length(self, count: int) -> None:
-        self.align()
-        if count < 0x80:
-            self.bits(count, 8)
-        elif count < 0x4000:
-            self.bits(0x8000 | count, 16)
-        else:
-            raise NotFast  # fragmented: the general encoder's
-
-    def result(self) -> bytes:
-        self.align()
-        return self.value.to_bytes(self.size // 8, "big")
-
-
-def _minimal(value: int) -> bytes:
-    return value.to_bytes(max(1, (value.bit_length() + 7) // 8), "big")
-
-
-def _real_octets(value: float) -> bytes:
-    """A REAL's contents as asn1tools writes them: base 2, the mantissa odd, the exponent in
-    one or two octets; the special values as their single octet."""
-    if math.isnan(value):
-        return b"\x42"
-    if math.isinf(value):
-        return b"\x40" if value > 0 else b"\x41"
-    if value == 0.0:
-        return b""
-    sign = 0x40 if value < 0 else 0
-    fraction, exponent = math.frexp(abs(value))
-    mantissa = int(fraction * 2**53)
-    shift = (mantissa & -mantissa).bit_length() - 1
-    mantissa >>= shift
-    exponent += shift - 53
-    if -0x80 <= exponent < 0x80:
-        head = bytes((0x80 | sign, exponent & 0xFF))
-    elif -0x8000 <= exponent < 0x8000:
-        head = bytes((0x81 | sign,)) + (exponent & 0xFFFF).to_bytes(2, "big")
-    else:
-        raise NotFast
-    return head + mantissa.to_bytes(mantissa.bit_length() // 8 + 1, "big")
-
-
-def fast_encode_message(msg: IndicationMessage) -> bytes:
-    """``kpm.encode_indication_message``'s octets, written straight; ``NotFast`` where they
-    would not be in the shape ``fast_message`` reads."""
-    periods = {len(m.values) for m in msg.measurements}
-    if len(periods) != 1 or not 1 <= (count := periods.pop()) <= 0xFFFF \
-            or not 1 <= len(msg.measurements) <= 0xFFFF:
-        raise NotFast
-    granularity = msg.granularity_ms
-    out = _Writer()
-    out.bits(0b10 | (granularity is not None), 6)  # measInfoList always, granulPeriod if given
-    out.octets((count - 1).to_bytes(2, "big"))
-    for period in range(count):
-        out.bits(0, 2)  # no incompleteFlag
-        out.length(len(msg.measurements))
-        for m in msg.measurements:
-            value = m.values[period]
-            if value is None:
-                out.bits(2, 3)
-            elif float(value).is_integer() and 0 <= value <= _MAX_UINT32:
-                octets = _minimal(int(value))
-                out.bits(0, 3)
-                out.bits(len(octets) - 1, 2)
-                out.octets(octets)
-            else:
-                octets = _real_octets(float(value))
-                out.bits(1, 3)
-                out.length(len(octets))
-                out.octets(octets)
-    return out.result() + _encoded_tail(tuple(m.name for m in msg.measurements), granularity)
-
-
-@lru_cache(maxsize=_TAILS_KEPT)
-def _encoded_tail(names: tuple[str, ...], granularity: int | None) -> bytes:
-    """measInfoList and granulPeriod, from an octet boundary on: the same in every report
-    of a subscription, so written once (``_tail`` reads them once likewise)."""
-    out = _Writer()
-    out.octets((len(names) - 1).to_bytes(2, "big"))
-    for name in names:
-        octets = name.encode("utf-8")
-        if not 1 <= len(octets) <= _NAME_MAX or not _PRINTABLE.issuperset(octets):
-            raise NotFast
-        out.bits(0, 4)
-        out.bits(len(octets) - 1, 8)
-        out.octets(octets)
-        out.length(1)  # one label: noLabel
-        out.bits(_NO_LABEL_ONLY, 23)
-        out.bits(0, 1)
-    if granularity is not None:
-        if not 1 <= granularity <= _MAX_UINT32:
-            raise NotFast
-        value = _minimal(granularity - 1)
-        out.bits(len(value) - 1, 2)
-        out.octets(value)
-    return out.result()
-
-
-def _with_length(value: bytes) -> bytes:
-    """An aligned length determinant, then the octets: every E2AP part of an indication is
-    octet-aligned, so it is written as octets, not through a _Writer."""
-    count = len(value)
-    if count < 0x80:
-        return bytes((count,)) + value
-    if count < 0x4000:
-        return (0x8000 | count).to_bytes(2, "big") + value
-    raise NotFast  # fragmented: the general encoder's
-
-
-def _ie(ie_id: int, value: bytes) -> bytes:
-    # id, then criticality reject and the padding after it
-    return ie_id.to_bytes(2, "big") + b"\x00" + _with_length(value)
-
-
-def fast_encode_e2ap(requestor_id: int, instance_id: int, ran_function_id: int,
-                     action_id: int, sequence_number: int | None, header: bytes,
-                     message: bytes) -> bytes:
-    """``e2ap.encode_indication``'s octets (a RICindication of type report), written
-    straight; ``NotFast`` for values outside their ranges."""
-    if not (0 <= requestor_id <= 0xFFFF and 0 <= instance_id <= 0xFFFF
-            and 0 <= ran_function_id <= 4095 and 0 <= action_id <= 0xFF
-            and (sequence_number is None or 0 <= sequence_number <= 0xFFFF)):
-        raise NotFast
-    body = b"".join((
-        b"\x00",  # RICindication's extension bit
-        (6 + (sequence_number is not None)).to_bytes(2, "big"),
-        _ie(e2ap.ID_REQUEST_ID, bytes((0,)) + requestor_id.to_bytes(2, "big")
-            + instance_id.to_bytes(2, "big")),
-        _ie(e2ap.ID_RAN_FUNCTION_ID, ran_function_id.to_bytes(2, "big")),
-        _ie(e2ap.ID_ACTION_ID, bytes((action_id,))),
-        b"" if sequence_number is None else _ie(e2ap.ID_INDICATION_SN,
-                                                sequence_number.to_bytes(2, "big")),
-        _REPORT_IE,
-        _header_ie(header),
-        _ie(e2ap.ID_INDICATION_MESSAGE, _with_length(message)),
-    ))
-    # initiatingMessage, criticality ignore
-    return bytes((0, e2ap.RIC_INDICATION, 0x40)) + _with_length(body)
-
-
-_REPORT_IE = _ie(e2ap.ID_INDICATION_TYPE, b"\x00")
-
-
-@lru_cache(maxsize=64)
-def _header_ie(header: bytes) -> bytes:
-    """A period's header IE: every cell's report of that period carries the same."""
-    return _ie(e2ap.ID_INDICATION_HEADER, _with_length(header))
 
 
 # --- either path --------------------------------------------------------------------------------
@@ -453,36 +280,17 @@ def decode_e2ap(data: Bytes) -> E2apMessage:
 
 
 def decode_header_us(data: bytes) -> int:
-    """colletStartTime in UNIX microseconds: ``kpm.decode_indication_header``, fast where it
-    can."""
+    """colletStartTime in UNIX microseconds: ``kpm_indication.decode_indication_header``, fast
+    where it can."""
     try:
-        return kpm.stamp_us(fast_header_stamp(data))
+        return kpm_indication.stamp_us(fast_header_stamp(data))
     except NotFast:
-        return kpm.decode_header_us(data)
+        return kpm_indication.decode_header_us(data)
 
 
 def decode_message(data: bytes, subscribed: Sequence[str] | None = None) -> IndicationMessage:
-    """``kpm.decode_indication_message``, by the fast path where it can."""
+    """``kpm_indication.decode_indication_message``, by the fast path where it can."""
     try:
         return fast_message(data, subscribed)
     except NotFast:
-        return kpm.decode_indication_message(data, subscribed)
-
-
-def encode_message(msg: IndicationMessage) -> bytes:
-    """``kpm.encode_indication_message``, by the fast path where it can."""
-    try:
-        return fast_encode_message(msg)
-    except NotFast:
-        return kpm.encode_indication_message(msg)
-
-
-def encode_e2ap(requestor_id: int, instance_id: int, ran_function_id: int, action_id: int,
-                sequence_number: int | None, header: bytes, message: bytes) -> bytes:
-    """``e2ap.encode_indication``, by the fast path where it can."""
-    try:
-        return fast_encode_e2ap(requestor_id, instance_id, ran_function_id, action_id,
-                                sequence_number, header, message)
-    except NotFast:
-        return e2ap.encode_indication(requestor_id, instance_id, ran_function_id, action_id,
-                                      sequence_number, header, message)
+        return kpm_indication.decode_indication_message(data, subscribed)

@@ -1,4 +1,5 @@
-"""E2SM-KPM codec: the report-style-1 subset the xApp subscribes with and the indications it reads.
+"""E2SM-KPM codec: the report-style-1 subset the xApp subscribes with and the indications it reads
+(their header and message: ``kpm_indication.py``).
 
 Aligned PER over asn1tools, from the project's own ASN.1 module (kpm.asn), which is wire-compatible
 with O-RAN E2SM-KPM v3+ for these structures. Encoders raise ValueError for values the standard
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -33,11 +33,11 @@ MEASUREMENTS: tuple[str, ...] = (
 
 Bytes = bytes | bytearray | memoryview
 
-_MAX_UINT32 = 2**32 - 1
+MAX_UINT32 = 2**32 - 1
 
 # asn1tools reports bad input through its own errors and, for some corrupt lengths or unsupported
 # corners (size extensions), through plain Python ones; all mean "cannot decode this".
-_ASN1_FAILURES = (
+ASN1_FAILURES = (
     asn1tools.Error,
     IndexError,
     KeyError,
@@ -103,22 +103,22 @@ class IndicationMessage:
 
 
 @cache
-def _spec() -> asn1tools.compiler.Specification:
+def spec() -> asn1tools.compiler.Specification:
     # Compiled once, on first use: importing the xApp should not pay for ASN.1 it may not use.
     text = resources.files(__package__).joinpath("kpm.asn").read_text(encoding="ascii")
     return asn1tools.compile_string(text, codec="per")
 
 
-def _encode(type_name: str, value: Any) -> bytes:
+def encode(type_name: str, value: Any) -> bytes:
     # check_constraints: without it asn1tools silently writes out-of-range values (an integer
     # record of 2**32, say) as bytes no other decoder reads back the same.
     try:
-        return _spec().encode(type_name, value, check_constraints=True)
-    except _ASN1_FAILURES as exc:
+        return spec().encode(type_name, value, check_constraints=True)
+    except ASN1_FAILURES as exc:
         raise ValueError(f"{type_name}: {exc}") from exc
 
 
-def _as_bytes(data: Bytes) -> bytes:
+def as_bytes(data: Bytes) -> bytes:
     # memoryview, not bytes(): bytes(5) would quietly make five zero octets out of a wrong type.
     try:
         return bytes(memoryview(data))
@@ -126,15 +126,15 @@ def _as_bytes(data: Bytes) -> bytes:
         raise DecodeError("per", f"not bytes: {type(data).__name__}") from exc
 
 
-def _decode(type_name: str, data: Bytes) -> Any:
-    raw = _as_bytes(data)
+def decode(type_name: str, data: Bytes) -> Any:
+    raw = as_bytes(data)
     try:
-        return _spec().decode(type_name, raw)
-    except _ASN1_FAILURES as exc:
+        return spec().decode(type_name, raw)
+    except ASN1_FAILURES as exc:
         raise DecodeError("per", f"{type_name}: {exc}") from exc
 
 
-def _format1(choice: tuple[str | None, Any], expected: str) -> Any:
+def format1(choice: tuple[str | None, Any], expected: str) -> Any:
     # An extension alternative our module does not declare decodes as (None, None).
     name, body = choice
     if name != expected:
@@ -148,15 +148,15 @@ def _format1(choice: tuple[str | None, Any], expected: str) -> Any:
 def encode_event_trigger(period_ms: int) -> bytes:
     """Event trigger format 1: report every `period_ms` milliseconds."""
     format1 = {"reportingPeriod": period_ms}
-    return _encode(
+    return encode(
         "KpmEventTrigger", {"eventDefinition-formats": ("eventDefinition-Format1", format1)}
     )
 
 
 def decode_event_trigger(data: Bytes) -> int:
     """The reporting period in milliseconds."""
-    value = _decode("KpmEventTrigger", data)
-    return _format1(value["eventDefinition-formats"], "eventDefinition-Format1")["reportingPeriod"]
+    value = decode("KpmEventTrigger", data)
+    return format1(value["eventDefinition-formats"], "eventDefinition-Format1")["reportingPeriod"]
 
 
 # --- action definition --------------------------------------------------------------------------
@@ -195,7 +195,7 @@ def _cell_id(cgi: tuple[str | None, Any]) -> CellId:
     raise DecodeError("format", "unknown cell global identity")
 
 
-def _meas_info_list(names: Sequence[str]) -> list[dict[str, Any]]:
+def meas_info_list(names: Sequence[str]) -> list[dict[str, Any]]:
     # noLabel: the whole cell's value, not split by slice, QoS class or PLMN.
     return [
         {"measType": ("measName", name), "labelInfoList": [{"measLabel": {"noLabel": "true"}}]}
@@ -203,7 +203,7 @@ def _meas_info_list(names: Sequence[str]) -> list[dict[str, Any]]:
     ]
 
 
-def _meas_names(meas_info_list: list[dict[str, Any]]) -> list[str]:
+def meas_names(meas_info_list: list[dict[str, Any]]) -> list[str]:
     # Labels are not kept: the xApp subscribes with noLabel, and a node splitting a measurement
     # by label sends one entry per label, which stays a separate (same-named) measurement here.
     names = []
@@ -219,7 +219,7 @@ def _meas_names(meas_info_list: list[dict[str, Any]]) -> list[str]:
 def encode_action_definition(defn: ActionDefinition, style: int = 1) -> bytes:
     """Action definition format 1 under RIC style `style` (1: E2 node measurement)."""
     format1: dict[str, Any] = {
-        "measInfoList": _meas_info_list(defn.measurements),
+        "measInfoList": meas_info_list(defn.measurements),
         "granulPeriod": defn.granularity_ms,
     }
     if defn.cell is not None:
@@ -228,200 +228,18 @@ def encode_action_definition(defn: ActionDefinition, style: int = 1) -> bytes:
         "ric-Style-Type": style,
         "actionDefinition-formats": ("actionDefinition-Format1", format1),
     }
-    return _encode("KpmActionDefinition", value)
+    return encode("KpmActionDefinition", value)
 
 
 def decode_action_definition(data: Bytes) -> ActionDefinition:
     """An action definition; only format 1 is accepted."""
-    value = _decode("KpmActionDefinition", data)
-    body = _format1(value["actionDefinition-formats"], "actionDefinition-Format1")
+    value = decode("KpmActionDefinition", data)
+    body = format1(value["actionDefinition-formats"], "actionDefinition-Format1")
     cgi = body.get("cellGlobalID")
     return ActionDefinition(
-        measurements=_meas_names(body["measInfoList"]),
+        measurements=meas_names(body["measInfoList"]),
         granularity_ms=body["granulPeriod"],
         cell=None if cgi is None else _cell_id(cgi),
-    )
-
-
-# --- indication header: colletStartTime ----------------------------------------------------------
-# KPM v3+ (8 octets): the 64-bit NTP timestamp of RFC 5905, seconds since 1900-01-01 in the first
-# four octets and the fraction of a second in the last four, big-endian. The 32-bit seconds wrap
-# in 2036; the RFC 4330 rule places a value with the top bit clear in the era starting then.
-#
-# KPM v2 (4 octets): big-endian UNIX seconds, since 1970-01-01, is what v2 nodes are known to
-# write (ONF's ran-simulator, for one); the seconds half of an NTP timestamp, the form v3 made
-# 8 octets long, is accepted too. The two do not collide for 1970-2036: NTP seconds have the top
-# bit set from 1968 to 2036, UNIX seconds have it clear until 2038. So a set top bit reads as
-# NTP seconds, a clear one as UNIX seconds.
-
-_NTP_EPOCH = datetime(1900, 1, 1, tzinfo=UTC)
-_UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_TOP_BIT = 2**31
-_ERA = 2**32
-_NTP_TO_UNIX_S = (_UNIX_EPOCH - _NTP_EPOCH) // timedelta(seconds=1)
-_MICROSECOND = timedelta(microseconds=1)
-
-_HEADER_TYPES = ("KpmIndicationHeader", "KpmIndicationHeaderV2")
-
-
-def _ntp_timestamp(moment: datetime) -> bytes:
-    micros = (moment - _NTP_EPOCH) // _MICROSECOND
-    seconds, micro = divmod(micros, 1_000_000)
-    # Representable window of the RFC 4330 rule: 1968-01-20 to 2104-02-26.
-    if not _TOP_BIT <= seconds < _TOP_BIT + _ERA:
-        raise ValueError(f"{moment} is outside the NTP timestamp window (1968-2104)")
-    fraction = (micro * _ERA + 500_000) // 1_000_000  # nearest; at most 2**32 - 4295
-    return (seconds % _ERA).to_bytes(4, "big") + fraction.to_bytes(4, "big")
-
-
-def _ntp_us(stamp: bytes) -> int:
-    seconds = int.from_bytes(stamp[:4], "big")
-    if seconds < _TOP_BIT:  # era 1, from 2036-02-07
-        seconds += _ERA
-    micros = (int.from_bytes(stamp[4:], "big") * 1_000_000 + _TOP_BIT) >> 32
-    return (seconds - _NTP_TO_UNIX_S) * 1_000_000 + micros
-
-
-def _kpm_v2_us(stamp: bytes) -> int:
-    seconds = int.from_bytes(stamp, "big")
-    return (seconds - _NTP_TO_UNIX_S if seconds >= _TOP_BIT else seconds) * 1_000_000
-
-
-def stamp_us(stamp: bytes) -> int:
-    """A colletStartTime of 8 octets (NTP) or 4 (KPM v2) in UNIX microseconds."""
-    return _ntp_us(stamp) if len(stamp) == 8 else _kpm_v2_us(stamp)
-
-
-def encode_indication_header(collect_start: datetime) -> bytes:
-    """Indication header format 1 with the 8-octet (KPM v3+) NTP colletStartTime."""
-    if collect_start.tzinfo is None:
-        raise ValueError("collect_start must be timezone-aware")
-    format1 = {"colletStartTime": _ntp_timestamp(collect_start)}
-    return _encode(
-        "KpmIndicationHeader", {"indicationHeader-formats": ("indicationHeader-Format1", format1)}
-    )
-
-
-def _collet_start_time(data: bytes) -> bytes:
-    """colletStartTime read as 8 octets or, failing that, as the 4 of KPM v2.
-
-    Both readings can succeed on the same bytes, since a fixed-size octet string carries no
-    length; the one that re-encodes to exactly the input (accounts for every byte) wins, the
-    8-octet one first. Without an exact reading (unknown extensions, trailing bytes) the first
-    that decodes at all is taken.
-    """
-    readings: list[tuple[bytes, bool]] = []
-    for type_name in _HEADER_TYPES:
-        try:
-            value = _spec().decode(type_name, data)
-        except _ASN1_FAILURES:
-            continue
-        body = _format1(value["indicationHeader-formats"], "indicationHeader-Format1")
-        try:
-            exact = _spec().encode(type_name, value) == data
-        except _ASN1_FAILURES:
-            exact = False
-        readings.append((body["colletStartTime"], exact))
-    if not readings:
-        raise DecodeError("per", "not an E2SM-KPM indication header")
-    return next((stamp for stamp, exact in readings if exact), readings[0][0])
-
-
-def decode_header_us(data: Bytes) -> int:
-    """colletStartTime in UNIX microseconds, from an 8-octet (v3+) or 4-octet (v2) header."""
-    return stamp_us(_collet_start_time(_as_bytes(data)))
-
-
-def decode_indication_header(data: Bytes) -> datetime:
-    """colletStartTime as an aware UTC datetime, from an 8-octet (v3+) or 4-octet (v2) header."""
-    return _UNIX_EPOCH + timedelta(microseconds=decode_header_us(data))
-
-
-# --- indication message -------------------------------------------------------------------------
-
-
-def _record(value: float | None) -> tuple[str, Any]:
-    if value is None:
-        return "noValue", None
-    # Integral values go as integer records, the form nodes use for counts and PRBs.
-    if float(value).is_integer() and 0 <= value <= _MAX_UINT32:
-        return "integer", int(value)
-    return "real", float(value)
-
-
-def _value(record: tuple[str | None, Any]) -> float | None:
-    kind, value = record
-    if kind in ("integer", "real"):
-        return float(value)
-    # noValue, notSatisfied (a condition not met) and unknown future alternatives carry no value.
-    return None
-
-
-def encode_indication_message(msg: IndicationMessage) -> bytes:
-    """Indication message format 1, with measInfoList (and granulPeriod when given)."""
-    periods = {len(m.values) for m in msg.measurements}
-    if len(periods) != 1:
-        raise ValueError("need at least one measurement, all with the same number of periods")
-    (count,) = periods
-    meas_data = [
-        {"measRecord": [_record(m.values[period]) for m in msg.measurements]}
-        for period in range(count)
-    ]
-    format1: dict[str, Any] = {
-        "measData": meas_data,
-        "measInfoList": _meas_info_list([m.name for m in msg.measurements]),
-    }
-    if msg.granularity_ms is not None:
-        format1["granulPeriod"] = msg.granularity_ms
-    return _encode(
-        "KpmIndicationMessage",
-        {"indicationMessage-formats": ("indicationMessage-Format1", format1)},
-    )
-
-
-def decode_indication_message(
-    data: Bytes, subscribed: Sequence[str] | None = None
-) -> IndicationMessage:
-    """An indication message (format 1) as one value series per measurement.
-
-    The standard's layout is period-major: measData has one item per granularity period, oldest
-    first, and each item's measRecord has one value per measInfoList entry, in that list's order.
-    So measurement j's series is record j of every item. A node may leave measInfoList out, in
-    which case the list of the subscription applies: pass it as `subscribed`.
-
-    A period flagged incompleteFlag gives None for every measurement: the node says its values
-    are unreliable, and a forecaster is better served by a gap than by a wrong number.
-    """
-    value = _decode("KpmIndicationMessage", data)
-    body = _format1(value["indicationMessage-formats"], "indicationMessage-Format1")
-    names = _meas_names(body["measInfoList"]) if "measInfoList" in body else None
-    periods = [([_value(record) for record in item["measRecord"]], "incompleteFlag" in item)
-               for item in body["measData"]]
-    return indication_message(names, subscribed, periods, body.get("granulPeriod"))
-
-
-def indication_message(
-    names: Sequence[str] | None, subscribed: Sequence[str] | None,
-    periods: list[tuple[list[float | None], bool]], granularity_ms: int | None,
-) -> IndicationMessage:
-    """The message's series from its periods (each: its records, and whether it is flagged
-    incomplete), under the measInfoList's ``names`` or, without one, the ``subscribed``."""
-    if names is None:
-        if subscribed is None:
-            raise DecodeError("measurement-mismatch", "no measInfoList and no subscribed names")
-        names = list(subscribed)
-    width = len(names)
-    for period, (records, _) in enumerate(periods):
-        if len(records) != width:
-            raise DecodeError(
-                "measurement-mismatch",
-                f"period {period} has {len(records)} values for {width} measurements",
-            )
-    rows = [[None] * width if incomplete else records for records, incomplete in periods]
-    series = [list(column) for column in zip(*rows, strict=True)] if rows else [[] for _ in names]
-    return IndicationMessage(
-        measurements=[Measurement(n, v) for n, v in zip(names, series, strict=True)],
-        granularity_ms=granularity_ms,
     )
 
 
@@ -489,7 +307,7 @@ def encode_ran_function_description(desc: RanFunctionDescription) -> bytes:
             "cell-Measurement-Object-List": [
                 {"cell-object-ID": c.object_id, "cell-global-ID": _cgi_value(c.cell)}
                 for c in desc.cells]}]
-    return _encode(_DESCRIPTION_TYPES[2 if desc.version == 2 else 3], value)
+    return encode(_DESCRIPTION_TYPES[2 if desc.version == 2 else 3], value)
 
 
 def decode_ran_function_description(data: Bytes) -> RanFunctionDescription:
@@ -497,16 +315,16 @@ def decode_ran_function_description(data: Bytes) -> RanFunctionDescription:
     the bytes says which: the reading that re-encodes to exactly the input wins (with both,
     the OID decides), else the first that decodes at all (unknown extensions, as KPM v4's
     bin ranges, are skipped and do not re-encode), v3+ first."""
-    raw = _as_bytes(data)
+    raw = as_bytes(data)
     readings: list[tuple[int, dict[str, Any], bool]] = []
     for version, type_name in _DESCRIPTION_TYPES.items():
         try:
-            value = _spec().decode(type_name, raw)
-        except _ASN1_FAILURES:
+            value = spec().decode(type_name, raw)
+        except ASN1_FAILURES:
             continue
         try:
-            exact = _spec().encode(type_name, value) == raw
-        except _ASN1_FAILURES:
+            exact = spec().encode(type_name, value) == raw
+        except ASN1_FAILURES:
             exact = False
         readings.append((version, value, exact))
     if not readings:

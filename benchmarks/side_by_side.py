@@ -1,0 +1,115 @@
+"""The serving path against another tree of the project (a git ref), side by side in one run on
+this machine: the serving benchmark's ratios (single-cell p99 over the no-op handler's, goodput
+at 2x and 4x capacity, the 1000-cell Arrow batch over the bare graph) and E2 ingestion's CPU per
+indication in the serving process.
+
+    python -m benchmarks.side_by_side --before REF [--serving-seconds 10]
+        [--e2-cells 3000] [--e2-seconds 20]
+
+Both trees are checked out into temporary git worktrees (this one at HEAD, so commit first),
+and each runs its own ``benchmarks.serving`` and ``benchmarks.e2_scale`` in turn, in this
+environment, with ``kpi_forecast`` made that tree's folders by a path entry ahead of the
+installed one. Each figure is a ratio each run measures against its own baseline, or a CPU
+cost, so the two trees compare on one machine. The table goes to
+``docs/decisions/serving-core.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from benchmarks.common import machine, write_section
+
+ROOT = Path(__file__).resolve().parents[1]
+FOLDERS = ("cli", "data", "model", "training", "xapp")  # kpi_forecast's subpackages
+PAGE = "decisions/serving-core.md"
+
+
+def checkout(ref: str, where: Path) -> Path:
+    """A worktree of ``ref`` at ``where``, and a path entry that imports kpi_forecast from it."""
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--quiet", "--detach", str(where),
+                    ref], check=True)
+    entry = where.with_name(f"{where.name}-path")
+    package = entry / "kpi_forecast"
+    package.mkdir(parents=True)
+    for folder in FOLDERS:
+        (package / folder).symlink_to(where / folder)
+    return entry
+
+
+def run(tree: Path, entry: Path, module: str, *options: str) -> None:
+    env = {**os.environ, "PYTHONPATH": str(entry)}
+    subprocess.run([sys.executable, "-m", module, *options], cwd=tree, env=env, check=True)
+
+
+def figures(tree: Path) -> dict[str, float]:
+    raw = tree / "docs" / "benchmarks"
+    load = pd.read_csv(raw / "serving_load.csv")
+    by_phase = {phase: rows for phase, rows in load.groupby("phase")}
+    steady = by_phase["200 requests/s"].iloc[0]
+    noop = by_phase["200 requests/s, no-op handler"].iloc[0]
+    overload = by_phase.get("overload, admission on")
+    goodput = ({} if overload is None else
+               dict(zip(overload["x_capacity"], overload["goodput_ratio"], strict=True)))
+    arrow = pd.read_csv(raw / "serving_batch.csv").iloc[0]
+    e2 = pd.read_csv(raw / "e2_scale.csv").set_index("phase").loc["one replica"]
+    return {
+        "single-cell p99 over the no-op handler's": steady["p99_ms"] / noop["p99_ms"],
+        "goodput at 2x capacity, over capacity": goodput.get(2.0, float("nan")),
+        "goodput at 4x capacity, over capacity": goodput.get(4.0, float("nan")),
+        "1000-cell Arrow batch over the bare graph (p50)": float(arrow["x_bare_graph"]),
+        "E2 ingestion, serving process CPU per indication (us)": e2["a_cpu_ms_per_1000"],
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--before", required=True, help="the git ref to compare with")
+    parser.add_argument("--serving-seconds", type=float, default=10.0)
+    parser.add_argument("--e2-cells", type=int, default=3000)
+    parser.add_argument("--e2-seconds", type=float, default=20.0)
+    args = parser.parse_args()
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = {"before": args.before, "after": "HEAD"}
+        try:
+            for name, ref in trees.items():
+                tree = Path(tmp) / name
+                entry = checkout(ref, tree)
+                run(tree, entry, "benchmarks.serving", "--seconds", f"{args.serving_seconds:g}")
+                run(tree, entry, "benchmarks.e2_scale", "--cells", str(args.e2_cells),
+                    "--seconds", f"{args.e2_seconds:g}")
+                results[name] = figures(tree)
+        finally:
+            for name in trees:
+                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
+                                str(Path(tmp) / name)], check=False, capture_output=True)
+    refs = {name: subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", ref],
+                                 capture_output=True, text=True, check=True).stdout.strip()
+            for name, ref in (("before", args.before), ("after", "HEAD"))}
+    table = pd.DataFrame({f"before ({refs['before']})": results["before"],
+                          f"after ({refs['after']})": results["after"]})
+    table["after / before"] = table.iloc[:, 1] / table.iloc[:, 0]
+    command = (f"python -m benchmarks.side_by_side --before {refs['before']}"
+               f" --serving-seconds {args.serving_seconds:g} --e2-cells {args.e2_cells}"
+               f" --e2-seconds {args.e2_seconds:g}")
+    write_section("side-by-side", "\n".join([
+        f"Measured {dt.date.today()} on {machine()}, with `{command}`: each tree's own "
+        "`benchmarks.serving` and `benchmarks.e2_scale` (one replica), one after the other.",
+        "",
+        table.to_markdown(floatfmt=".3g"),
+    ]), page=PAGE)
+    print(table.to_string())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""The RIC platform around the mock E2 node (``mock_e2_node.py``), each part by its published
+contract (O-RAN SC's REST API documents):
+
+- the E2 Manager (``/v1``): ``GET /v1/nodeb/states`` lists the nodes (cells grouped into nodes
+  of ``cells_per_node``) and whether each is connected, ``GET /v1/nodeb/{ranName}`` one node
+  with its served NR cells and its RAN functions, the E2SM-KPM one with the RAN function
+  description an E2 node declares at E2 setup (encoded from the same cell list and the
+  measurements it has: KPM v3+, or v2 with its node list);
+- the subscription manager (``/ric/v1``): ``GET`` and ``POST /ric/v1/subscriptions`` and
+  ``DELETE /ric/v1/subscriptions/{subscriptionId}``;
+
+and ``GET /stats``: what the node sent, who subscribes to each node, and how late it sent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+import numpy as np
+from fastapi import FastAPI, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
+
+from kpi_forecast.cli.mock_e2_node import PLMN, RAN_FUNCTION_ID, MockE2Node
+from kpi_forecast.xapp.ric.e2.subscription import SubscriptionRequest, SubscriptionResponse
+
+
+def _status(node: MockE2Node, meid: str) -> str:
+    return "DISCONNECTED" if meid in node.disconnected else "CONNECTED"
+
+
+def _global_nb_id(meid: str) -> dict:
+    return {"plmnId": PLMN, "nbId": f"{int(meid.removeprefix('gnb-')):08x}"}
+
+
+def nodeb_states(node: MockE2Node) -> list[dict]:
+    """``GET /v1/nodeb/states``: e2mgr's NodebIdentity of every node."""
+    return [{"inventoryName": meid, "globalNbId": _global_nb_id(meid),
+             "connectionStatus": _status(node, meid)} for meid in node.nodes]
+
+
+def subscription_list(node: MockE2Node) -> list[dict]:
+    """``GET /ric/v1/subscriptions``: submgr's SubscriptionList."""
+    return [{"SubscriptionId": int(subscription_id), "Meid": subscription.meid,
+             "ClientEndpoint": [f"{subscription.host}:{subscription.port}"],
+             "SubscriptionInstances": [
+                 {"XappEventInstanceId": stream.requestor_id,
+                  "E2EventInstanceId": stream.instance_id} for stream in subscription.streams]}
+            for subscription_id, subscription in node.subscriptions.items()]
+
+
+def nodeb(node: MockE2Node, meid: str) -> dict | None:
+    """``GET /v1/nodeb/{ranName}``: e2mgr's NodebResponse (None: no such node)."""
+    rows = node.nodes.get(meid)
+    if rows is None:
+        return None
+    cells = [{"servedNrCellInformation": {
+        "cellId": node.cell_ids[row], "servedPlmns": [PLMN], "nrPci": row % 1008,
+        "nrMode": "FDD", "choiceNrMode": {"fdd": {}}}} for row in rows]
+    return {"ranName": meid, "connectionStatus": _status(node, meid), "nodeType": "GNB",
+            "globalNbId": _global_nb_id(meid), "setupFromNetwork": True,
+            "gnb": {"gnbType": "GNB", "servedNrCells": cells, "ranFunctions": [{
+                "ranFunctionId": RAN_FUNCTION_ID, "ranFunctionRevision": 1,
+                "ranFunctionDefinition": node.ran_function_definition(meid)}]}}
+
+
+def create_app(node: MockE2Node) -> FastAPI:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await node.open()
+        yield
+        await node.close()  # the replays stop with the server
+
+    app = FastAPI(title="kpi-forecast mock E2 node, E2 Manager and subscription manager",
+                  lifespan=lifespan)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        # The published APIs answer a body they cannot read with 400 (FastAPI's own: 422).
+        return JSONResponse({"errorCode": "402", "errorMessage": str(exc.errors()[:3])}, 400)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:  # every method of the path, not the first route's only
+            headers["Allow"] = ", ".join(sorted(
+                method for route in app.routes if isinstance(route, APIRoute)
+                and route.matches(request.scope)[0] != Match.NONE for method in route.methods))
+        return JSONResponse({"detail": exc.detail}, exc.status_code, headers=headers)
+
+    @app.get("/v1/nodeb/states")
+    async def states() -> list[dict]:
+        return nodeb_states(node)
+
+    @app.get("/v1/nodeb/{ran_name}")
+    async def one_nodeb(ran_name: str) -> JSONResponse:
+        found = nodeb(node, ran_name)
+        if found is None:
+            return JSONResponse({"errorCode": "404", "errorMessage": f"no RAN {ran_name}"},
+                                404, media_type="application/problem+json")
+        return JSONResponse(found)
+
+    @app.get("/ric/v1/subscriptions")
+    async def subscriptions() -> list[dict]:
+        return subscription_list(node)
+
+    @app.post("/ric/v1/subscriptions", status_code=201, response_model=SubscriptionResponse,
+              response_model_by_alias=True)
+    async def subscribe(body: SubscriptionRequest) -> SubscriptionResponse:
+        return node.subscribe(body)
+
+    @app.delete("/ric/v1/subscriptions/{subscription_id}", status_code=204)
+    async def unsubscribe(subscription_id: str) -> Response:
+        node.unsubscribe(subscription_id)
+        return Response(status_code=204)
+
+    @app.get("/stats")
+    async def stats(seconds: Annotated[float | None, Query(gt=0)] = None) -> dict:
+        """What went out, by kind, who holds a subscription to each node (its rmr-data
+        endpoints, host:port) and, on the wall clock, how late the node itself sent: the
+        median and p99 from a period's end to its last report handed to RMR, over the
+        periods of the last ``seconds`` (all those kept, without)."""
+        subscribers: dict[str, list[str]] = {}
+        for subscription in node.subscriptions.values():
+            subscribers.setdefault(subscription.meid, []).append(
+                f"{subscription.host}:{subscription.port}")
+        since = -math.inf if seconds is None else time.monotonic() - seconds
+        lags = np.asarray([lag for at, lag in node.send_lag_ms if at >= since])
+        lag = {f"send_lag_{name}_ms": float(np.percentile(lags, q)) if len(lags) else None
+               for name, q in (("p50", 50), ("p99", 99))}
+        return {**node.sent, **lag, "subscribers": subscribers}
+
+    return app
