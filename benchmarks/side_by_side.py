@@ -9,7 +9,7 @@ indication in the serving process.
 Both trees are checked out into temporary git worktrees (this one at HEAD, so commit first),
 and each runs its own ``benchmarks.serving`` and ``benchmarks.e2_scale`` in turn, in this
 environment, with ``kpi_forecast`` made that tree's folders by a path entry ahead of the
-installed one. Each figure is a ratio each run measures against its own baseline, or a CPU
+installed one (and ``../shared`` beside them the project's). Each figure is a ratio each run measures against its own baseline, or a CPU
 cost, so the two trees compare on one machine. The table goes to
 ``docs/decisions/serving-core.md``.
 """
@@ -31,12 +31,19 @@ from benchmarks.common import machine, write_section
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ("cli", "data", "model", "training", "xapp")  # kpi_forecast's subpackages
 PAGE = "decisions/serving-core.md"
+SHARED = ROOT.parent / "shared"  # beside the project: what the benchmarks read (librmr)
+# What each tree's benchmarks write, removed first: a figure is this run's or none.
+WRITTEN = ("serving_load.csv", "serving_batch.csv", "e2_scale.csv")
 
 
 def checkout(ref: str, where: Path) -> Path:
     """A worktree of ``ref`` at ``where``, and a path entry that imports kpi_forecast from it."""
     subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--quiet", "--detach", str(where),
                     ref], check=True)
+    for name in WRITTEN:
+        (where / "docs" / "benchmarks" / name).unlink(missing_ok=True)
+    if SHARED.is_dir() and not (where.parent / "shared").exists():
+        (where.parent / "shared").symlink_to(SHARED)
     entry = where.with_name(f"{where.name}-path")
     package = entry / "kpi_forecast"
     package.mkdir(parents=True)
