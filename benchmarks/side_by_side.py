@@ -3,15 +3,17 @@ this machine: the serving benchmark's ratios (single-cell p99 over the no-op han
 at 2x and 4x capacity, the 1000-cell Arrow batch over the bare graph) and E2 ingestion's CPU per
 indication in the serving process.
 
-    python -m benchmarks.side_by_side --before REF [--serving-seconds 10]
+    python -m benchmarks.side_by_side --before REF [--rounds 2] [--serving-seconds 10]
         [--e2-cells 3000] [--e2-seconds 20]
 
 Both trees are checked out into temporary git worktrees (this one at HEAD, so commit first),
 and each runs its own ``benchmarks.serving`` and ``benchmarks.e2_scale`` in turn, in this
 environment, with ``kpi_forecast`` made that tree's folders by a path entry ahead of the
-installed one (and ``../shared`` beside them the project's). Each figure is a ratio each run measures against its own baseline, or a CPU
-cost, so the two trees compare on one machine. The table goes to
-``docs/decisions/serving-core.md``.
+installed one (and ``../shared`` beside them the project's). Each figure is a ratio each run
+measures against its own baseline, or a CPU cost, so the two trees compare on one machine; the
+rounds alternate the order (before, after; after, before; ...), and each figure is the median
+over them, since a p99 of a few thousand requests on a shared machine moves between runs. The
+table goes to ``docs/decisions/serving-core.md``.
 """
 
 from __future__ import annotations
@@ -80,21 +82,26 @@ def figures(tree: Path) -> dict[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", required=True, help="the git ref to compare with")
+    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--serving-seconds", type=float, default=10.0)
     parser.add_argument("--e2-cells", type=int, default=3000)
     parser.add_argument("--e2-seconds", type=float, default=20.0)
     args = parser.parse_args()
-    results = {}
+    trees = {"before": args.before, "after": "HEAD"}
+    results: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
     with tempfile.TemporaryDirectory() as tmp:
-        trees = {"before": args.before, "after": "HEAD"}
         try:
-            for name, ref in trees.items():
-                tree = Path(tmp) / name
-                entry = checkout(ref, tree)
-                run(tree, entry, "benchmarks.serving", "--seconds", f"{args.serving_seconds:g}")
-                run(tree, entry, "benchmarks.e2_scale", "--cells", str(args.e2_cells),
-                    "--seconds", f"{args.e2_seconds:g}")
-                results[name] = figures(tree)
+            entries = {name: checkout(ref, Path(tmp) / name) for name, ref in trees.items()}
+            for round_ in range(args.rounds):
+                for name in (list(trees) if round_ % 2 == 0 else list(trees)[::-1]):
+                    tree = Path(tmp) / name
+                    run(tree, entries[name], "benchmarks.serving", "--seconds",
+                        f"{args.serving_seconds:g}")
+                    run(tree, entries[name], "benchmarks.e2_scale", "--cells",
+                        str(args.e2_cells), "--seconds", f"{args.e2_seconds:g}")
+                    results[name].append(figures(tree))
+                    for written in WRITTEN:
+                        (tree / "docs" / "benchmarks" / written).unlink()
         finally:
             for name in trees:
                 subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
@@ -102,17 +109,23 @@ def main() -> int:
     refs = {name: subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", ref],
                                  capture_output=True, text=True, check=True).stdout.strip()
             for name, ref in (("before", args.before), ("after", "HEAD"))}
-    table = pd.DataFrame({f"before ({refs['before']})": results["before"],
-                          f"after ({refs['after']})": results["after"]})
+    table = pd.DataFrame({f"{name} ({refs[name]})": pd.DataFrame(rounds).median()
+                          for name, rounds in results.items()})
     table["after / before"] = table.iloc[:, 1] / table.iloc[:, 0]
     command = (f"python -m benchmarks.side_by_side --before {refs['before']}"
-               f" --serving-seconds {args.serving_seconds:g} --e2-cells {args.e2_cells}"
-               f" --e2-seconds {args.e2_seconds:g}")
+               f" --rounds {args.rounds} --serving-seconds {args.serving_seconds:g}"
+               f" --e2-cells {args.e2_cells} --e2-seconds {args.e2_seconds:g}")
     write_section("side-by-side", "\n".join([
         f"Measured {dt.date.today()} on {machine()}, with `{command}`: each tree's own "
-        "`benchmarks.serving` and `benchmarks.e2_scale` (one replica), one after the other.",
+        "`benchmarks.serving` and `benchmarks.e2_scale` (one replica), one after the other, "
+        f"the median over {args.rounds} rounds of alternating order; each round's figures "
+        "follow.",
         "",
         table.to_markdown(floatfmt=".3g"),
+        "",
+        pd.DataFrame({f"{name} {k + 1}": figures_of_round
+                      for name, rounds in results.items()
+                      for k, figures_of_round in enumerate(rounds)}).to_markdown(floatfmt=".3g"),
     ]), page=PAGE)
     print(table.to_string())
     return 0
