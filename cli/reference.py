@@ -9,7 +9,6 @@ own OpenAPI document), and the alerts and dashboard (the chart's rules file and 
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
@@ -19,7 +18,7 @@ from typing import Any
 import yaml
 from prometheus_client import Counter, Gauge, Histogram, Info
 
-from kpi_forecast.cli.schema_files import sync_files
+from kpi_forecast.cli.schema_files import generator_main
 from kpi_forecast.xapp.app import create_app
 from kpi_forecast.xapp.descriptor.config_file import CONFIG_FILE_NAME, DEFAULT_DIR, load_descriptor
 from kpi_forecast.xapp.descriptor.schema import controls_schema
@@ -202,18 +201,9 @@ def expected_files(root: Path) -> dict[Path, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kpi_forecast.cli.reference",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--root", type=Path, default=Path.cwd(),
-                        help="the repository's root (default: here)")
-    parser.add_argument("--check", action="store_true",
-                        help="write nothing; exit 1 naming each page that differs")
-    args = parser.parse_args(argv)
-    if not (args.root / "mkdocs.yml").is_file():
-        print(f"{args.root}: not the repository's root (no mkdocs.yml)", file=sys.stderr)
-        return 2
-    return sync_files(expected_files(args.root), args.check,
-                      "generated pages differ from the code (run make schemas)")
+    return generator_main(argv, "kpi_forecast.cli.reference", __doc__, Path("mkdocs.yml"),
+                          expected_files,
+                          "generated pages differ from the code (run make schemas)")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -82,18 +83,26 @@ def expected_files(root: Path) -> dict[Path, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kpi_forecast.cli.schema_files",
-                                     description=__doc__.splitlines()[0])
+    return generator_main(argv, "kpi_forecast.cli.schema_files", __doc__, VALUES_SCHEMA,
+                          expected_files,
+                          "generated schemas differ from the models (run make schemas)")
+
+
+def generator_main(argv: list[str] | None, module: str, doc: str, marker: Path,
+                   expected: Callable[[Path], dict[Path, str]], stale_said: str) -> int:
+    """The command line of a generator of checked-in files (``make schemas``): ``--root``, the
+    repository's root (it holds ``marker``), and ``--check``."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}",
+                                     description=doc.splitlines()[0])
     parser.add_argument("--root", type=Path, default=Path.cwd(),
                         help="the repository's root (default: here)")
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit 1 naming each file that differs")
     args = parser.parse_args(argv)
-    if not (args.root / VALUES_SCHEMA).is_file():
-        print(f"{args.root}: not the repository's root (no {VALUES_SCHEMA})", file=sys.stderr)
+    if not (args.root / marker).is_file():
+        print(f"{args.root}: not the repository's root (no {marker})", file=sys.stderr)
         return 2
-    return sync_files(expected_files(args.root), args.check, "generated schemas differ from "
-                      "the models (run make schemas)")
+    return sync_files(expected(args.root), args.check, stale_said)
 
 
 def sync_files(expected: dict[Path, str], check: bool, stale_said: str) -> int:
