@@ -72,7 +72,6 @@ class RouteIndex:
 
     def __init__(self, routes: Sequence[BaseRoute]) -> None:
         ours = [route for route in routes if isinstance(route, Route)]
-        self.routes = tuple(ours)
         self._literal = {(r.method, r.path): r for r in ours if "{" not in r.path}
         self._templated = tuple(r for r in ours if "{" in r.path)
 

@@ -90,15 +90,10 @@ class Recalibrator:
             return None
         return offsets
 
-    def for_model(self, model: OnnxForecaster) -> Recalibration:
-        """The offsets to apply to ``model``'s forecasts: none if they belong to another."""
-        offsets = self._for(model)
-        return Recalibration() if offsets is None else offsets.recalibration
-
     def describe(self, model: OnnxForecaster) -> RecalibrationOut:
         """What ``model``'s forecasts get now, for GET /v1/model."""
         offsets = self._for(model)
-        applied = self.for_model(model)
+        applied = Recalibration() if offsets is None else offsets.recalibration
         names = model.metadata.quantile_names()
         values = applied.offsets if applied.windows else np.zeros(len(names))
         return RecalibrationOut(
@@ -153,7 +148,7 @@ class Recalibrator:
         offsets = self._for(model)
         if self._state.now.model is model:
             self._state.swap(recalibration=None if offsets is None else offsets.recalibration)
-        m, applied = self.metrics, self.for_model(model)
+        m, applied = self.metrics, Recalibration() if offsets is None else offsets.recalibration
         m.recalibration_windows.set(applied.windows)
         m.recalibration_weight.set(applied.weight)
         for name, share in applied.naive_shares().items():
