@@ -27,19 +27,23 @@ $(VENV)/.installed-train: $(BIN)/python pyproject.toml
 	$(COMPILE)
 	touch $@
 
-# One resolution for everything make test needs, rather than one per extra.
+# One resolution for everything make test needs, rather than one per extra. KServe's
+# time-series types are the contract its API's answers are tested against: the package's own
+# files, without its dependencies (it pins pandas below 3 and pulls a Kubernetes client).
 $(VENV)/.installed-dev: $(BIN)/python pyproject.toml
 	$(INSTALL) -e ".[train,serve,ops,dev]"
+	$(INSTALL) --no-deps --target $(VENV)/kserve kserve==0.21.0
 	$(COMPILE)
 	touch $@ $(VENV)/.installed-train
 
+# Two KPIs of the sample, a model each in one repository, served together.
 demo: $(VENV)/.installed-train
-	$(BIN)/kpi-forecast train --data $(SAMPLE) --target traffic_mb --tz Europe/Paris --holidays FR \
-		--out $(DEMO_DIR) --max-minutes 1
+	$(BIN)/kpi-forecast train --data $(SAMPLE) --target traffic_mb,prb_util --tz Europe/Paris \
+		--holidays FR --out $(DEMO_DIR) --max-minutes 1
 	$(BIN)/kpi-forecast predict --model $(DEMO_DIR) --data $(SAMPLE) --out $(DEMO_DIR)/forecast.csv
 	$(BIN)/python -m kpi_forecast.cli.smoke $(DEMO_DIR) $(SAMPLE)
-	@echo "artifacts: $(DEMO_DIR)/ (model.onnx, metadata.json, weights.pt)"
-	@echo "report:    $(DEMO_DIR)/report.md"
+	@echo "artifacts: $(DEMO_DIR)/traffic_mb/, $(DEMO_DIR)/prb_util/ (model.onnx, metadata.json, weights.pt)"
+	@echo "reports:   $(DEMO_DIR)/traffic_mb/report.md, $(DEMO_DIR)/prb_util/report.md"
 	@echo "forecasts: $(DEMO_DIR)/forecast.csv"
 
 test: $(VENV)/.installed-dev

@@ -289,7 +289,7 @@ class Bench:
     async def missing_reports(self, first: pd.Timestamp, last: pd.Timestamp) -> np.ndarray:
         """Per step from ``first`` to ``last``: the cells whose report is not in Redis."""
         settings = HistoryStore(backend="redis", host="127.0.0.1", port=self.redis_port)
-        store = await RedisCellHistory.open(settings, "1s", HISTORY_LENGTH)
+        store = await RedisCellHistory.open(settings, "1s", HISTORY_LENGTH, kpi="traffic")
         try:
             steps = int((last - first) / pd.Timedelta("1s")) + 1
             missing = np.zeros(steps, dtype=np.int64)

@@ -114,7 +114,8 @@ async def forecasts(config: Path, store: CellHistory) -> dict:
         while service.state.now.model is None:
             await asyncio.sleep(0.01)
         await service.state.now.history.close()
-        service.state.swap(history=store)  # the seeded one: the same data for both stores
+        # The seeded one: the same data for both stores.
+        service.state.swap(service.state.default, history=store)
         cells = [f"cell-{row}" for row in range(CELLS)]
         for size in (512, 64):
             started = time.perf_counter()

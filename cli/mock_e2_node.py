@@ -199,6 +199,7 @@ class MockE2Node:
         served = set(rows) if request.ran_function_id == RAN_FUNCTION_ID else set()
         # Numbered in order of arrival: an id is never reused, not even after a deletion.
         self._subscriptions_made += 1
+        self.sent["subscriptions"] += 1  # requests taken: one per node and subscriber
         subscription_id = str(self._subscriptions_made)  # submgr's ids are numbers
         accepted = [self._accept(detail, served) for detail in request.details]
         endpoint = request.client_endpoint

@@ -10,13 +10,18 @@ def cmd_serve(args: argparse.Namespace) -> None:
     from kpi_forecast.xapp.server import serve
 
     serve(args.model, args.config, args.host, args.port, args.submgr, args.e2_port, args.a1,
-          args.e2_client_host, args.e2mgr)
+          args.e2_client_host, args.e2mgr, args.models)
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
     """serve."""
     xapp = commands.add_parser("serve", help="run the xApp: forecasts over RIC-style REST")
-    xapp.add_argument("--model", help="model directory (default: controls.modelDir)")
+    source = xapp.add_mutually_exclusive_group()
+    source.add_argument("--model", help="model directory: the one model served (default: "
+                        "controls.modelDir)")
+    source.add_argument("--models", metavar="DIR", help="model repository: one model per "
+                        "subdirectory, named by it (kpi-forecast train --target a,b writes one; "
+                        "default: controls.modelRepository)")
     xapp.add_argument("--config", help="xApp descriptor config-file.json (default: $CONFIG_FILE, "
                       "$XAPP_DESCRIPTOR_PATH/config-file.json, else the packaged one)")
     xapp.add_argument("--host", default="0.0.0.0")

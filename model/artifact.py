@@ -132,6 +132,30 @@ def replaced_atomically(path: Path) -> Iterator[Path]:
         partial.unlink(missing_ok=True)
 
 
+def repository_models(root: str | Path) -> dict[str, Path]:
+    """The models of a repository (a folder of model directories, as ``train --target a,b``
+    writes and ``serve --models`` serves): its subdirectories holding a model's metadata, by
+    name, in name order. OSError when the folder cannot be read."""
+    folder = Path(root)
+    return {p.name: p for p in sorted(folder.iterdir()) if (p / METADATA_FILE).is_file()}
+
+
+def models_at(path: str | Path) -> dict[str, Path]:
+    """A model directory ({its name: it}) or a repository's models; ArtifactError when
+    ``path`` is neither."""
+    folder = Path(path)
+    if (folder / METADATA_FILE).is_file():
+        return {folder.name: folder}
+    try:
+        found = repository_models(folder) if folder.is_dir() else {}
+    except OSError as exc:
+        raise ArtifactError(f"{folder}: {exc.strerror or exc}") from None
+    if not found:
+        raise ArtifactError(f"{folder}: neither a model directory ({METADATA_FILE}) nor a "
+                            "repository of them; is it a directory written by 'train'?")
+    return found
+
+
 def load_metadata(model_dir: str | Path, *, reexport: bool = False) -> ModelMetadata:
     """A model directory's metadata.json. An artifact of an older schema version is refused,
     naming the command that exports it anew from its weights; ``reexport`` (that command)

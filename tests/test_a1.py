@@ -228,7 +228,7 @@ def test_the_instances_in_force_stay_when_a_model_on_another_grid_gets_its_histo
                                 handler_id="test")
         await handler.take_stored(state.now.shared)
         assert handler.policies.for_cells(["c1"])[0].horizon == 5
-        state.swap(history=MemoryCellHistory("15min", 96))
+        state.swap(state.default, history=MemoryCellHistory("15min", 96))
         await handler.take_stored(state.now.shared)
         assert handler.policies.for_cells(["c1"])[0].horizon == 5
         await shared.delete_policy("stadium")  # deleted by another replica

@@ -94,14 +94,19 @@ def test_cell_ids_read_as_e2mgr_writes_them() -> None:
 
 
 def test_the_kpm_description_says_which_cells_are_subscribed(panel) -> None:
-    node, skipped = subscribable(nodeb(mock(panel)), MEASUREMENT)
+    node, skipped = subscribable(nodeb(mock(panel)), [MEASUREMENT])
     assert node is not None and not skipped
     assert node.ran_function_id == RAN_FUNCTION_ID
     assert [c.cell_id for c in node.cells] == ["00f110:0000000000", "00f110:0000000010"]
     assert node.cells[1].global_id == kpm.CellId(bytes.fromhex(PLMN), nr_cell=1)
+    assert node.measurements == (MEASUREMENT,)
+    # Several measurements asked for (the models of a repository): the node is asked for
+    # those it reports, the others left out.
+    node, skipped = subscribable(nodeb(mock(panel)), ["DRB.UEThpDl", MEASUREMENT])
+    assert node.measurements == (MEASUREMENT,) and not skipped
 
     # The node reports other measurements only: none of its cells.
-    node, skipped = subscribable(nodeb(mock(panel)), "DRB.UEThpDl")
+    node, skipped = subscribable(nodeb(mock(panel)), ["DRB.UEThpDl"])
     assert node is None and skipped == Counter({"measurement-not-reported": 2})
     # A KPM v2 node: read (its node list names the same cells), not subscribed to.
     v2 = mock(panel, kpm_version=2)
@@ -110,16 +115,16 @@ def test_the_kpm_description_says_which_cells_are_subscribed(panel) -> None:
     assert description.version == 2
     assert [c.object_id for c in description.cells] == v2.cell_ids[2:4]
     assert description.measurements() == [MEASUREMENT]
-    assert subscribable(nodeb(v2, "gnb-001"), MEASUREMENT) == (None, Counter({"kpm-v2": 2}))
+    assert subscribable(nodeb(v2, "gnb-001"), [MEASUREMENT]) == (None, Counter({"kpm-v2": 2}))
     # No KPM function, or one this xApp cannot read (another service model's bytes).
     raw = mock_ric.nodeb(mock(panel), "gnb-000")
     raw["gnb"]["ranFunctions"][0]["ranFunctionDefinition"] = "0001ff"
-    assert subscribable(NodebResponse.model_validate(raw), MEASUREMENT) == (
+    assert subscribable(NodebResponse.model_validate(raw), [MEASUREMENT]) == (
         None, Counter({"no-kpm-function": 2}))
     # One cell whose id e2mgr gives in a form not read: the others are subscribed to.
     raw = mock_ric.nodeb(mock(panel), "gnb-000")
     raw["gnb"]["servedNrCells"][0]["servedNrCellInformation"]["cellId"] = "cell-000"
-    node, skipped = subscribable(NodebResponse.model_validate(raw), MEASUREMENT)
+    node, skipped = subscribable(NodebResponse.model_validate(raw), [MEASUREMENT])
     assert [c.cell_id for c in node.cells] == ["00f110:0000000010"]
     assert skipped == Counter({"cell-id-unreadable": 1})
 
@@ -140,7 +145,7 @@ def test_nodes_connecting_and_disconnecting_are_followed(
         for change in (None, "disconnect", None, "connect"):
             if change:
                 getattr(node, change)("gnb-001")
-            seen.append(sorted((await e2mgr.listing(MEASUREMENT, attempts=1)).nodes))
+            seen.append(sorted((await e2mgr.listing([MEASUREMENT], attempts=1)).nodes))
         await e2mgr.close()
         return seen
 
@@ -161,7 +166,7 @@ def test_cells_left_out_are_counted_and_logged_once_by_node(
             app=create_app(node)))
         found = []
         for _ in range(2):
-            listing = await e2mgr.listing("RRC.ConnMean", attempts=1)
+            listing = await e2mgr.listing(["RRC.ConnMean"], attempts=1)
             assert not listing.nodes
             found.append(listing.skipped_by_reason())
         await e2mgr.close()
@@ -172,7 +177,7 @@ def test_cells_left_out_are_counted_and_logged_once_by_node(
     assert found == [Counter({"measurement-not-reported": 5})] * 2
     lines = [r.getMessage() for r in caplog.records]
     assert lines == [f"e2: {meid}: {n} of {n} cell(s) not subscribed to: {n} because the "
-                     "node's E2SM-KPM report style 1 does not carry RRC.ConnMean"
+                     "node's E2SM-KPM report style 1 carries none of RRC.ConnMean"
                      for meid, n in (("gnb-000", 2), ("gnb-001", 2), ("gnb-002", 1))]
 
 
@@ -184,7 +189,7 @@ def test_an_e2mgr_answer_that_is_not_its_api_is_retried_with_its_reason(
     async def go() -> None:
         e2mgr = E2Manager("http://e2mgr/v1", transport=httpx.MockTransport(
             lambda request: next(answers)))
-        assert (await e2mgr.listing(MEASUREMENT, retry_max_s=0.0)).nodes == {}
+        assert (await e2mgr.listing([MEASUREMENT], retry_max_s=0.0)).nodes == {}
         await e2mgr.close()
 
     with caplog.at_level(logging.WARNING, logger="kpi_forecast.xapp.ric.e2.discovery"):
@@ -225,10 +230,10 @@ def test_the_xapps_subscription_and_the_mocks_answers_follow_the_submgr_api(pane
 
     async def go() -> None:
         app = create_app(node)
-        found, _ = subscribable(nodeb(node), MEASUREMENT)
+        found, _ = subscribable(nodeb(node), [MEASUREMENT])
         subscriber = Subscriber("http://submgr/ric/v1", "127.0.0.1", 4560, 8080,
                                 ingestor=None)
-        body = subscriber._request(found, MEASUREMENT, 3_600_000)
+        body = subscriber._request(found, 3_600_000)
         params = oran_api.request_body(oran_api.SUBMGR, "/subscriptions", "post")
         params.validate(body)
         assert body["RANFunctionID"] == RAN_FUNCTION_ID

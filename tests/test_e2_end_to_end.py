@@ -34,9 +34,18 @@ from tests.processes import ROOT
 from tests.rmr_library import rmr_transport
 from tests.tolerance import answer_tolerance
 from tests.waiting import until_async
-from tests.xapp_helpers import CONTEXT, HORIZON, descriptor, make_model, running, serving_state
+from tests.xapp_helpers import (
+    CONTEXT,
+    HORIZON,
+    descriptor,
+    make_model,
+    make_repository,
+    running,
+    serving_state,
+)
 
 MEASUREMENT = "RRU.PrbUsedDl"
+VOLUME = "DRB.PdcpSduVolumeDL"
 SERVER_START_S = 10.0
 
 
@@ -132,6 +141,61 @@ def test_replayed_cells_forecast_like_their_file(tmp_path: Path, rmr_library: Pa
         assert node.sent["undelivered"] == 0
         server.should_exit = True
         await serving  # its lifespan closes the node
+
+    asyncio.run(go())
+
+
+@pytest.mark.slow
+def test_one_subscription_per_node_fills_the_history_of_every_models_kpi(
+        tmp_path: Path, rmr_library: Path) -> None:
+    """A repository of two models, each of a KPI behind its own measurement: one subscription
+    per node asks for both, and each report's measurements land in their KPI's history."""
+    repository = make_repository(tmp_path / "models", {"prb": "prb_util", "traffic": "traffic_mb"})
+    data = tmp_path / "cells.csv"
+    generate(n_cells=4, days=9, seed=2, start="2024-03-04", tz="UTC").to_csv(data, index=False)
+    prb, traffic = load_panel(data, "prb_util"), load_panel(data, "traffic_mb")
+    port = free_port()
+
+    async def go() -> None:
+        node = MockE2Node(prb, MEASUREMENT, rmr_transport(), cells_per_node=2, speed=0.0,
+                          extra={VOLUME: traffic.values})
+        server, serving = await serve_node(node, port)
+        desc = descriptor(tmp_path, None, modelRepository=str(repository), e2={
+            "enabled": True, "port": free_port(), "submgrUrl": f"http://127.0.0.1:{port}/ric/v1",
+            "e2mgrUrl": f"http://127.0.0.1:{port}/v1",
+            "kpis": {"prb_util": {"measurement": MEASUREMENT},
+                     "traffic_mb": {"measurement": VOLUME, "aggregate": "sum"}}},
+            recalibration={"everySeconds": 0, "maxCells": 256})
+        async with running(desc) as client:
+            await until_async(lambda: node.sent["replays_done"] == 2, 60, "the replays")
+            assert node.sent["subscriptions"] == 2  # one per node, for both models
+            for subscription in node.subscriptions.values():
+                assert {tuple(sorted(s.measurements)) for s in subscription.streams} == {
+                    (VOLUME, MEASUREMENT)}
+            for _ in range(200):
+                metrics = (await client.get("/ric/v1/metrics")).text
+                if metric(metrics, "kpi_forecast_e2_indications_total") == node.sent[
+                        "indications"]:
+                    break
+                await asyncio.sleep(0.02)
+            assert metric(metrics, "kpi_forecast_e2_indications_total") == node.sent[
+                "indications"]
+            for name, panel in (("prb", prb), ("traffic", traffic)):
+                held = (await client.get(f"/v1/models/{name}/cells")).json()
+                assert held["count"] == 4
+                for row, cell in enumerate(node.cell_ids):
+                    from_e2 = (await client.get(f"/v1/models/{name}/cells/{cell}/forecast"))
+                    history = panel.values[row, -CONTEXT:]
+                    direct = (await client.post(f"/v1/models/{name}/forecast", json={
+                        "cell_id": cell, "start": panel.index[-CONTEXT].isoformat(),
+                        "freq": "1h",
+                        "values": [None if np.isnan(v) else float(v) for v in history]}))
+                    within = answer_tolerance(ModelConfig(CONTEXT, HORIZON), np.nanmax(history))
+                    for a, b in zip(from_e2.json()["forecasts"], direct.json()["forecasts"],
+                                    strict=True):
+                        assert a["p50"] == pytest.approx(b["p50"], abs=within)
+        server.should_exit = True
+        await serving
 
     asyncio.run(go())
 

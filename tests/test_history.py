@@ -250,20 +250,33 @@ def test_redis_keys_follow_sdl_namespacing_and_a_second_grid_is_refused(redis_po
     assert keys == ["{sdl-keys},cell:cell-7", "{sdl-keys},cells", "{sdl-keys},grid"]
 
 
-def test_redis_refuses_a_second_kpi_while_cells_of_the_first_are_held(redis_port: int) -> None:
+def test_redis_keeps_each_kpis_history_under_keys_of_its_own(redis_port: int) -> None:
+    import redis
+
     async def go() -> None:
         namespace = settings(redis_port, namespace="sdl-kpi")
-        store = await RedisCellHistory.open(namespace, "1h", 4, kpi="traffic")
-        await store.put("cell-7", T0, 5.0)
-        await store.close()
-        with pytest.raises(HistoryError, match="holds 1 cells of traffic, not prb_util"):
-            await RedisCellHistory.open(namespace, "1h", 4, kpi="prb_util")
+        traffic = await RedisCellHistory.open(namespace, "1h", 4, kpi="traffic")
+        await traffic.put("cell-7", T0, 5.0)
+        # Another KPI in the same namespace, even on another grid: a history of its own.
+        prb = await RedisCellHistory.open(namespace, "15min", 4, kpi="prb_util")
+        await prb.put("cell-7", T0, 0.25)
+        await prb.put("cell-8", T0, 0.5)
+        assert (await traffic.count(), await prb.count()) == (1, 2)
+        [(values, _)] = await traffic.windows(["cell-7"])
+        assert values[-1] == 5.0  # the traffic value, not prb_util's
+        await prb.close()
         # The same KPI (a restart, another replica) shares the cells.
         again = await RedisCellHistory.open(namespace, "1h", 4, kpi="traffic")
         assert await again.count() == 1
         await again.close()
+        await traffic.close()
 
     asyncio.run(go())
+    keys = sorted(k.decode() for k in redis.Redis(port=redis_port).keys("{sdl-kpi},*"))
+    assert keys == ["{sdl-kpi},kpi:prb_util,cell:cell-7", "{sdl-kpi},kpi:prb_util,cell:cell-8",
+                    "{sdl-kpi},kpi:prb_util,cells", "{sdl-kpi},kpi:prb_util,grid",
+                    "{sdl-kpi},kpi:traffic,cell:cell-7", "{sdl-kpi},kpi:traffic,cells",
+                    "{sdl-kpi},kpi:traffic,grid"]
 
 
 def test_redis_address_comes_from_the_dbaas_variables_and_an_absent_server_is_unavailable(

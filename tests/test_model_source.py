@@ -94,8 +94,8 @@ def test_unready_saying_why_until_the_model_is_published(
                     await asyncio.sleep(0.05)
                 status, answer = await ready_answer(client)
                 assert status == 503
-                assert answer["error"] == ("no model loaded and warmed up yet: fetching the "
-                                           f"model from {url}")
+                assert answer["error"] == ("models not ready yet: model: LOADING (fetching "
+                                           f"the model from {url})")
                 (published / "model.tar.gz").write_bytes(archive.read_bytes())
                 for _ in range(200):
                     if (await ready_answer(client))[0] == 200:

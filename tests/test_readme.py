@@ -186,9 +186,15 @@ def run_block(block: Block, cwd: Path, logs: Path) -> list[Ran]:
 
 def demo(ran: list[Ran], cwd: Path) -> None:
     out = ran[0].stdout
-    assert "artifacts: artifacts/demo/" in out and '"source": "model"' in out
-    assert (ROOT / "artifacts/demo/model.onnx").is_file()
-    assert len(pd.read_csv(ROOT / "artifacts/demo/forecast.csv")) == 24 * 24
+    assert "artifacts: artifacts/demo/" in out
+    # Two KPIs, a model each in one repository, served together: each answers from its model.
+    for kpi in ("traffic_mb", "prb_util"):
+        assert (ROOT / "artifacts/demo" / kpi / "model.onnx").is_file()
+        assert f"/v1/models/{kpi}/forecast" in out
+    assert out.count('"source": "model"') == 2
+    forecasts = pd.read_csv(ROOT / "artifacts/demo/forecast.csv")
+    assert forecasts.groupby("kpi").size().to_dict() == {"prb_util": 24 * 24,
+                                                         "traffic_mb": 24 * 24}
 
 
 def quick_start(ran: list[Ran], cwd: Path) -> None:
@@ -214,6 +220,26 @@ def trained(ran: list[Ran], cwd: Path) -> None:
     # No --context: the report says which one the data allowed, and why.
     assert "median cell spans" in meta["training"]["context_choice"]
     assert meta["training"]["context_choice"] in (cwd / "models/prb/report.md").read_text()
+
+
+def trained_repository(ran: list[Ran], cwd: Path) -> None:
+    for kpi in ("prb_util", "traffic_mb"):
+        assert json.loads((cwd / "models/kpis" / kpi / "metadata.json").read_text())[
+            "target"] == kpi
+    assert "kpi-forecast serve --models models/kpis" in ran[0].stdout
+    forecast = pd.read_csv(cwd / "kpis-forecast.csv")
+    assert forecast.groupby("kpi").size().to_dict() == {"prb_util": 3 * 24, "traffic_mb": 3 * 24}
+
+
+def served_repository(ran: list[Ran], cwd: Path) -> None:
+    models = json.loads(ran[0].stdout)["models"]
+    assert [(m["name"], m["state"]) for m in models] == [("prb_util", "READY"),
+                                                         ("traffic_mb", "READY")]
+    answer = json.loads(ran[1].stdout)
+    assert answer["model_version"].startswith("traffic_mb-") and answer["source"] == "model"
+    kserve = json.loads(ran[2].stdout)
+    [content] = kserve["outputs"][0]["content"]
+    assert kserve["model"] == "prb_util" and len(content["mean_forecast"]) == 24
 
 
 def trained_at_scale(ran: list[Ran], cwd: Path) -> None:
@@ -286,6 +312,8 @@ PRODUCED = {
     "kpi-forecast k8s train-job": train_job, "kpi-forecast backtest": evaluated,
     "kpi-forecast serve": served, "kpi-forecast e2sim": ingested,
     "kpi-forecast k8s package": packaged,
+    "training.md:kpi-forecast train --data kpis.csv.gz --target prb_util,": trained_repository,
+    "serving.md:kpi-forecast serve --models": served_repository,
 }
 
 

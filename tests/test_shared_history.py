@@ -227,7 +227,7 @@ def test_while_redis_is_away_cell_routes_answer_503_and_the_rest_keeps_serving(
             assert (await client.post("/v1/cells/c1/history", json=history)).status_code == 503
             assert (await client.post("/v1/forecast", json=direct)).status_code == 200
             metrics = (await client.get("/ric/v1/metrics")).text
-            assert "kpi_forecast_cells_held NaN" in metrics
+            assert 'kpi_forecast_cells_held{model="model"} NaN' in metrics
             assert 'kpi_forecast_shed_requests_total{reason="history_store"} 3.0' in metrics
             with redis_server(tmp_path, port):  # back (empty: it kept nothing on disk)
                 assert (await client.post("/v1/cells/c1/history", json=history)).json()[

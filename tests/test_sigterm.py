@@ -109,8 +109,8 @@ def test_serve_says_why_it_does_not_subscribe(tmp_path: Path, rmr_library: Path)
     command = serve(config, port, "--submgr", "http://127.0.0.1:9", "--e2-port", str(free_port()))
     with running(command, answers(f"http://127.0.0.1:{port}/ric/v1/health/ready"),
                  tmp_path / "serve.log") as xapp:
-        logged(xapp, "e2: not subscribing: the model's KPI 'kpi' has no measurement in "
-                     "controls.e2.kpis (prb_util, dl_throughput_mbps, active_ues, traffic_mb)")
+        logged(xapp, "e2: not subscribing for model model: its KPI 'kpi' has no measurement "
+                     "in controls.e2.kpis (prb_util, dl_throughput_mbps, active_ues, traffic_mb)")
 
 
 def test_train_stops_on_sigterm_and_writes_the_model_it_has(tmp_path: Path) -> None:

@@ -57,9 +57,9 @@ def test_one_forecast_request_runs_code_in_at_most_twelve_project_modules(
             model = service.state.now.model
             fitted = Recalibration(np.array([-0.1, 0.0, 0.2], np.float32), 1, 7, 500,
                                    shares=(0.5, 0.2, 0.2, 0.1), steps_per_day=24)
-            service.recalibrator.offsets = Offsets(model.metadata.model_version, fitted, 10,
+            service.default.recalibrator.offsets = Offsets(model.metadata.model_version, fitted, 10,
                                                    time.time())
-            service.recalibrator.put_in_force(model)
+            service.default.recalibrator.put_in_force(model)
             assert service.state.now.recalibration is fitted
             assert (await client.post("/v1/forecast", json=forecast_body())).status_code == 200
             tracing.set()

@@ -56,7 +56,8 @@ def test_health_config_and_openapi(model_dir: Path, tmp_path: Path) -> None:
         async with running(descriptor(tmp_path, model_dir)) as client:
             assert (await client.get("/ric/v1/health/alive")).json() == {"status": "alive"}
             ready = (await client.get("/ric/v1/health/ready")).json()
-            assert ready == {"status": "ready", "model_version": "test"}
+            assert ready == {"status": "ready", "model_version": "test",
+                             "models": {"model": {"state": "READY"}}}
             config = (await client.get("/ric/v1/config")).json()
             assert config[0]["metadata"] == {"xappName": "kpi-forecast", "configType": "json"}
             assert config[0]["config"]["controls"]["modelDir"] == str(model_dir)

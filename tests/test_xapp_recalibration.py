@@ -19,6 +19,8 @@ from tests.redis_server import redis_server
 from tests.tolerance import ANSWER_ROUNDING, rounding_tolerance
 from tests.xapp_helpers import CONTEXT, HORIZON, descriptor, make_model, running
 
+MODEL = "model"  # the one model's name, its directory's: the label of its metrics
+
 START = "2024-03-04T00:00:00+01:00"
 HOUR = pd.Timedelta("1h")
 CELLS, STEPS = 12, CONTEXT + 8 * HORIZON  # a week of windows and one more horizon
@@ -62,13 +64,15 @@ async def quantiles(client: httpx.AsyncClient, cell: str) -> np.ndarray:
 
 
 async def shown(client: httpx.AsyncClient) -> tuple[float, float, dict[str, float]]:
-    """The recalibration gauges a scrape reads: windows, model weight, offset per quantile."""
+    """The recalibration gauges a scrape reads: windows, model weight, offset per quantile (of
+    the one model served, whose label they carry)."""
     metrics = (await client.get("/ric/v1/metrics")).text
     value = {line.split()[0]: float(line.split()[-1]) for line in metrics.splitlines()
              if line.startswith("kpi_forecast_recalibration_")}
-    offsets = {name.split('"')[1]: v for name, v in value.items() if "offset{" in name}
-    return (value["kpi_forecast_recalibration_windows"],
-            value["kpi_forecast_recalibration_model_weight"], offsets)
+    offsets = {name.split('quantile="')[1].split('"')[0]: v for name, v in value.items()
+               if "offset{" in name}
+    return (value[f'kpi_forecast_recalibration_windows{{model="{MODEL}"}}'],
+            value[f'kpi_forecast_recalibration_model_weight{{model="{MODEL}"}}'], offsets)
 
 
 @pytest.mark.usefixtures("refreshed_by_the_test")
@@ -82,7 +86,7 @@ def test_forecasts_get_the_offsets_of_the_cells_recent_history(tmp_path: Path) -
             assert info["read_at"] == {"p10": 0.1, "p50": 0.5, "p90": 0.9}
             assert info["zero_width_offsets"] == {}
 
-            fitted = await service.recalibrator.refresh()
+            fitted = await service.default.recalibrator.refresh()
             assert fitted.windows == 7 and fitted.residuals == CELLS * 7 * HORIZON
             moved = await quantiles(client, "c3")
             # The same adjustment as `kpi-forecast predict` would find on these windows.
@@ -119,9 +123,9 @@ def test_forecasts_get_the_offsets_of_the_cells_recent_history(tmp_path: Path) -
             assert info["model_weight"] + sum(info["naive_weights"].values()) == \
                 pytest.approx(1.0, rel=0, abs=4 * np.finfo(float).eps)
             metrics = (await client.get("/ric/v1/metrics")).text
-            assert "kpi_forecast_recalibration_windows 7.0" in metrics
-            line = next(x for x in metrics.splitlines()
-                        if x.startswith('kpi_forecast_recalibration_offset{quantile="p90"}'))
+            assert f'kpi_forecast_recalibration_windows{{model="{MODEL}"}} 7.0' in metrics
+            line = next(x for x in metrics.splitlines() if x.startswith(
+                f'kpi_forecast_recalibration_offset{{model="{MODEL}",quantile="p90"}}'))
             assert float(line.split()[-1]) == float(fitted.offsets[2]) != 0.0
 
     asyncio.run(go())
@@ -137,8 +141,8 @@ def test_the_offsets_for_zero_wide_bands_are_shown(tmp_path: Path) -> None:
             fitted = Recalibration(np.array([-0.1, 0.0, 0.2], np.float32), 1, 7, 500,
                                    steps_per_day=24,
                                    flat_offsets=np.array([-1.25, 0.0, 2.5], np.float32))
-            service.recalibrator.offsets = Offsets(service.state.now.model.metadata.model_version,
-                                                   fitted, 10, 1.0e9)
+            version = service.state.now.model.metadata.model_version
+            service.default.recalibrator.offsets = Offsets(version, fitted, 10, 1.0e9)
             info = (await client.get("/v1/model")).json()["recalibration"]
             assert info["zero_width_offsets"] == {"p10": -1.25, "p50": 0.0, "p90": 2.5}
             assert info["offsets"] == {"p10": -0.1, "p50": 0.0, "p90": 0.2}
@@ -152,7 +156,7 @@ def test_the_offsets_are_kept_to_their_model_and_can_be_turned_off(tmp_path: Pat
         async with seeded(tmp_path) as client:
             service = client.app.state.service
             plain = await quantiles(client, "c1")
-            await service.recalibrator.refresh()
+            await service.default.recalibrator.refresh()
             assert not np.allclose(await quantiles(client, "c1"), plain)
             # Another model's forecasts do not take this one's offsets.
             other = make_model(tmp_path / "other", version="other")
@@ -160,7 +164,7 @@ def test_the_offsets_are_kept_to_their_model_and_can_be_turned_off(tmp_path: Pat
                     ).status_code == 200
             assert (await client.get("/v1/model")).json()["recalibration"]["windows"] == 0
             assert await shown(client) == (0.0, 1.0, {"p10": 0.0, "p50": 0.0, "p90": 0.0})
-            await service.recalibrator.refresh()
+            await service.default.recalibrator.refresh()
             assert (await client.get("/v1/model")).json()["recalibration"]["windows"] == 7
             assert (await shown(client))[0] == 7.0
             # everySeconds 0: the model's own calibration, whatever was computed before.
@@ -205,10 +209,11 @@ def test_a_refresh_that_found_no_history_is_retried_before_its_schedule(
         async with running(desc) as client:
             service = client.app.state.service
             for _ in range(100):
-                if service.recalibrator.offsets is not None:
+                if service.default.recalibrator.offsets is not None:
                     break
                 await asyncio.sleep(0.05)
-            assert service.recalibrator.offsets.recalibration.windows == 0  # nothing held yet
+            offsets = service.default.recalibrator.offsets
+            assert offsets.recalibration.windows == 0  # nothing held yet
             await seed(client)
             for _ in range(100):
                 info = (await client.get("/v1/model")).json()["recalibration"]
@@ -230,7 +235,7 @@ def test_replicas_on_one_redis_apply_the_same_offsets(tmp_path: Path) -> None:
         async def go() -> None:
             async with running(desc_a) as a, running(desc_b) as b:
                 await seed(a)
-                fitted = await a.app.state.service.recalibrator.refresh()
+                fitted = await a.app.state.service.default.recalibrator.refresh()
                 assert fitted.windows == 7
                 # Each replica takes up the store's refresh within a second. B may have
                 # refreshed on its own while A's seeding landed: whichever was written last

@@ -16,7 +16,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from kpi_forecast.model.config import ModelConfig
-from kpi_forecast.xapp.http.forecast_routes import DECIMALS
+from kpi_forecast.xapp.http.schemas import DECIMALS
 
 UNIT_ROUNDOFF_32 = 2.0**-24
 # Two answers rounded to DECIMALS places can differ by one unit of the last place more than

@@ -19,19 +19,22 @@ from kpi_forecast.xapp.descriptor.config_file import (
 )
 from kpi_forecast.xapp.descriptor.controls import KpiSource
 from kpi_forecast.xapp.service import TransportFactory, rmr_transport
-from kpi_forecast.xapp.serving.state import Served, ServingState
+from kpi_forecast.xapp.serving.state import ServingState
 from kpi_forecast.xapp.store.cell_history import CellHistory
 from tests.exported_model import exported_copy
 
 CONTEXT, HORIZON = 168, 24
 
 
-def make_model(path: Path, version: str = "test", seed: int = 0) -> Path:
+def make_model(path: Path, version: str = "test", seed: int = 0, target: str | None = None
+               ) -> Path:
     """A model directory at ``path`` (a copy of the process's one export of weights drawn
-    from ``seed``), as ``version``."""
+    from ``seed``), as ``version``, of the KPI ``target`` (default: the export's)."""
     exported_copy(path, CONTEXT, HORIZON, seed)
     meta = json.loads((path / "metadata.json").read_text())
     meta["model_version"] = version
+    if target is not None:
+        meta["target"] = target
     (path / "metadata.json").write_text(json.dumps(meta))
     return path
 
@@ -41,19 +44,30 @@ def make_model(path: Path, version: str = "test", seed: int = 0) -> Path:
 OPEN_API = {"modelControl": "open", "historyWrites": "open"}
 
 
-def write_descriptor(directory: Path, model_dir: Path, **controls: object) -> Path:
+def make_repository(root: Path, kpis: dict[str, str], seed: int = 0) -> Path:
+    """A model repository at ``root``: a model per name, of the KPI given, each its own version
+    (the name; the weights of one export, drawn from ``seed``)."""
+    for name, kpi in kpis.items():
+        make_model(root / name, version=name, seed=seed, target=kpi)
+    return root
+
+
+def write_descriptor(directory: Path, model_dir: Path | None, **controls: object) -> Path:
     """A config-file.json like the packaged one, with ``controls`` (camelCase) replaced; the
-    restricted route groups open unless ``api`` is given."""
+    restricted route groups open unless ``api`` is given. No ``model_dir``: the controls name
+    a modelRepository instead."""
     raw = json.loads((DEFAULT_DIR / CONFIG_FILE_NAME).read_text())
     raw["controls"] = {**raw["controls"], "modelDir": str(model_dir), "api": OPEN_API,
                        **controls}
+    if model_dir is None:
+        del raw["controls"]["modelDir"]
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / CONFIG_FILE_NAME
     path.write_text(json.dumps(raw, indent=2))
     return path
 
 
-def descriptor(tmp: Path, model_dir: Path, **controls: object) -> Descriptor:
+def descriptor(tmp: Path, model_dir: Path | None, **controls: object) -> Descriptor:
     """A descriptor for tests: a 5 s budget unless given, so that a busy test machine (two
     cores shared with other work: a 1 s stall of the event loop has been seen) does not turn a
     contract test into a latency test."""
@@ -86,9 +100,10 @@ async def running(desc: Descriptor, wait_ready: bool = True, watch: bool = False
 def serving_state(history: CellHistory | None = None, kpi_source: KpiSource | None = None,
                   model: object = None) -> ServingState:
     """The packaged descriptor's controls with ``history``, the measurement ``kpi_source`` as
-    the served model's KPI and ``model`` (None, or what stands in for one), as the parts
+    the default model's KPI and ``model`` (None, or what stands in for one), as the parts
     tested read them."""
     state = ServingState(load_descriptor(DEFAULT_DIR / CONFIG_FILE_NAME).controls)
-    state.now = Served(state.now.controls, model=model, history=history,  # type: ignore[arg-type]
-                       kpi_source=kpi_source)
+    state.swap(state.default, history=history, kpi_source=kpi_source)
+    if model is not None:  # a stand-in: its KPI is not looked up
+        state.swap(state.default, model=model, kpi_source=kpi_source)
     return state

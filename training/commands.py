@@ -31,11 +31,11 @@ log = logging.getLogger(__name__)
 
 
 def cmd_train(args: argparse.Namespace) -> None:
-    from kpi_forecast.data.ingest import load_panel
     from kpi_forecast.training.device import resolve_device
-    from kpi_forecast.training.distributed import aligned, join
+    from kpi_forecast.training.distributed import join
 
     started = time.monotonic()  # --max-minutes counts from here: reading the data is in it
+    targets = parse_targets(args.target)
     # Under torchrun this process is one rank of several; alone it is the only one.
     group = join(resolve_device(args.device))
     if not group.main:
@@ -44,20 +44,56 @@ def cmd_train(args: argparse.Namespace) -> None:
         cleanup.callback(group.close)
         stop = cleanup.enter_context(stop_on_signals(
             "stopping after the step under way and writing the model so far"))
-        if Path(args.data).is_dir():  # a Parquet dataset: each rank reads only its files
-            shard = load_panel(args.data, args.target, freq=args.freq, tz=args.tz,
-                               shard=(group.rank, group.world))
-            shard.holidays = args.holidays
-            panel = aligned(shard, group)
-            _train(args, group, panel, started, stop, block=panel)
-        else:  # one file: every rank reads it and trains on its block of cells
-            panel = load_panel(args.data, args.target, freq=args.freq, tz=args.tz)
-            panel.holidays = args.holidays
-            _train(args, group, panel, started, stop)
+        if len(targets) == 1:
+            _train_target(args, group, targets[0], Path(args.out), started,
+                          args.max_minutes, stop)
+            return
+        # A repository: one model per KPI, in a folder named by it. The time budget is the
+        # whole command's, shared: each target gets an equal part of what is left when it
+        # starts, so one that stops early leaves its time to the next.
+        deadline = started + args.max_minutes * 60
+        for k, target in enumerate(targets):
+            if stop.is_set():
+                break
+            begun = time.monotonic()
+            share = max(deadline - begun, 0.0) / (len(targets) - k)
+            _train_target(args, group, target, Path(args.out) / target, begun, share / 60,
+                          stop)
+        if group.main:
+            print(f"repository: {args.out} ({', '.join(targets)}); serve it with "
+                  f"kpi-forecast serve --models {args.out}")
 
 
-def _train(args: argparse.Namespace, group: Group, panel: Panel, started: float,
-           stop: threading.Event, block: Panel | None = None) -> None:
+def parse_targets(text: str) -> list[str]:
+    """``--target``: one KPI column, or several separated by commas (a repository)."""
+    targets = [t.strip() for t in text.split(",")]
+    if not all(targets):
+        raise UserError(f"--target {text!r}: KPI columns separated by commas, none empty")
+    if len(set(targets)) != len(targets):
+        raise UserError(f"--target {text!r}: a column named twice")
+    return targets
+
+
+def _train_target(args: argparse.Namespace, group: Group, target: str, out: Path,
+                  started: float, max_minutes: float, stop: threading.Event) -> None:
+    """Train one KPI's model into ``out`` within ``max_minutes`` from ``started``."""
+    from kpi_forecast.data.ingest import load_panel
+    from kpi_forecast.training.distributed import aligned
+
+    if Path(args.data).is_dir():  # a Parquet dataset: each rank reads only its files
+        shard = load_panel(args.data, target, freq=args.freq, tz=args.tz,
+                           shard=(group.rank, group.world))
+        shard.holidays = args.holidays
+        panel = aligned(shard, group)
+        _train(args, group, panel, out, started, max_minutes, stop, block=panel)
+    else:  # one file: every rank reads it and trains on its block of cells
+        panel = load_panel(args.data, target, freq=args.freq, tz=args.tz)
+        panel.holidays = args.holidays
+        _train(args, group, panel, out, started, max_minutes, stop)
+
+
+def _train(args: argparse.Namespace, group: Group, panel: Panel, out: Path, started: float,
+           max_minutes: float, stop: threading.Event, block: Panel | None = None) -> None:
     from kpi_forecast.model.config import ModelConfig
     from kpi_forecast.training.fit import fit
     from kpi_forecast.training.train import TrainConfig
@@ -78,17 +114,17 @@ def _train(args: argparse.Namespace, group: Group, panel: Panel, started: float,
         raise UserError(str(exc)) from exc
     log.info("%d tokens per context window, %d step(s) each; %s", model_cfg.n_patches,
              model_cfg.patch_len, model_cfg.describe_skip())
-    train_cfg = TrainConfig(max_minutes=args.max_minutes, max_epochs=args.max_epochs,
+    train_cfg = TrainConfig(max_minutes=max_minutes, max_epochs=args.max_epochs,
                             batch_size=args.batch_size, seed=args.seed, device=args.device)
-    fitted = fit(panel, Path(args.out), model_cfg, train_cfg, str(args.data),
+    fitted = fit(panel, out, model_cfg, train_cfg, str(args.data),
                  progress=not args.quiet, group=group, block=block, started=started,
                  stop=stop, gpu_graph=args.gpu_graph, context_choice=why)
     if fitted is None:  # not rank 0: rank 0 writes and reports
         return
     meta, validation = fitted
     print(validation.overall.to_string(float_format=lambda v: f"{v:.3f}"))
-    print(f"model: {Path(args.out) / 'model.onnx'} (version {meta.model_version})")
-    print(f"report: {Path(args.out) / 'report.md'}")
+    print(f"model: {out / 'model.onnx'} (version {meta.model_version})")
+    print(f"report: {out / 'report.md'}")
 
 
 def cmd_export(args: argparse.Namespace) -> None:
@@ -107,8 +143,12 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "epoch's checkpoint in --out.")
     train.add_argument("--data", required=True,
                        help="long CSV, CSV.gz or Parquet file, or a Parquet dataset directory")
-    train.add_argument("--target", required=True, help="KPI column to forecast")
-    train.add_argument("--out", required=True, help="model directory to write")
+    train.add_argument("--target", required=True,
+                       help="KPI column to forecast; several, separated by commas (a,b,c), "
+                       "train one model each into a repository")
+    train.add_argument("--out", required=True,
+                       help="model directory to write; with several targets, the repository: "
+                       "a model directory per target, named by it")
     train.add_argument("--freq", help="grid step, e.g. 1h or 15min (inferred when absent)")
     train.add_argument("--tz", help="zone of the calendar features (default: from the data)")
     train.add_argument("--holidays", type=holiday_calendar, default="", metavar="CODE",
@@ -119,7 +159,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--horizon", help=f"forecast steps or duration (default {DEFAULT_HORIZON})")
     train.add_argument("--max-minutes", type=float, default=5.0,
                        help="time budget of the whole command: reading, training, export "
-                            "and report (default 5)")
+                            "and report (default 5), shared by the targets")
     train.add_argument("--max-epochs", type=int, default=60)
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--batch-size", type=positive_int, default=0,

@@ -15,26 +15,37 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def load_forecaster(args: argparse.Namespace) -> OnnxForecaster:
+def load_forecaster(model_dir: Path, args: argparse.Namespace) -> OnnxForecaster:
     from kpi_forecast.model.runtime import OnnxForecaster, RuntimeOptions
 
     options = RuntimeOptions(provider=args.provider, intra_op_threads=args.threads)
-    forecaster = OnnxForecaster(args.model, options)
+    forecaster = OnnxForecaster(model_dir, options)
     log.info("onnxruntime %s on %s", forecaster.describe()["onnxruntime"], forecaster.provider)
     return forecaster
 
 
 def cmd_backtest(args: argparse.Namespace) -> None:
+    """Each model's backtest (one, or each of a repository's) into its own folder."""
+    from kpi_forecast.model.artifact import models_at
+
+    models = models_at(args.model)
+    for name, model_dir in models.items():
+        out = (Path(args.out) / name if args.out and len(models) > 1
+               else Path(args.out or model_dir / "backtest"))
+        if len(models) > 1:
+            print(f"{name}:")
+        _backtest(load_forecaster(model_dir, args), args, out)
+
+
+def _backtest(forecaster: OnnxForecaster, args: argparse.Namespace, out: Path) -> None:
     from kpi_forecast.data.ingest import load_panel
     from kpi_forecast.training.backtest import backtest
 
-    forecaster = load_forecaster(args)
     meta = forecaster.metadata
     panel = load_panel(args.data, meta.target, freq=args.freq or meta.freq, tz=meta.calendar_tz)
     step = parse_steps(args.step, panel.step, "--step") if args.step else None
     result = backtest(forecaster, panel, folds=args.folds, step=step,
                       recalibrate_windows=recalibrate_windows(args, forecaster))
-    out = Path(args.out or Path(args.model) / "backtest")
     out.mkdir(parents=True, exist_ok=True)
     result.overall.to_csv(out / "overall.csv", index_label="model")
     result.per_cell.to_csv(out / "per_cell.csv", index=False)
@@ -45,17 +56,30 @@ def cmd_backtest(args: argparse.Namespace) -> None:
 
 
 def cmd_predict(args: argparse.Namespace) -> None:
+    """One model's forecasts, or each of a repository's in one CSV with its KPI in ``kpi``."""
+    import pandas as pd
+
     from kpi_forecast.data.ingest import load_panel
+    from kpi_forecast.model.artifact import models_at
     from kpi_forecast.training.predict import predict_frame
 
-    forecaster = load_forecaster(args)
-    meta = forecaster.metadata
-    panel = load_panel(args.data, meta.target, freq=args.freq or meta.freq, tz=meta.calendar_tz)
-    frame, recalibrated = predict_frame(forecaster, panel, recalibrate_windows(args, forecaster))
+    models = models_at(args.model)
+    frames = []
+    for model_dir in models.values():
+        forecaster = load_forecaster(model_dir, args)
+        meta = forecaster.metadata
+        panel = load_panel(args.data, meta.target, freq=args.freq or meta.freq,
+                           tz=meta.calendar_tz)
+        frame, recalibrated = predict_frame(forecaster, panel,
+                                            recalibrate_windows(args, forecaster))
+        if len(models) > 1:
+            frame.insert(0, "kpi", meta.target)
+        frames.append(frame)
+        print(f"{meta.target}: {len(frame)} forecasts for {panel.n_cells} cells, quantiles "
+              f"{recalibrated.describe(meta.quantile_names())}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(args.out, index=False)
-    print(f"{len(frame)} forecasts for {panel.n_cells} cells: {args.out}")
-    print(f"quantiles {recalibrated.describe(meta.quantile_names())}")
+    pd.concat(frames, ignore_index=True).to_csv(args.out, index=False)
+    print(f"forecasts: {args.out}")
 
 
 def recalibrate_windows(args: argparse.Namespace, forecaster: OnnxForecaster) -> int:
@@ -85,18 +109,22 @@ def add_recalibration_option(parser: argparse.ArgumentParser) -> None:
 def add_commands(commands: argparse._SubParsersAction) -> None:
     """backtest and predict."""
     bt = commands.add_parser("backtest", help="rolling-origin evaluation against baselines")
-    bt.add_argument("--model", required=True)
+    bt.add_argument("--model", required=True,
+                    help="model directory, or a repository: each of its models is backtested")
     bt.add_argument("--data", required=True)
     bt.add_argument("--folds", type=int, default=7)
     bt.add_argument("--step", help="steps or duration between origins (default: horizon)")
     bt.add_argument("--freq")
-    bt.add_argument("--out", help="folder for the CSVs (default MODEL/backtest)")
+    bt.add_argument("--out", help="folder for the CSVs (default MODEL/backtest; for a "
+                    "repository, a folder per model)")
     add_runtime_options(bt)
     add_recalibration_option(bt)
     bt.set_defaults(run=cmd_backtest)
 
     predict = commands.add_parser("predict", help="forecast after each cell's last sample")
-    predict.add_argument("--model", required=True)
+    predict.add_argument("--model", required=True,
+                         help="model directory, or a repository: every model's forecasts, "
+                         "with a kpi column")
     predict.add_argument("--data", required=True)
     predict.add_argument("--out", required=True, help="CSV to write")
     predict.add_argument("--freq")

@@ -24,6 +24,7 @@ from kpi_forecast.xapp.http.forecast_routes import add_forecast_routes
 from kpi_forecast.xapp.http.model_routes import add_model_routes
 from kpi_forecast.xapp.http.ric_routes import add_ric_routes
 from kpi_forecast.xapp.http.schemas import BatchRequest, ForecastRequest
+from kpi_forecast.xapp.http.timeseries_routes import TimeSeriesRequest, add_timeseries_routes
 from kpi_forecast.xapp.ric import registration
 from kpi_forecast.xapp.service import STOP_STEP_S, Service, TransportFactory, rmr_transport
 
@@ -64,12 +65,14 @@ def create_app(
     app.state.service = service
     # The routes go on the app's own router, as its one route table, each with its facts.
     app.router.route_class = Route
-    for add_routes in (add_ric_routes, add_forecast_routes, add_cell_routes, add_model_routes):
+    for add_routes in (add_ric_routes, add_forecast_routes, add_cell_routes, add_model_routes,
+                       add_timeseries_routes):
         add_routes(app.router, service)
     service.metrics.declare_forecast_routes(
         [route.path for route in app.routes if isinstance(route, Route) and route.forecast])
     app.openapi = openapi.Document(  # type: ignore[method-assign]
-        app, service.state, extra_models=(BatchRequest, ForecastRequest, ErrorOut))
+        app, service.state,
+        extra_models=(BatchRequest, ForecastRequest, TimeSeriesRequest, ErrorOut))
     app.add_middleware(Boundary, state=service.state,
                        access=Access(service.state, service.metrics),
                        metrics=service.metrics, loop_lag=service.loop_lag)

@@ -35,7 +35,7 @@ class Metrics:
         )
         self.inference_latency = Histogram(
             f"{PREFIX}_inference_duration_seconds", "ONNX Runtime time per batch.",
-            buckets=around_budget, registry=r,
+            ["model"], buckets=around_budget, registry=r,
         )
         self.queue_wait = Histogram(
             f"{PREFIX}_queue_wait_seconds", "Time a forecast waits for its batch to start.",
@@ -44,7 +44,8 @@ class Metrics:
         batch_buckets = [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
                          if b <= max(max_batch_size, 1) * 2] or [1]
         self.batch_size = Histogram(
-            f"{PREFIX}_batch_size", "Series per model call.", buckets=batch_buckets, registry=r,
+            f"{PREFIX}_batch_size", "Series per model call.", ["model"], buckets=batch_buckets,
+            registry=r,
         )
         self.budget_violations = Counter(
             f"{PREFIX}_budget_violations", "Forecast responses slower than the latency budget.",
@@ -76,13 +77,15 @@ class Metrics:
         )
         for group in Api.model_fields:  # the restricted route groups
             self.refused.labels(group=group)
-        self.cells_held = Gauge(f"{PREFIX}_cells_held", "Cells with history held.", registry=r)
+        self.cells_held = Gauge(f"{PREFIX}_cells_held", "Cells with history held, by the model "
+                                "whose KPI it is.", ["model"], registry=r)
         self.budget = Gauge(
             f"{PREFIX}_latency_budget_seconds", "The configured latency budget.", registry=r,
         )
         self.budget.set(budget_seconds)
         self.queue_depth = Gauge(
-            f"{PREFIX}_queue_depth", "Forecasts waiting for a model call.", registry=r,
+            f"{PREFIX}_queue_depth", "Forecasts waiting for a model call.", ["model"],
+            registry=r,
         )
         self.e2_indications = Counter(
             f"{PREFIX}_e2_indications", "RIC Indications ingested into the cells' history.",
@@ -133,41 +136,42 @@ class Metrics:
             f"{PREFIX}_e2_subscriptions_lost", "Subscriptions the subscription manager no "
             "longer listed (it or the E2 node restarted), made again.", registry=r,
         )
-        self.model = Info(f"{PREFIX}_model", "The model being served.", registry=r)
+        self.model = Info(f"{PREFIX}_model", "The models being served.", ["model"], registry=r)
         self.model_load = Gauge(
             f"{PREFIX}_model_load_seconds", "Time to load, verify and warm up the model.",
-            registry=r,
+            ["model"], registry=r,
         )
         self.recalibration_offset = Gauge(
             f"{PREFIX}_recalibration_offset",
             "Offset of each quantile, in units of the forecast's outer band, from the recent "
-            "history of the cells held (0: none).", ["quantile"], registry=r,
+            "history of the cells held (0: none).", ["model", "quantile"], registry=r,
         )
         self.recalibration_windows = Gauge(
             f"{PREFIX}_recalibration_windows",
             "Recent horizons the offsets come from (0: the model's own calibration).",
-            registry=r,
+            ["model"], registry=r,
         )
         self.recalibration_weight = Gauge(
             f"{PREFIX}_recalibration_model_weight",
             "The model's share of the median forecast; the rest is the simple forecasts' "
-            "(1: the model alone).", registry=r,
+            "(1: the model alone).", ["model"], registry=r,
         )
         self.recalibration_naive_weight = Gauge(
             f"{PREFIX}_recalibration_naive_weight",
             "Each simple forecast's share of the median forecast (model.naive: last_day, "
-            "last_week, weekly_profile).", ["naive"], registry=r,
+            "last_week, weekly_profile).", ["model", "naive"], registry=r,
         )
         self.recalibration_seconds = Gauge(
             f"{PREFIX}_recalibration_duration_seconds", "Time the last recalibration took.",
-            registry=r,
+            ["model"], registry=r,
         )
         self.recalibration_time = Gauge(
             f"{PREFIX}_recalibration_last_timestamp_seconds",
-            "Unix time of the last recalibration.", registry=r,
+            "Unix time of the last recalibration.", ["model"], registry=r,
         )
         self.model_ready = Gauge(
-            f"{PREFIX}_model_ready", "1 when a verified, warmed-up model is serving.", registry=r,
+            f"{PREFIX}_model_ready", "1 when a verified, warmed-up model is serving.", ["model"],
+            registry=r,
         )
         self.admission_limit = Gauge(
             f"{PREFIX}_admission_limit",

@@ -23,9 +23,16 @@ GRACEFUL_SHUTDOWN_S = 20
 
 def serve(model: str | None, config: str | None, host: str, port: int,
           submgr: str | None = None, e2_port: int | None = None, a1: bool = False,
-          e2_client_host: str | None = None, e2mgr: str | None = None) -> None:
+          e2_client_host: str | None = None, e2mgr: str | None = None,
+          models: str | None = None) -> None:
     path = descriptor_path(config)
-    overrides: dict = {"model_dir": str(Path(model).resolve())} if model else {}
+    overrides: dict = {}
+    if model:
+        overrides.update(model_dir=str(Path(model).resolve()), model_repository=None,
+                         models=None, default_model=None)
+    if models:  # in place of the file's modelDir
+        overrides.update(model_repository=str(Path(models).resolve()), model_dir=None,
+                         model_url=None)
     e2: dict = {}
     if submgr or e2_port is not None:
         e2["enabled"] = True  # either flag turns E2 on; the rest of e2 comes from the file

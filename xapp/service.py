@@ -1,8 +1,9 @@
 """The xApp's parts wired together, apart from HTTP: the serving state (``serving.state``: the
-controls, the model and its stores, as one snapshot) and everyone who reads it, the model
-holder that swaps models into it, the batcher, the decision of what to answer, admission, the
-background recalibration, E2 and A1 (``ric``) and the metrics; their start and orderly stop,
-and a new descriptor handed to each."""
+controls, each model and its stores, as one snapshot) and everyone who reads it, each model's
+parts (``serving.repository.ModelSlot``: the holder that swaps it in, its batcher, the
+decision of what to answer, its background recalibration), admission, E2 and A1 (``ric``)
+and the metrics; their start and orderly stop, models loaded and unloaded by name, and a new
+descriptor handed to each."""
 
 from __future__ import annotations
 
@@ -10,10 +11,8 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from kpi_forecast.model.runtime import OnnxForecaster
 from kpi_forecast.xapp.descriptor.config_file import Descriptor, model_fields_changed
 from kpi_forecast.xapp.descriptor.controls import E2, Controls
-from kpi_forecast.xapp.failures import describe
 from kpi_forecast.xapp.metrics import Metrics
 from kpi_forecast.xapp.ric.a1.handler import PolicyHandler
 from kpi_forecast.xapp.ric.a1.policies import Policies
@@ -22,19 +21,11 @@ from kpi_forecast.xapp.ric.e2.link import E2Link
 from kpi_forecast.xapp.ric.e2.ownership import Ownership
 from kpi_forecast.xapp.ric.e2.rmr import RmrTransport
 from kpi_forecast.xapp.ric.e2.transport import Transport
-from kpi_forecast.xapp.serving.batcher import DynamicBatcher
-from kpi_forecast.xapp.serving.budget import (
-    Admission,
-    ConcurrencyLimit,
-    Decider,
-    LoopLag,
-    latency_budget_s,
-)
-from kpi_forecast.xapp.serving.model_holder import ModelHolder, check_controls
-from kpi_forecast.xapp.serving.recalibrator import Recalibrator
+from kpi_forecast.xapp.serving import repository
+from kpi_forecast.xapp.serving.budget import Admission, ConcurrencyLimit, LoopLag, latency_budget_s
+from kpi_forecast.xapp.serving.model_holder import check_controls
+from kpi_forecast.xapp.serving.repository import ModelSlot
 from kpi_forecast.xapp.serving.state import ServingState
-from kpi_forecast.xapp.store.cell_history import HistoryUnavailable
-from kpi_forecast.xapp.store.shared_state import SharedState
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +33,11 @@ log = logging.getLogger(__name__)
 # finishing queued forecasts) is cut off after this long: four of them stay within the 5 s
 # every command gets from SIGTERM to its exit.
 STOP_STEP_S = 1.0
+
+
+# Controls that take effect at the next start only.
+RESTART_FIELDS = ("history_store", "a1", "model_url", "model_repository", "models",
+                  "default_model")
 
 
 # Builds the rmr-data transport from the E2 controls and a counter of broken messages (by
@@ -58,15 +54,10 @@ class Service:
                  e2_transport: TransportFactory = rmr_transport) -> None:
         self.descriptor = descriptor
         controls = descriptor.controls
-        self.state = ServingState(controls)
+        names, default = repository.at_start(controls)  # RepositoryError: refused at start
+        self.state = ServingState(controls, names, default)
         self.metrics = Metrics(controls.latency_budget_ms / 1000.0,
                                controls.batching.max_batch_size)
-        self.recalibrator = Recalibrator(self.state, self.metrics)
-        self.holder = ModelHolder(self.state, self.metrics, self._prepare, self._swapped)
-        self.batcher = DynamicBatcher(
-            self.state, self.metrics, controls.batching.max_batch_size,
-            controls.batching.max_queue_delay_ms / 1000.0, controls.batching.max_queue_size)
-        self.decider = Decider(self.batcher, self.metrics)
         self.loop_lag = LoopLag()
         # At most the queue's bound; "off" admits everything (the queue's bound still holds).
         self.limit = ConcurrencyLimit(maximum=controls.batching.max_queue_size,
@@ -81,71 +72,104 @@ class Service:
                    if controls.a1.enabled and transport is not None else None)
         self.e2 = E2Link(self.state, transport, self.ingestor, http_port, Ownership(self.state),
                          self.metrics, self.a1)
+        # Each model's serving parts, by name; the A1 policies follow the default model.
+        self.models: dict[str, ModelSlot] = {name: self._slot(name) for name in names}
+        # The parts of the model the routes without a model name answer for.
+        self.default = self.models[default]
+        self._tasks: dict[str, list[asyncio.Task]] = {}
+
+    def _slot(self, name: str) -> ModelSlot:
+        return ModelSlot(name, self.state, self.metrics,
+                         self.a1 if name == self.state.default else None)
+
+    def slot(self, name: str) -> ModelSlot:
+        """The parts of the model ``name``; UnknownModel names those there are."""
+        try:
+            return self.models[name]
+        except KeyError:
+            raise repository.unknown(name, self.state, self.state.now.controls) from None
 
     def _broken(self, reason: str) -> None:
         self.metrics.e2_rejected.labels(reason=reason).inc()
 
-    async def _prepare(self, model: OnnxForecaster, shared: SharedState) -> None:
-        """Take the recalibration and the A1 instances other replicas keep before serving
-        ``model``, so a restarted replica answers as they do from its first request."""
-        try:
-            await self.recalibrator.take_shared(model, shared)
-        except (HistoryUnavailable, ValueError, KeyError) as exc:
-            log.warning("recalibration: the shared offsets cannot be read yet: %s",
-                        describe(exc))
-        if self.a1 is not None:
-            try:  # the A1 instances other replicas took, in force from the first request
-                await self.a1.take_stored(shared)
-            except HistoryUnavailable as exc:
-                log.warning("a1: the stored instances cannot be read yet: %s", describe(exc))
+    async def load(self, name: str, model_dir: str | None = None) -> ModelSlot:
+        """Load (or reload) the model ``name`` of the repository, from ``model_dir`` where
+        given; a model not served before gets its parts. Raises what ``ModelHolder.reload``
+        raises, and UnknownModel for a name the repository does not hold."""
+        slot = self.models.get(name)
+        if slot is None:
+            if name not in repository.listed(self.state.now.controls):
+                raise repository.unknown(name, self.state, self.state.now.controls)
+            self.state.add(name)
+            slot = self.models[name] = self._slot(name)
+            self._tasks[name] = self._start_slot(slot, first_load=False)
+        await slot.holder.reload(model_dir)
+        return slot
 
-    def _swapped(self, model: OnnxForecaster) -> None:
-        self.recalibrator.put_in_force(model)
-        if self.a1 is not None:
-            self.a1.model_swapped()
+    async def unload(self, name: str) -> None:
+        await self.slot(name).holder.unload()
 
     def apply_descriptor(self, new: Descriptor) -> None:
         """A config reload: raise ValueError to reject it (the old one stays)."""
-        served = self.state.now
-        if served.model is not None:
-            check_controls(new.controls, served.model)
-        old = served.controls
-        for name in ("history_store", "a1", "model_url"):
-            if getattr(new.controls, name) != getattr(old, name):
-                alias = Controls.model_fields[name].alias
+        for name, served in self.state.models.items():
+            if served.model is not None:
+                try:
+                    check_controls(new.controls, served.model)
+                except ValueError as exc:
+                    raise ValueError(f"{exc} (model {name})") from None
+        old = self.state.now.controls
+        for field in RESTART_FIELDS:
+            if getattr(new.controls, field) != getattr(old, field):
+                alias = Controls.model_fields[field].alias
                 raise ValueError(f"controls.{alias} changes take effect at the next start: "
                                  "restart the xApp (the chart's rollOnConfigChange does it)")
         self.descriptor = new
         self.state.swap(controls=new.controls)
         batching = new.controls.batching
-        self.batcher.configure(batching.max_batch_size, batching.max_queue_delay_ms / 1000.0,
-                               batching.max_queue_size)
+        for slot in self.models.values():
+            slot.batcher.configure(batching.max_batch_size,
+                                   batching.max_queue_delay_ms / 1000.0,
+                                   batching.max_queue_size)
         self.limit.configure(batching.max_queue_size, batching.admission == "adaptive")
         self.metrics.budget.set(latency_budget_s(new.controls))
-        if served.model is not None:  # recalibration turned on or off
-            self.recalibrator.put_in_force(served.model)
+        for name, served in self.state.models.items():
+            if served.model is not None:  # recalibration turned on or off
+                self.models[name].recalibrator.put_in_force(served.model)
         changed = model_fields_changed(old, new.controls)
         if changed:
-            log.info("config: %s changed, reloading the model", ", ".join(changed))
-            asyncio.get_running_loop().create_task(self.holder.reload_logged())
+            log.info("config: %s changed, reloading the models", ", ".join(changed))
+            for slot in self.models.values():
+                asyncio.get_running_loop().create_task(slot.holder.reload_logged())
+
+    def _start_slot(self, slot: ModelSlot, first_load: bool = True) -> list[asyncio.Task]:
+        name = slot.name
+        tasks = [asyncio.create_task(slot.batcher.run(), name=f"batcher-{name}"),
+                 asyncio.create_task(slot.recalibrator.run(), name=f"recalibration-{name}")]
+        if first_load:
+            tasks.append(asyncio.create_task(slot.holder.first_load(), name=f"load-{name}"))
+        return tasks
 
     async def start(self) -> list[asyncio.Task]:
-        """Start E2 if enabled, the batcher and the probes, and load the model in the
-        background (alive before ready)."""
+        """Start E2 if enabled and the probes, each model's batcher and recalibration, and
+        load the models in the background (alive before ready)."""
         a1 = [] if self.a1 is None else [asyncio.create_task(self.a1.run(), name="a1")]
+        self._tasks = {name: self._start_slot(slot) for name, slot in self.models.items()}
         return [*await self.e2.start(), *a1,
-                asyncio.create_task(self.batcher.run(), name="batcher"),
-                asyncio.create_task(self.loop_lag.run(), name="loop-lag"),
-                asyncio.create_task(self.recalibrator.run(), name="recalibration"),
-                asyncio.create_task(self.holder.first_load(), name="initial-model-load")]
+                asyncio.create_task(self.loop_lag.run(), name="loop-lag")]
 
     async def stop(self, tasks: list[asyncio.Task]) -> None:
         """Stop E2, finish queued forecasts, close: each step bounded, so that the process
         exits within seconds of SIGTERM whatever is down."""
         await self.e2.stop(STOP_STEP_S)
-        await self.batcher.drain(STOP_STEP_S)
-        for task in tasks:
+        await asyncio.gather(*(slot.batcher.drain(STOP_STEP_S)
+                               for slot in self.models.values()))
+        every = [*tasks, *(task for each in self._tasks.values() for task in each)]
+        for task in every:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self.batcher.close()
-        await self.holder.close()
+        await asyncio.gather(*every, return_exceptions=True)
+        for slot in self.models.values():
+            slot.batcher.close()
+            await slot.holder.close()
+        shared = self.state.now.shared
+        if shared is not None:
+            await shared.close()

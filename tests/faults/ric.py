@@ -20,6 +20,7 @@ from kpi_forecast.cli.mock_e2_node import cell_id
 from kpi_forecast.cli.smoke import wait_ready
 from kpi_forecast.data.ingest import load_panel
 from kpi_forecast.data.panel import Panel
+from kpi_forecast.model.artifact import load_metadata
 from kpi_forecast.xapp.descriptor.controls import HistoryStore
 from kpi_forecast.xapp.store.sdl import RedisCellHistory
 from tests.processes import ROOT, STOP_WITHIN_S
@@ -99,6 +100,11 @@ class Ric:
     replicas: list[Replica] = field(default_factory=list)
 
     @property
+    def kpi(self) -> str:
+        """The served model's KPI: the key of its history."""
+        return load_metadata(self.model_dir).target
+
+    @property
     def log(self) -> Path:
         return self.directory / "processes.log"
 
@@ -158,13 +164,13 @@ def the_file(data: Path) -> tuple[Panel, list[str]]:
     return panel, [cell_id(row) for row in range(panel.n_cells)]
 
 
-def held(redis_port: int, panel: Panel, cells: list[str]) -> np.ndarray:
-    """What the shared history holds of ``cells`` over the file's span, read with the store's
-    own reader: [cells, steps] in the file's order, NaN where nothing is held."""
+def held(redis_port: int, panel: Panel, cells: list[str], kpi: str) -> np.ndarray:
+    """What the shared history of ``kpi`` holds of ``cells`` over the file's span, read with
+    the store's own reader: [cells, steps] in the file's order, NaN where nothing is held."""
     async def read() -> np.ndarray:
         settings = HistoryStore(backend="redis", host="127.0.0.1", port=redis_port,
                                 namespace=NAMESPACE)
-        store = await RedisCellHistory.open(settings, panel.freq, panel.n_steps)
+        store = await RedisCellHistory.open(settings, panel.freq, panel.n_steps, kpi=kpi)
         try:
             windows = await store.windows(cells)
         finally:

@@ -131,7 +131,7 @@ def test_a_hung_redis_keeps_forecasts_in_budget_and_counts_what_it_could_not_kee
         wait_for(replayed, 3 * panel.n_steps * 3600 / SPEED + 10, ric.tail)
         counted = sum(r.metric('kpi_forecast_e2_indications_rejected_total'
                                '{reason="history-store"}') for r in (a, b))
-        kept = held(ric.redis.port, panel, cells)
+        kept = held(ric.redis.port, panel, cells, ric.kpi)
         missing = int(np.isnan(kept).sum())
         assert missing <= counted, (missing, counted)
         present = ~np.isnan(kept)

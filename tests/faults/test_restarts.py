@@ -57,9 +57,9 @@ def whole(ric: Ric, speed: float) -> np.ndarray:
     """The shared history once it holds every step of the file (within a replay's bound),
     checked equal to the file."""
     panel, cells = the_file(ric.data)
-    wait_for(lambda: not np.isnan(held(ric.redis.port, panel, cells)).any(),
+    wait_for(lambda: not np.isnan(held(ric.redis.port, panel, cells, ric.kpi)).any(),
              replay_bound_s(ric, speed), ric.tail)
-    history = held(ric.redis.port, panel, cells)
+    history = held(ric.redis.port, panel, cells, ric.kpi)
     np.testing.assert_allclose(history, panel.values, rtol=VALUE_RTOL)
     return history
 
@@ -112,7 +112,7 @@ def test_redis_restarted_with_its_data_keeps_history_offsets_policies_and_leases
             return httpx.get(f"{replica.url}/v1/cells/{cell}/forecast", timeout=5)
 
         assert len(forecast(cells[0]).json()["forecasts"]) == 5  # the policy's horizon
-        shared = f"{{{NAMESPACE}}},{RECALIBRATION_KEY}"
+        shared = f"{{{NAMESPACE}}},{RECALIBRATION_KEY}:model"  # the one model's
         wait_for(lambda: json.loads(keyspace(ric.redis.port).get(shared) or b"{}").get(
             "windows"), 30, ric.tail)
         handovers = replica.metric('kpi_forecast_e2_handovers_total{direction="taken"}')
@@ -141,7 +141,7 @@ def test_redis_restarted_with_its_data_keeps_history_offsets_policies_and_leases
         wait_for(lambda: forecast(cells[1]).status_code == 200, ROUND_S, ric.tail)
         recovered = time.monotonic() - down
         assert len(forecast(cells[0]).json()["forecasts"]) == 5
-        np.testing.assert_allclose(held(ric.redis.port, panel, cells), panel.values,
+        np.testing.assert_allclose(held(ric.redis.port, panel, cells, ric.kpi), panel.values,
                                    rtol=VALUE_RTOL)
         time.sleep(2 * ROUND_S)  # two lease rounds on the restarted Redis
         assert replica.metric('kpi_forecast_e2_handovers_total{direction="taken"}') == handovers
@@ -172,7 +172,7 @@ def test_an_xapp_killed_mid_replay_loses_nothing_it_kept_and_subscribes_again(
                  replay_bound_s(ric, speed), ric.tail)
         replica.kill()  # no unsubscription, nothing flushed
         killed = time.monotonic()
-        kept = held(ric.redis.port, panel, cells)
+        kept = held(ric.redis.port, panel, cells, ric.kpi)
         assert 0 < np.count_nonzero(~np.isnan(kept)) < total, "the kill was not mid-replay"
 
         # The same ports: the dead one's subscriptions, which nobody deleted, still send

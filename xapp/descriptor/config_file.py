@@ -191,7 +191,9 @@ def _apply_overrides(path: Path, controls: Controls, overrides: Mapping[str, obj
 
 
 def _pydantic_problem(prefix: str, exc: pydantic.ValidationError) -> str:
-    return "; ".join(f"{prefix}{_json_path(e['loc'])}: {e['msg']}" for e in exc.errors())
+    # A check of the whole (no path) is named by the prefix alone: "controls", not "controls.".
+    return "; ".join(f"{prefix}{_json_path(e['loc'])}: {e['msg']}" if e["loc"]
+                     else f"{prefix.rstrip('. ')}: {e['msg']}" for e in exc.errors())
 
 
 def _one_line(text: str) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import urllib.parse
+from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -36,6 +37,8 @@ _ENVELOPE_CONFIG = ConfigDict(MODEL_CONFIG, extra="allow")
 
 Quantile = Annotated[float, Field(gt=0, lt=1)]
 Port = Annotated[int, Field(ge=1, le=65535)]
+# A model's name: its directory's in the repository, and a segment of its routes' paths.
+ModelName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
 MessageTypes = list[Annotated[str, Field(min_length=1)]]
 
 
@@ -201,12 +204,22 @@ class A1(BaseModel):
 
 
 class Controls(BaseModel):
-    """The xApp's own settings; only modelDir has no default."""
+    """The xApp's own settings; one of modelDir and modelRepository is needed."""
 
     model_config = MODEL_CONFIG
 
-    model_dir: str = Field(min_length=1)
-    """Directory holding model.onnx and metadata.json."""
+    model_dir: str | None = Field(None, min_length=1)
+    """Directory holding model.onnx and metadata.json: the one model served, named by the
+    directory's name; null: the models of modelRepository."""
+    model_repository: str | None = Field(None, min_length=1)
+    """Directory of models, one subdirectory each, named by it (kpi-forecast train --target
+    a,b writes one); each model is loaded, reloaded and unloaded on its own; null: modelDir."""
+    models: list[ModelName] | None = Field(None, min_length=1, json_schema_extra={
+        "uniqueItems": True})
+    """The repository's models loaded at start; null: every subdirectory holding a model."""
+    default_model: ModelName | None = None
+    """The model the routes without a model name (/v1/forecast, /v1/cells/...) answer for;
+    null: the first of models, else the first subdirectory by name."""
     model_url: str | None = Field(None, min_length=1)
     """Where the model comes from when the pod mounts none (as in the chart dms_cli builds): an
     http(s) URL or a file path of a .tar.gz of a model directory (kpi-forecast k8s package
@@ -214,7 +227,7 @@ class Controls(BaseModel):
     null: modelDir holds the model."""
     model_root: str | None = Field(None, min_length=1)
     """Directory every model a reload names must lie in, symlinks resolved (403 otherwise);
-    null: the directory holding modelDir."""
+    null: modelRepository, else the directory holding modelDir."""
     latency_budget_ms: float = Field(100.0, gt=0, le=60_000)
     """Per-request latency target in milliseconds."""
     default_horizon: Annotated[int, Field(ge=1)] | None = None
@@ -243,13 +256,33 @@ class Controls(BaseModel):
     e2: E2 = E2()
     a1: A1 = A1()
 
-    @field_validator("quantiles")
+    @field_validator("quantiles", "models")
     @classmethod
-    def _unique(cls, value: list[float] | None) -> list[float] | None:
+    def _unique(cls, value: list | None) -> list | None:
         # The schema's uniqueItems; pydantic has no list-uniqueness constraint of its own.
         if value is not None and len(set(value)) != len(value):
-            raise ValueError("quantiles must be unique")
+            raise ValueError("the items must be unique")
         return value
+
+    def directory_of(self, model: str) -> Path:
+        """Where the model named ``model`` is (it need not hold one yet)."""
+        if self.model_dir is not None:
+            return Path(self.model_dir)
+        return Path(self.model_repository or "") / model
+
+    @model_validator(mode="after")
+    def _one_model_source(self) -> Controls:
+        if (self.model_dir is None) == (self.model_repository is None):
+            raise ValueError("name one of modelDir (one model) and modelRepository (a folder "
+                             "of models)")
+        if self.model_dir is not None and (self.models or self.default_model):
+            raise ValueError("models and defaultModel name models of modelRepository")
+        if self.model_url is not None and self.model_dir is None:
+            raise ValueError("modelUrl fetches one model into modelDir")
+        if self.models and self.default_model and self.default_model not in self.models:
+            raise ValueError(f"defaultModel {self.default_model} is not among models "
+                             f"{self.models}")
+        return self
 
     @model_validator(mode="after")
     def _int8_on_cpu(self) -> Controls:

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from kpi_forecast.xapp.metrics import Metrics
-from kpi_forecast.xapp.serving.state import ServingState
+from kpi_forecast.xapp.serving.state import ServingState, UnknownModel
 from kpi_forecast.xapp.store.cell_history import HistoryUnavailable
 
 
@@ -86,6 +86,10 @@ def add_error_handlers(app: FastAPI, metrics: Metrics, state: ServingState) -> N
     @app.exception_handler(ClientError)
     async def client_error(request: Request, exc: ClientError) -> JSONResponse:
         return JSONResponse({"error": str(exc)}, status_code=exc.status)
+
+    @app.exception_handler(UnknownModel)
+    async def unknown_model(request: Request, exc: UnknownModel) -> JSONResponse:
+        return JSONResponse({"error": str(exc)}, status_code=404)
 
     @app.exception_handler(Shed)
     async def shed(request: Request, exc: Shed) -> JSONResponse:

@@ -1,26 +1,18 @@
 """The forecast routes: one series (/v1/forecast), many (/v1/forecast/batch: JSON items, or
 an Arrow IPC table read and written by ``arrow_ipc``), and the cells whose history the xApp
-holds (one, or many); and their answers as JSON.
-
-An answer has the shape of ``schemas.ForecastResponse`` or ``BatchResponse`` (the OpenAPI
-document's, and what the contract tests validate them against) but is a plain dict encoded by
-orjson, built from checked parts without validating them again: building the pydantic models
-and dumping them is slower, and every single-cell forecast pays it
-(docs/decisions/hot-path.md). A point's timestamp is in the zone its series came in, its
-quantiles rounded to DECIMALS places.
+holds (one, or many). Each by the default model, and by any model by name under
+/v1/models/{name}; and a held cell's forecasts by every model at once. Their answers are
+built by ``answers``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
-import functools
 import time
 from dataclasses import dataclass
 from typing import Annotated
 
 import numpy as np
-import orjson
 import pandas as pd
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import ValidationError
@@ -37,140 +29,208 @@ from kpi_forecast.xapp.http.schemas import (
     LAST_YEAR,
     BatchRequest,
     BatchResponse,
+    CellForecastsResponse,
     CellIdPath,
     CellsForecastRequest,
     ForecastRequest,
     ForecastResponse,
+    ModelNamePath,
+    batch_response,
+    cell_response,
     fits,
+    json_response,
     series,
 )
 from kpi_forecast.xapp.ric.a1.policies import request_budget
 from kpi_forecast.xapp.service import Service
 from kpi_forecast.xapp.serving.budget import (
-    Answer,
     Decider,
     budget_for_rows,
     latency_budget_s,
     quantile_name,
 )
+from kpi_forecast.xapp.serving.repository import ModelSlot
 from kpi_forecast.xapp.serving.state import Served
 from kpi_forecast.xapp.store.cell_history import CellHistory, HistoryUnavailable
 
+ONE_SERIES = {
+    "response_model": ForecastResponse, "responses": ERRORS, "tags": ["forecast"],
+    "openapi_extra": {**facts(series="one"), "requestBody": {"content": {
+        "application/json": {"schema": openapi.component_ref(ForecastRequest)}},
+        "required": True}}}
+MANY_SERIES = {
+    "response_model": BatchResponse, "tags": ["forecast"],
+    "responses": {**ERRORS, 200: {"content": {arrow_ipc.ARROW_STREAM: {
+        "schema": {"type": "string", "format": "binary"}}}}},
+    "openapi_extra": {**facts(series="many"), "requestBody": {"content": {
+        "application/json": {"schema": openapi.component_ref(BatchRequest)},
+        arrow_ipc.ARROW_STREAM: {"schema": {"type": "string", "format": "binary"}},
+    }, "required": True}},
+    "description": "JSON items, or an Arrow IPC stream (`cell_id` string, `start` timestamp "
+    "with a time zone, `values` list of floats, null = missing) answered in Arrow: a long "
+    "table `cell_id, timestamp, pNN...`, with the model version, source and latency in the "
+    "X-Model-Version, X-Source and X-Latency-Ms headers."}
+HELD_CELL = {"response_model": ForecastResponse, "responses": ERRORS, "tags": ["cells"],
+             "openapi_extra": facts(series="one")}
+HELD_CELLS = {"response_model": BatchResponse, "responses": ERRORS, "tags": ["cells"],
+              "openapi_extra": facts(series="many")}
+ArrowFreq = Annotated[str | None, Query(description="the grid step of an Arrow body (default: "
+                                        "the model's); " + FREQ_DESCRIPTION)]
+BatchHorizon = Annotated[int | None, Query(ge=1, description="steps to forecast, for an Arrow "
+                                           "body and for JSON items that give none; at most "
+                                           "the model's horizon")]
+CellHorizon = Annotated[int | None, Query(ge=1, description="steps to forecast; at most the "
+                                          "model's horizon")]
+
 
 def add_forecast_routes(router: APIRouter, service: Service) -> None:
-    """These routes, on ``router`` (the app's), their handlers reading ``service``."""
-    decider, admission, policies, state = (service.decider, service.admission,
-                                           service.policies, service.state)
+    """These routes, on ``router`` (the app's), their handlers reading ``service``: each
+    forecast route by the default model, and by the model ``name`` under /v1/models/{name}."""
 
-    @router.post(
-        "/v1/forecast", response_model=ForecastResponse, responses=ERRORS, tags=["forecast"],
-        openapi_extra={**facts(series="one"), "requestBody": {"content": {
-            "application/json": {"schema": openapi.component_ref(ForecastRequest)}},
-            "required": True}})
+    @router.post("/v1/forecast", **ONE_SERIES)
     async def forecast(request: Request) -> Response:
         """One cell's recent history in, its forecast out: timestamped quantiles, the model
         version, whether the model or the seasonal-naive fallback answered, and the server's
         latency."""
-        # The hot route parses and validates its body in one pass of pydantic-core's JSON
-        # parser, rather than FastAPI's json.loads and then validation of the Python objects
-        # (docs/decisions/hot-path.md).
-        arrival, served = request.state.arrival, state.now
-        try:
-            body = ForecastRequest.model_validate_json(await request.body())
-        except ValidationError as exc:
-            return validation_error(exc.errors())
-        [steer] = policies.for_cells([body.cell_id])
-        horizon = body.horizon or steer.horizon
-        model, _ = decider.check_request(served, body.freq, horizon)
-        values, last, last_ns = series(body, model)
-        answer = await decider.forecast(served, values[None], np.array([last_ns]), horizon,
-                                        arrival, body.freq, steer.quantiles, steer.budget_s)
-        latency = admission.observe(request.scope["route"], arrival, answer,
-                                    budget_s=steer.budget_s)
-        return json_response(cell_response(body.cell_id, answer, 0, last,
-                                           model.step.to_pytimedelta(), latency))
+        return await _one(service, service.default, request)
 
-    @router.post(
-        "/v1/forecast/batch", response_model=BatchResponse, tags=["forecast"],
-        responses={**ERRORS, 200: {"content": {arrow_ipc.ARROW_STREAM: {
-            "schema": {"type": "string", "format": "binary"}}}}},
-        openapi_extra={**facts(series="many"), "requestBody": {"content": {
-            "application/json": {"schema": openapi.component_ref(BatchRequest)},
-            arrow_ipc.ARROW_STREAM: {"schema": {"type": "string", "format": "binary"}},
-        }, "required": True}},
-        description="JSON items, or an Arrow IPC stream (`cell_id` string, `start` timestamp "
-        "with a time zone, `values` list of floats, null = missing) answered in Arrow: a long "
-        "table `cell_id, timestamp, pNN...`, with the model version, source and latency in the "
-        "X-Model-Version, X-Source and X-Latency-Ms headers.")
-    async def forecast_batch(
-        request: Request,
-        freq: Annotated[str | None, Query(description="the grid step of an Arrow body "
-                                          "(default: the model's); " + FREQ_DESCRIPTION)] = None,
-        horizon: Annotated[int | None, Query(ge=1, description="steps to forecast, for an "
-                                             "Arrow body and for JSON items that give none; at "
-                                             "most the model's horizon")] = None,
-    ) -> Response:
+    @router.post("/v1/models/{name}/forecast", **ONE_SERIES)
+    async def model_forecast(name: ModelNamePath, request: Request) -> Response:
+        """One series' forecast by the model ``name``."""
+        return await _one(service, service.slot(name), request)
+
+    @router.post("/v1/forecast/batch", **MANY_SERIES)
+    async def forecast_batch(request: Request, freq: ArrowFreq = None,
+                             horizon: BatchHorizon = None) -> Response:
         """Many cells' forecasts in one call: JSON items (each its own history, start and
         horizon), or an Arrow IPC stream of cell_id, start and values, answered in Arrow."""
-        arrival, served = request.state.arrival, state.now
-        body = await request.body()
-        if request.headers.get("content-type", "").startswith(arrow_ipc.ARROW_STREAM):
-            return await _batch_arrow(service, served, request.scope["route"], body, freq,
-                                      horizon, arrival)
-        try:
-            batch = BatchRequest.model_validate_json(body)
-        except ValidationError as exc:
-            return validation_error(exc.errors())
-        return await _batch_json(service, served, request.scope["route"], batch, arrival, freq,
-                                 horizon)
+        return await _batch(service, service.default, request, freq, horizon)
 
-    @router.get("/v1/cells/{cell_id}/forecast", response_model=ForecastResponse,
-                responses=ERRORS, tags=["cells"], openapi_extra=facts(series="one"))
-    async def cell_forecast(
-        cell_id: CellIdPath, request: Request,
-        horizon: Annotated[int | None, Query(ge=1, description="steps to forecast; at most "
-                                             "the model's horizon")] = None,
-    ) -> Response:
+    @router.post("/v1/models/{name}/forecast/batch", **MANY_SERIES)
+    async def model_forecast_batch(name: ModelNamePath, request: Request,
+                                   freq: ArrowFreq = None, horizon: BatchHorizon = None
+                                   ) -> Response:
+        """Many series' forecasts by the model ``name``, in JSON or Arrow."""
+        return await _batch(service, service.slot(name), request, freq, horizon)
+
+    @router.get("/v1/cells/{cell_id}/forecast", **HELD_CELL)
+    async def cell_forecast(cell_id: CellIdPath, request: Request,
+                            horizon: CellHorizon = None) -> Response:
         """A held cell's forecast, from the history the xApp holds for it (404: unknown cell,
         409: too little history)."""
-        arrival, served = request.state.arrival, state.now
-        store = held_store(served)
-        [steer] = policies.for_cells([cell_id])
-        horizon = horizon or steer.horizon
-        model, _ = decider.check_request(served, store.freq, horizon)
-        budget_s = steer.budget_s or latency_budget_s(served.controls)
-        values, last = await _held(store, model, [cell_id], arrival + budget_s)
-        answer = await decider.forecast(served, values, last.as_unit("ns").asi8, horizon,
-                                        arrival, store.freq, steer.quantiles, steer.budget_s)
-        latency = admission.observe(request.scope["route"], arrival, answer,
-                                    budget_s=steer.budget_s)
-        local = last.tz_convert(calendar_zone(model.metadata.calendar_tz))
-        return json_response(cell_response(cell_id, answer, 0, local[0].to_pydatetime(),
-                                           model.step.to_pytimedelta(), latency))
+        return json_response(await _cell(service, service.default, cell_id, request, horizon))
 
-    @router.post("/v1/cells/forecast", response_model=BatchResponse, responses=ERRORS,
-                 tags=["cells"], openapi_extra=facts(series="many"))
+    @router.get("/v1/models/{name}/cells/{cell_id}/forecast", **HELD_CELL)
+    async def model_cell_forecast(name: ModelNamePath, cell_id: CellIdPath, request: Request,
+                                  horizon: CellHorizon = None) -> Response:
+        """A held cell's forecast by the model ``name``, from the history of its KPI."""
+        return json_response(await _cell(service, service.slot(name), cell_id, request,
+                                         horizon))
+
+    @router.get("/v1/cells/{cell_id}/forecasts", response_model=CellForecastsResponse,
+                responses=ERRORS, tags=["cells"], openapi_extra=facts(series="many"))
+    async def cell_forecasts(cell_id: CellIdPath, request: Request,
+                             horizon: CellHorizon = None) -> Response:
+        """A held cell's forecasts by every model serving, one per KPI, in one call; a model
+        that cannot answer (not ready, the cell not held of its KPI) is named in ``errors``.
+        404 when none can."""
+        forecasts, errors = {}, {}
+        for name, slot in list(service.models.items()):
+            try:
+                forecasts[name] = await _cell(service, slot, cell_id, request, horizon)
+            except (ClientError, Shed, HistoryUnavailable) as exc:
+                errors[name] = str(exc)
+        if not forecasts:
+            raise ClientError(404, f"no model can forecast cell {cell_id!r}: " + "; ".join(
+                f"{name}: {why}" for name, why in errors.items()))
+        return json_response({"cell_id": cell_id, "forecasts": forecasts, "errors": errors})
+
+    @router.post("/v1/cells/forecast", **HELD_CELLS)
     async def cells_forecast(body: CellsForecastRequest, request: Request) -> Response:
         """Forecasts for many held cells in one call: what a control loop over its cells asks."""
-        arrival, served = request.state.arrival, state.now
-        store = held_store(served)
-        model = decider.served(served)
-        plan = _plan(service, served, model, body.cell_ids,
-                     [body.horizon] * len(body.cell_ids))
-        values, last = await _held(store, model, body.cell_ids, arrival + budget_for_rows(
-            served.controls, len(body.cell_ids), plan.budget_s))
-        answer = await decider.forecast(served, values, last.as_unit("ns").asi8,
-                                        max(plan.horizons), arrival, store.freq,
-                                        plan.quantiles, plan.budget_s)
-        latency = admission.observe(request.scope["route"], arrival, answer,
-                                    len(body.cell_ids), plan.budget_s)
-        local = last.tz_convert(calendar_zone(model.metadata.calendar_tz)).to_pydatetime()
-        step = model.step.to_pytimedelta()
-        items = [cell_response(cell_id, answer, row, local[row], step, latency,
-                               plan.horizons[row], plan.names[row])
-                 for row, cell_id in enumerate(body.cell_ids)]
-        return json_response(batch_response(items, latency))
+        return await _cells(service, service.default, body, request)
 
+    @router.post("/v1/models/{name}/cells/forecast", **HELD_CELLS)
+    async def model_cells_forecast(name: ModelNamePath, body: CellsForecastRequest,
+                                   request: Request) -> Response:
+        """Forecasts for many held cells by the model ``name``."""
+        return await _cells(service, service.slot(name), body, request)
+
+
+async def _one(service: Service, slot: ModelSlot, request: Request) -> Response:
+    # The hot route parses and validates its body in one pass of pydantic-core's JSON parser,
+    # rather than FastAPI's json.loads and then validation of the Python objects
+    # (docs/decisions/hot-path.md).
+    arrival, served, decider = request.state.arrival, service.state.models[slot.name], slot.decider
+    try:
+        body = ForecastRequest.model_validate_json(await request.body())
+    except ValidationError as exc:
+        return validation_error(exc.errors())
+    [steer] = service.policies.for_cells([body.cell_id])
+    horizon = body.horizon or steer.horizon
+    model, _ = decider.check_request(served, body.freq, horizon)
+    values, last, last_ns = series(body, model)
+    answer = await decider.forecast(served, values[None], np.array([last_ns]), horizon,
+                                    arrival, body.freq, steer.quantiles, steer.budget_s)
+    latency = service.admission.observe(request.scope["route"], arrival, answer,
+                                        budget_s=steer.budget_s)
+    return json_response(cell_response(body.cell_id, answer, 0, last,
+                                       model.step.to_pytimedelta(), latency))
+
+
+async def _batch(service: Service, slot: ModelSlot, request: Request, freq: str | None,
+                 horizon: int | None) -> Response:
+    arrival, served = request.state.arrival, service.state.models[slot.name]
+    body = await request.body()
+    if request.headers.get("content-type", "").startswith(arrow_ipc.ARROW_STREAM):
+        return await _batch_arrow(service, slot, served, request.scope["route"], body, freq,
+                                  horizon, arrival)
+    try:
+        batch = BatchRequest.model_validate_json(body)
+    except ValidationError as exc:
+        return validation_error(exc.errors())
+    return await _batch_json(service, slot, served, request.scope["route"], batch, arrival,
+                             freq, horizon)
+
+
+async def _cell(service: Service, slot: ModelSlot, cell_id: str, request: Request,
+                horizon: int | None) -> dict:
+    arrival, served, decider = request.state.arrival, service.state.models[slot.name], slot.decider
+    store = held_store(served)
+    [steer] = service.policies.for_cells([cell_id])
+    horizon = horizon or steer.horizon
+    model, _ = decider.check_request(served, store.freq, horizon)
+    budget_s = steer.budget_s or latency_budget_s(served.controls)
+    values, last = await _held(store, model, [cell_id], arrival + budget_s)
+    answer = await decider.forecast(served, values, last.as_unit("ns").asi8, horizon,
+                                    arrival, store.freq, steer.quantiles, steer.budget_s)
+    latency = service.admission.observe(request.scope["route"], arrival, answer,
+                                        budget_s=steer.budget_s)
+    local = last.tz_convert(calendar_zone(model.metadata.calendar_tz))
+    return cell_response(cell_id, answer, 0, local[0].to_pydatetime(),
+                         model.step.to_pytimedelta(), latency)
+
+
+async def _cells(service: Service, slot: ModelSlot, body: CellsForecastRequest,
+                 request: Request) -> Response:
+    arrival, served, decider = request.state.arrival, service.state.models[slot.name], slot.decider
+    store = held_store(served)
+    model = decider.served(served)
+    plan = _plan(service, decider, served, model, body.cell_ids,
+                 [body.horizon] * len(body.cell_ids))
+    values, last = await _held(store, model, body.cell_ids, arrival + budget_for_rows(
+        served.controls, len(body.cell_ids), plan.budget_s))
+    answer = await decider.forecast(served, values, last.as_unit("ns").asi8,
+                                    max(plan.horizons), arrival, store.freq,
+                                    plan.quantiles, plan.budget_s)
+    latency = service.admission.observe(request.scope["route"], arrival, answer,
+                                        len(body.cell_ids), plan.budget_s)
+    local = last.tz_convert(calendar_zone(model.metadata.calendar_tz)).to_pydatetime()
+    step = model.step.to_pytimedelta()
+    items = [cell_response(cell_id, answer, row, local[row], step, latency,
+                           plan.horizons[row], plan.names[row])
+             for row, cell_id in enumerate(body.cell_ids)]
+    return json_response(batch_response(items, latency))
 
 
 def held_store(served: Served) -> CellHistory:
@@ -190,11 +250,10 @@ class _Plan:
     budget_s: float | None  # the smallest of the cells' budgets (None: the controls')
 
 
-def _plan(service: Service, served: Served, model: OnnxForecaster, cell_ids: list[str],
-          asked: list[int | None]) -> _Plan:
+def _plan(service: Service, decider: Decider, served: Served, model: OnnxForecaster,
+          cell_ids: list[str], asked: list[int | None]) -> _Plan:
     """Each item's horizon (asked, else its policy's, else the controls') and quantiles; the
     client's error for a horizon beyond the model's or a cell excluded from forecasting."""
-    decider = service.decider
     steering = service.policies.for_cells(cell_ids)
     wanted = [a or s.horizon for a, s in zip(asked, steering, strict=True)]
     # Each distinct horizon checked once, not once per item of up to 10^5.
@@ -236,14 +295,15 @@ async def _held(store: CellHistory, model: OnnxForecaster, cell_ids: list[str], 
             pd.DatetimeIndex([last for _, last in windows]))
 
 
-async def _batch_json(service: Service, served: Served, route: Route, batch: BatchRequest,
-                      arrival: float, freq: str | None, horizon: int | None) -> Response:
+async def _batch_json(service: Service, slot: ModelSlot, served: Served, route: Route,
+                      batch: BatchRequest, arrival: float, freq: str | None,
+                      horizon: int | None) -> Response:
     """Items of any lengths and horizons (``horizon`` for those that give none): one model
     call at the longest horizon asked for, each answer cut to its own."""
-    decider = service.decider
+    decider = slot.decider
     for spelling in {item.freq for item in batch.items} | ({freq} if freq is not None else set()):
         model, _ = decider.check_request(served, spelling, horizon)  # each the model's step
-    plan = _plan(service, served, model, [item.cell_id for item in batch.items],
+    plan = _plan(service, decider, served, model, [item.cell_id for item in batch.items],
                  [item.horizon or horizon for item in batch.items])
     rows = [series(item, model) for item in batch.items]
     longest = max(len(values) for values, _, _ in rows)
@@ -263,10 +323,11 @@ async def _batch_json(service: Service, served: Served, route: Route, batch: Bat
     return json_response(batch_response(items, latency))
 
 
-async def _batch_arrow(service: Service, served: Served, route: Route, body: bytes,
-                         freq: str | None, horizon: int | None, arrival: float) -> Response:
+async def _batch_arrow(service: Service, slot: ModelSlot, served: Served, route: Route,
+                       body: bytes, freq: str | None, horizon: int | None, arrival: float
+                       ) -> Response:
     """An Arrow body (``arrow_ipc``): one table of forecasts for all its rows, at one horizon."""
-    decider = service.decider
+    decider = slot.decider
     freq = decider.served(served).metadata.freq if freq is None else freq
     model, horizon = decider.check_request(served, freq, horizon)
     try:
@@ -307,52 +368,3 @@ async def _batch_arrow(service: Service, served: Served, route: Route, body: byt
     if answer.reason:
         headers["X-Fallback-Reason"] = answer.reason
     return Response(payload, media_type=arrow_ipc.ARROW_STREAM, headers=headers)
-
-
-DECIMALS = 4  # of the quantiles answered in JSON: a tenth of a thousandth of any KPI unit
-
-
-def _points(answer: Answer, row: int, last: dt.datetime, step: dt.timedelta,
-            horizon: int | None, names: tuple[str, ...] | None) -> list[dict]:
-    quantiles = answer.quantiles[row, :horizon]
-    if names is not None and list(names) != answer.names:
-        quantiles = quantiles[:, [answer.names.index(name) for name in names]]
-    rows = np.round(quantiles.astype(np.float64), DECIMALS).tolist()
-    stamps = _timestamps(last.astimezone(dt.UTC), last.tzinfo, step, len(rows))
-    keys = ("timestamp", *(names or answer.names))
-    return [dict(zip(keys, (stamp, *values), strict=True))
-            for stamp, values in zip(stamps, rows, strict=True)]
-
-
-@functools.lru_cache(maxsize=256)
-def _timestamps(last: dt.datetime, zone: dt.tzinfo, step: dt.timedelta, horizon: int
-                ) -> tuple[str, ...]:
-    """The forecast steps' ISO timestamps in ``zone``, from ``last`` in UTC: the same few
-    windows are asked for all hour long.
-
-    Steps are added in UTC: an aware datetime adds on the wall clock, which across a DST
-    switch would label two steps with one instant. The zone is part of the key because
-    datetimes of one instant in two zones are equal, and hash alike.
-    """
-    return tuple((last + (k + 1) * step).astimezone(zone).isoformat() for k in range(horizon))
-
-
-def cell_response(cell_id: str, answer: Answer, row: int, last: dt.datetime,
-                  step: dt.timedelta, latency_ms: float, horizon: int | None = None,
-                  names: tuple[str, ...] | None = None) -> dict:
-    """One cell's answer (a ``ForecastResponse``): its first ``horizon`` steps and its
-    quantiles ``names`` (default: all the answer holds)."""
-    return {
-        "cell_id": cell_id, "forecasts": _points(answer, row, last, step, horizon, names),
-        "model_version": answer.model_version, "source": answer.source,
-        "reason": answer.reason, "latency_ms": round(latency_ms, 3),
-    }
-
-
-def batch_response(items: list[dict], latency_ms: float) -> dict:
-    """Many cells' answers (a ``BatchResponse``)."""
-    return {"items": items, "latency_ms": round(latency_ms, 3)}
-
-
-def json_response(payload: dict) -> Response:
-    return Response(orjson.dumps(payload), media_type="application/json")

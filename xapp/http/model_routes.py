@@ -1,5 +1,7 @@
-"""The model routes: what is served (/v1/model), and a new model directory swapped in
-(/v1/model/reload; a bad one is refused and the old one keeps serving)."""
+"""The model routes, as Triton's model control: the models of the repository and their state
+(/v1/models), one model's data contract (/v1/models/{name}; /v1/model: the default one's), and
+a model loaded, reloaded or unloaded by name (the model-control access group; a bad model is
+refused and the one before keeps serving, the other models untouched)."""
 
 from __future__ import annotations
 
@@ -11,37 +13,78 @@ from fastapi import APIRouter
 from kpi_forecast.model.artifact import ArtifactError
 from kpi_forecast.xapp.http.edge import facts
 from kpi_forecast.xapp.http.errors import ERRORS, ClientError, Shed
-from kpi_forecast.xapp.http.schemas import ModelOut, ReloadRequest
+from kpi_forecast.xapp.http.schemas import (
+    ModelNamePath,
+    ModelOut,
+    ModelsOut,
+    ModelState,
+    ReloadRequest,
+)
 from kpi_forecast.xapp.service import Service
+from kpi_forecast.xapp.serving import repository
+from kpi_forecast.xapp.serving.repository import ModelSlot
 
 
 def add_model_routes(router: APIRouter, service: Service) -> None:
     """These routes, on ``router`` (the app's), their handlers reading ``service``."""
     options = {"response_model": ModelOut, "responses": ERRORS, "tags": ["model"]}
+    control = {**options, "openapi_extra": facts(group="model_control")}
 
     @router.get("/v1/model", **options)
     async def model_info() -> ModelOut:
-        """The model served: its version, data contract, runtime and recalibration in force."""
-        if service.state.now.model is None:
-            raise Shed("not_ready", "no model loaded yet")
-        return _model_out(service)
+        """The default model: its version, data contract, runtime and recalibration in force."""
+        return _model_out(service, service.default)
 
-    @router.post("/v1/model/reload", **options, openapi_extra=facts(group="model_control"),
-                 description="Loads the model directory named (default: controls.modelDir), "
-                 "which must lie in controls.modelRoot (symlinks resolved; 403 otherwise).")
+    @router.post("/v1/model/reload", **control,
+                 description="Loads the model directory named (default: the default model's) "
+                 "as the default model; it must lie in controls.modelRoot (symlinks resolved; "
+                 "403 otherwise).")
     async def reload(body: ReloadRequest | None = None) -> ModelOut:
         """Load a model directory (by default the configured one), verify and warm it up, then
         swap it in; on any failure the current model keeps serving."""
         model_dir = confined(body.model_dir, service) if body and body.model_dir else None
         if model_dir and not os.path.isdir(model_dir):
             raise ClientError(404, f"model_dir {body.model_dir!r}: no such directory")
-        try:
-            await service.holder.reload(model_dir)
-        except (ArtifactError, ValueError) as exc:
-            raise ClientError(422, f"model rejected, the previous one keeps serving: {exc}"
-                              ) from None
-        return _model_out(service)
+        return await _load(service, service.state.default, model_dir)
 
+    @router.get("/v1/models", response_model=ModelsOut, responses=ERRORS, tags=["model"])
+    async def models() -> ModelsOut:
+        """Every model of the repository (Triton's repository index): its KPI, the version
+        served, its state (READY, LOADING, UNAVAILABLE, with the reason) and the E2
+        measurement its KPI's history is filled from."""
+        return ModelsOut(models=_index(service))
+
+    @router.get("/v1/models/{name}", **options)
+    async def model(name: ModelNamePath) -> ModelOut:
+        """One model's version, data contract, runtime and recalibration in force."""
+        return _model_out(service, service.slot(name))
+
+    @router.post("/v1/models/{name}/load", **control,
+                 description="Loads (or reloads) the model from its directory in the "
+                 "repository, verifies and warms it up, then serves it; a model that fails "
+                 "is refused (422) and the one before keeps serving.")
+    async def load(name: ModelNamePath) -> ModelOut:
+        """Load or reload one model of the repository; the others keep serving."""
+        if name not in service.models:
+            confined(str(service.state.now.controls.directory_of(name)), service)
+        return await _load(service, name)
+
+    @router.post("/v1/models/{name}/unload", response_model=ModelsOut, responses=ERRORS,
+                 tags=["model"], openapi_extra=facts(group="model_control"))
+    async def unload(name: ModelNamePath) -> ModelsOut:
+        """Stop serving one model (its routes answer 503 until it is loaded again); the
+        repository index after it."""
+        await service.unload(name)
+        return ModelsOut(models=_index(service))
+
+
+async def _load(service: Service, name: str, model_dir: str | None = None) -> ModelOut:
+    try:
+        slot = await service.load(name, model_dir)
+    except (ArtifactError, ValueError) as exc:
+        raise ClientError(422, f"model rejected, the previous one keeps serving: {exc}"
+                          ) from None
+    return _model_out(service, slot)
 
 
 def confined(model_dir: str, service: Service) -> str:
@@ -49,7 +92,8 @@ def confined(model_dir: str, service: Service) -> str:
     root: checked before anything in it is read, so that no caller can make the xApp load
     (or probe) a directory elsewhere on its filesystem."""
     controls = service.state.now.controls
-    root = Path(controls.model_root or Path(controls.model_dir).resolve().parent).resolve()
+    root = Path(controls.model_root or controls.model_repository
+                or Path(controls.model_dir or "").resolve().parent).resolve()
     target = Path(model_dir).resolve()
     if not target.is_relative_to(root):
         raise ClientError(403, f"model_dir {model_dir!r} is outside the model root {root} "
@@ -57,14 +101,36 @@ def confined(model_dir: str, service: Service) -> str:
     return str(target)
 
 
-def _model_out(service: Service) -> ModelOut:
-    model = service.state.now.model
+def _index(service: Service) -> list[ModelState]:
+    state, controls = service.state, service.state.now.controls
+    names = list(dict.fromkeys([*state.models, *repository.listed(controls)]))
+    index = []
+    for name in names:
+        slot = service.models.get(name)
+        served = state.models.get(name)
+        model = served.model if served is not None else None
+        status, reason = slot.status(state) if slot else ("UNAVAILABLE", "not loaded")
+        kpi = (model.metadata.target if model is not None
+               else repository.kpi_of(controls.directory_of(name)))
+        source = controls.e2.kpis.get(kpi) if kpi is not None else None
+        index.append(ModelState(
+            name=name, state=status, reason=reason, default=name == state.default, kpi=kpi,
+            version=model.metadata.model_version if model is not None else None,
+            measurement=source.measurement if source is not None else None))
+    return index
+
+
+def _model_out(service: Service, slot: ModelSlot) -> ModelOut:
+    model = service.state.served(slot.name).model
+    if model is None:
+        status, reason = slot.status(service.state)
+        raise Shed("not_ready", f"model {slot.name} is {status}: {reason or 'loading it'}")
     meta = model.metadata
     return ModelOut(
-        model_version=meta.model_version, model_dir=str(model.model_dir), target=meta.target,
-        freq=meta.freq, context=meta.context, horizon=meta.horizon, quantiles=meta.quantiles,
-        calendar_tz=meta.calendar_tz, holidays=meta.holidays,
+        name=slot.name, model_version=meta.model_version, model_dir=str(model.model_dir),
+        target=meta.target, freq=meta.freq, context=meta.context, horizon=meta.horizon,
+        quantiles=meta.quantiles, calendar_tz=meta.calendar_tz, holidays=meta.holidays,
         holiday_reading=meta.holiday_reading,
-        load_seconds=round(service.holder.load_seconds, 3), runtime=model.describe(),
-        recalibration=service.recalibrator.describe(model),
+        load_seconds=round(slot.holder.load_seconds, 3), runtime=model.describe(),
+        recalibration=slot.recalibrator.describe(model),
     )

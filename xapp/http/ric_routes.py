@@ -22,18 +22,28 @@ def add_ric_routes(router: APIRouter, service: Service) -> None:
 
     @router.get("/ric/v1/health/ready", tags=["ric"], responses={503: {"model": ErrorOut}})
     async def ready() -> JSONResponse:
-        """Readiness: a model is loaded, verified and warmed up, and RMR (where E2 or A1 is on)
-        has a route table; 503 with the reason until then."""
-        model = service.state.now.model
-        if model is None:
-            why = service.holder.problem or "loading it"
-            return JSONResponse({"error": f"no model loaded and warmed up yet: {why}"},
+        """Readiness: no model is still loading for the first time, at least one is loaded,
+        verified and warmed up, and RMR (where E2 or A1 is on) has a route table; 503 with the
+        reason until then. ``models`` gives each model's state: one that failed stays
+        UNAVAILABLE, with its reason, and does not hold the others back."""
+        states = {name: slot.status(service.state) for name, slot in service.models.items()}
+        models = {name: {"state": status, **({"reason": why} if why else {})}
+                  for name, (status, why) in states.items()}
+        ready = [name for name, (status, _) in states.items() if status == "READY"]
+        loading = [name for name, slot in service.models.items() if slot.holder.first_loading]
+        if loading or not ready:
+            why = "; ".join(f"{name}: {status}{f' ({reason})' if reason else ''}"
+                            for name, (status, reason) in states.items())
+            return JSONResponse({"error": f"models not ready yet: {why}", "models": models},
                                 status_code=503)
         if not service.e2.ready():
             return JSONResponse({"error": "RMR not ready: no route table yet (from the routing "
-                                 "manager, RMR_RTG_SVC, or static, RMR_SEED_RT)"},
-                                status_code=503)
-        return JSONResponse({"status": "ready", "model_version": model.metadata.model_version})
+                                 "manager, RMR_RTG_SVC, or static, RMR_SEED_RT)",
+                                 "models": models}, status_code=503)
+        default = service.state.now.model
+        return JSONResponse({
+            "status": "ready", "models": models,
+            "model_version": default.metadata.model_version if default else None})
 
     @router.get("/ric/v1/config", tags=["ric"])
     async def config() -> list[dict]:
@@ -46,12 +56,12 @@ def add_ric_routes(router: APIRouter, service: Service) -> None:
         200: {"content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}}})
     async def metrics() -> Response:
         """Prometheus metrics, prefixed kpi_forecast_."""
-        history = service.state.now.history
-        try:
-            held = await history.count() if history else 0
-        except HistoryUnavailable:
-            held = float("nan")  # unknown, rather than a scrape that fails as a whole
-        service.metrics.cells_held.set(held)
+        for name, served in service.state.models.items():
+            try:
+                held = await served.history.count() if served.history else 0
+            except HistoryUnavailable:
+                held = float("nan")  # unknown, rather than a scrape that fails as a whole
+            service.metrics.cells_held.labels(model=name).set(held)
         service.admission.show()
         return Response(generate_latest(service.metrics.registry),
                         media_type=CONTENT_TYPE_LATEST)

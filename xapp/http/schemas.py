@@ -1,14 +1,17 @@
 """Request and response bodies of the REST API: the service boundary, validated by pydantic;
-and a body's series as the forecaster takes it (``series``)."""
+a body's series as the forecaster takes it (``series``); and the forecasts' answers, built as
+plain dicts of the response models' shape (``cell_response``, ``batch_response``)."""
 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Annotated, Literal
+import functools
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import numpy as np
+import orjson
 import pandas as pd
-from fastapi import Path
+from fastapi import Path, Response
 from pydantic import (
     AfterValidator,
     AwareDatetime,
@@ -23,6 +26,9 @@ from kpi_forecast.model.artifact import HolidayReading
 from kpi_forecast.model.kpi import MAX_KPI_VALUE
 from kpi_forecast.model.runtime import OnnxForecaster
 from kpi_forecast.xapp.http.errors import ClientError
+
+if TYPE_CHECKING:
+    from kpi_forecast.xapp.serving.budget import Answer
 
 MAX_VALUES = 100_000  # steps in one series: a year of 5-minute samples
 MAX_BATCH_ITEMS = 100_000
@@ -66,6 +72,8 @@ CELL_ID_PATTERN = r"^[^/]+$"
 CellId = Annotated[str, Field(min_length=1, max_length=MAX_CELL_ID, pattern=CELL_ID_PATTERN)]
 # The same rule for a cell id in a route's path.
 CellIdPath = Annotated[str, Path(min_length=1, max_length=MAX_CELL_ID, pattern=CELL_ID_PATTERN)]
+ModelNamePath = Annotated[str, Path(
+    description="the model's name: its directory's in the repository (GET /v1/models)")]
 Horizon = Annotated[Annotated[int, Field(ge=1)] | None, BeforeValidator(_whole), Field(
     default=None, description="steps to forecast; default from config, at most the model's "
     "horizon")]
@@ -200,6 +208,7 @@ class RecalibrationOut(BaseModel):
 
 
 class ModelOut(BaseModel):
+    name: str = Field(description="the model's name: its directory's in the repository")
     model_version: str
     model_dir: str
     target: str
@@ -217,6 +226,32 @@ class ModelOut(BaseModel):
     load_seconds: float
     runtime: dict
     recalibration: RecalibrationOut
+
+
+class CellForecastsResponse(BaseModel):
+    """A held cell's forecasts by every model serving, by model name."""
+
+    cell_id: str
+    forecasts: dict[str, ForecastResponse]
+    errors: dict[str, str] = Field(description="why a model gave no forecast, by model name")
+
+
+class ModelState(BaseModel):
+    """One model of the repository, as Triton's repository index lists it."""
+
+    name: str
+    state: Literal["READY", "LOADING", "UNAVAILABLE"]
+    reason: str | None = Field(None, description="why it is not ready")
+    default: bool = Field(description="answers the routes without a model name")
+    kpi: str | None = Field(description="the KPI it forecasts (null: not readable)")
+    version: str | None = Field(description="the version served (null: none loaded)")
+    measurement: str | None = Field(
+        description="the E2SM-KPM measurement its KPI's history is filled from "
+        "(controls.e2.kpis); null: none maps its KPI, and it is served over REST only")
+
+
+class ModelsOut(BaseModel):
+    models: list[ModelState]
 
 
 # A JSON body's series as the forecaster takes it: values (None = NaN) and the time of the
@@ -263,3 +298,60 @@ def series(body: SeriesIn, model: OnnxForecaster) -> tuple[np.ndarray, dt.dateti
     last_ns = start_ns + (len(values) - 1) * model.step.value
     last = (EPOCH + dt.timedelta(microseconds=last_ns // 1000)).astimezone(body.start.tzinfo)
     return values, last, last_ns
+
+
+# --- the forecasts' answers, built as dicts ------------------------------------------------------
+# An answer has the shape of ``ForecastResponse`` or ``BatchResponse`` (the OpenAPI document's,
+# and what the contract tests validate them against) but is a plain dict encoded by orjson,
+# built from checked parts without validating them again: building the pydantic models and
+# dumping them is slower, and every single-cell forecast pays it (docs/decisions/hot-path.md).
+# A point's timestamp is in the zone its series came in, its quantiles rounded to DECIMALS
+# places.
+
+DECIMALS = 4  # of the quantiles answered in JSON: a tenth of a thousandth of any KPI unit
+
+
+def _points(answer: Answer, row: int, last: dt.datetime, step: dt.timedelta,
+            horizon: int | None, names: tuple[str, ...] | None) -> list[dict]:
+    quantiles = answer.quantiles[row, :horizon]
+    if names is not None and list(names) != answer.names:
+        quantiles = quantiles[:, [answer.names.index(name) for name in names]]
+    rows = np.round(quantiles.astype(np.float64), DECIMALS).tolist()
+    stamps = _timestamps(last.astimezone(dt.UTC), last.tzinfo, step, len(rows))
+    keys = ("timestamp", *(names or answer.names))
+    return [dict(zip(keys, (stamp, *values), strict=True))
+            for stamp, values in zip(stamps, rows, strict=True)]
+
+
+@functools.lru_cache(maxsize=256)
+def _timestamps(last: dt.datetime, zone: dt.tzinfo, step: dt.timedelta, horizon: int
+                ) -> tuple[str, ...]:
+    """The forecast steps' ISO timestamps in ``zone``, from ``last`` in UTC: the same few
+    windows are asked for all hour long.
+
+    Steps are added in UTC: an aware datetime adds on the wall clock, which across a DST
+    switch would label two steps with one instant. The zone is part of the key because
+    datetimes of one instant in two zones are equal, and hash alike.
+    """
+    return tuple((last + (k + 1) * step).astimezone(zone).isoformat() for k in range(horizon))
+
+
+def cell_response(cell_id: str, answer: Answer, row: int, last: dt.datetime,
+                  step: dt.timedelta, latency_ms: float, horizon: int | None = None,
+                  names: tuple[str, ...] | None = None) -> dict:
+    """One cell's answer (a ``ForecastResponse``): its first ``horizon`` steps and its
+    quantiles ``names`` (default: all the answer holds)."""
+    return {
+        "cell_id": cell_id, "forecasts": _points(answer, row, last, step, horizon, names),
+        "model_version": answer.model_version, "source": answer.source,
+        "reason": answer.reason, "latency_ms": round(latency_ms, 3),
+    }
+
+
+def batch_response(items: list[dict], latency_ms: float) -> dict:
+    """Many cells' answers (a ``BatchResponse``)."""
+    return {"items": items, "latency_ms": round(latency_ms, 3)}
+
+
+def json_response(payload: dict) -> Response:
+    return Response(orjson.dumps(payload), media_type="application/json")

@@ -56,19 +56,24 @@ class _Job:
 
 
 class DynamicBatcher:
-    """Runs each batch on the model in force (``state.now``) as the batch starts, with that
-    model's recalibration."""
+    """Runs each batch on the model ``name`` in force (``state.served(name)``) as the batch
+    starts, with that model's recalibration."""
 
-    def __init__(self, state: ServingState, metrics: Metrics, max_batch_size: int,
+    def __init__(self, state: ServingState, metrics: Metrics, name: str, max_batch_size: int,
                  max_queue_delay_s: float, max_queue_size: int) -> None:
         self._state = state
         self._metrics = metrics
+        self.name = name
+        self._queue_depth = metrics.queue_depth.labels(model=name)
+        self._inference_latency = metrics.inference_latency.labels(model=name)
+        self._batch_size = metrics.batch_size.labels(model=name)
         self.max_batch_size = max_batch_size
         self.max_queue_delay_s = max_queue_delay_s
         self.max_queue_size = max_queue_size
         self._queue: collections.deque[_Job] = collections.deque()
         self._arrived = asyncio.Event()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inference")
+        self._executor = ThreadPoolExecutor(max_workers=1,
+                                            thread_name_prefix=f"inference-{name}")
         # Seconds per model call, smoothed: what a new request should expect to wait.
         self.batch_seconds = 0.0
         self._running: list[_Job] = []  # the batch in the model now, and when it began
@@ -103,7 +108,7 @@ class DynamicBatcher:
             raise QueueFull(f"{self.depth} series already queued (max {self.max_queue_size})")
         future = asyncio.get_running_loop().create_future()
         self._queue.append(_Job(history, last_ns, time.monotonic(), future))
-        self._metrics.queue_depth.set(self.depth)
+        self._queue_depth.set(self.depth)
         self._arrived.set()
         return future
 
@@ -145,11 +150,11 @@ class DynamicBatcher:
                 break
             jobs.append(self._queue.popleft())
             rows += len(job.last_ns)
-        self._metrics.queue_depth.set(self.depth)
+        self._queue_depth.set(self.depth)
         return jobs
 
     async def _run_batch(self, loop: asyncio.AbstractEventLoop, jobs: list[_Job]) -> None:
-        served = self._state.now
+        served = self._state.models[self.name]
         model = served.model
         if model is None:
             for job in jobs:
@@ -174,8 +179,8 @@ class DynamicBatcher:
         seconds = time.monotonic() - started
         self.batch_seconds = seconds if not self.batch_seconds else (
             0.8 * self.batch_seconds + 0.2 * seconds)
-        self._metrics.inference_latency.observe(seconds)
-        self._metrics.batch_size.observe(len(last_ns))
+        self._inference_latency.observe(seconds)
+        self._batch_size.observe(len(last_ns))
         row = 0
         for job in jobs:
             rows = len(job.last_ns)

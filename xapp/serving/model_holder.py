@@ -1,9 +1,10 @@
-"""Loading the model to serve, with the per-cell history on its grid: they change together.
+"""Loading one model to serve, with the per-cell history on its grid: they change together.
 
 A new model is loaded, verified and warmed up off the event loop, given a history store on
-its grid and of its KPI (the state replicas share is opened with the first), and only then
-swapped into the serving state (one snapshot, one assignment), so a request always sees a
-whole model; on any failure the current one keeps serving.
+its grid and of its KPI (the state replicas share is opened with the first model), and only
+then swapped into the serving state (its view, one assignment), so a request always sees a
+whole model; on any failure the current one keeps serving. Each model of the repository has a
+holder of its own (``repository.ModelSlot``).
 """
 
 from __future__ import annotations
@@ -31,26 +32,34 @@ from kpi_forecast.xapp.store.cell_history import (
     MemoryCellHistory,
 )
 from kpi_forecast.xapp.store.sdl import RedisCellHistory
-from kpi_forecast.xapp.store.shared_state import RedisSharedState, SharedState
+from kpi_forecast.xapp.store.shared_state import SharedState, open_shared
 
 log = logging.getLogger(__name__)
 
 
 class ModelHolder:
-    """Swaps models (and their history) into ``state``; ``prepare`` runs on a new model with
-    the shared state before it serves, ``swapped`` once it does."""
+    """Swaps the model ``name`` (and its history) into ``state``; ``prepare`` runs on a new
+    model with the shared state before it serves, ``swapped`` once it does."""
 
-    def __init__(self, state: ServingState, metrics: Metrics,
+    def __init__(self, state: ServingState, metrics: Metrics, name: str,
                  prepare: Callable[[OnnxForecaster, SharedState], Awaitable[None]],
                  swapped: Callable[[OnnxForecaster], None]) -> None:
         self._state = state
         self._metrics = metrics
+        self.name = name
         self._prepare = prepare
         self._swapped = swapped
         self.load_seconds = 0.0
         # Why no model serves yet, while there is none: the readiness probe's answer says it.
         self.problem: str | None = None
+        self.loading = False  # a load is under way
+        self.first_loading = False  # the start-up load (fetch, retries) is under way
         self._lock = asyncio.Lock()
+
+    @property
+    def directory(self) -> str:
+        """Where the model is, as the controls in force say."""
+        return str(self._state.now.controls.directory_of(self.name))
 
     def _load(self, model_dir: str) -> tuple[OnnxForecaster, float]:
         started = time.monotonic()
@@ -65,38 +74,71 @@ class ModelHolder:
     async def reload(self, model_dir: str | None = None) -> OnnxForecaster:
         """Load, verify and warm up a model directory, then swap it in; on any failure the
         current model keeps serving and the error propagates."""
-        model_dir = model_dir or self._state.now.controls.model_dir
+        model_dir = model_dir or self.directory
         async with self._lock:
-            forecaster, seconds = await asyncio.to_thread(self._load, model_dir)
-            history = await self._history_for(model_dir, forecaster)
-            shared = self._state.now.shared or await open_shared(self._state.now.controls)
-            await self._prepare(forecaster, shared)
-            old = self._state.now.history
-            # One snapshot: a request sees the old model with its history or the new with its.
-            self._state.swap(model=forecaster, history=history, shared=shared,
-                             recalibration=None)
-            self.load_seconds = seconds
-            self._swapped(forecaster)
+            loading, self.loading = self.loading, True
+            try:
+                forecaster, seconds = await asyncio.to_thread(self._load, model_dir)
+                self._check_kpi(model_dir, forecaster)
+                history = await self._history_for(model_dir, forecaster)
+                if self._state.now.shared is None:  # the first model's load opens it
+                    self._state.swap(shared=open_shared(self._state.now.controls.history_store))
+                shared = self._state.now.shared
+                await self._prepare(forecaster, shared)
+                old = self._state.served(self.name).history
+                # One view: a request sees the old model with its history or the new with its.
+                self._state.swap(self.name, model=forecaster, history=history,
+                                 recalibration=None)
+                self.load_seconds = seconds
+                self._swapped(forecaster)
+                self.problem = None
+            except (ArtifactError, ValueError, OSError) as exc:
+                if self._state.served(self.name).model is None:  # why it stays unavailable
+                    self.problem = f"model load rejected: {describe(exc)}"
+                raise
+            finally:
+                self.loading = loading
         if old is not None and old is not history:
             await old.close()
         meta = forecaster.metadata
-        self._metrics.model.info({
+        self._metrics.model.labels(model=self.name).info({
             "version": meta.model_version, "provider": forecaster.provider,
             "attention": str(meta.onnx.get("attention")), "target": meta.target,
             "precision": forecaster.precision,
         })
-        self._metrics.model_load.set(seconds)
-        self._metrics.model_ready.set(1)
-        log.info("serving %s from %s on %s (loaded in %.2f s)", meta.model_version, model_dir,
-                 forecaster.provider, seconds)
+        self._metrics.model_load.labels(model=self.name).set(seconds)
+        self._metrics.model_ready.labels(model=self.name).set(1)
+        log.info("serving %s %s from %s on %s (loaded in %.2f s)", self.name,
+                 meta.model_version, model_dir, forecaster.provider, seconds)
         return forecaster
+
+    def _check_kpi(self, model_dir: str, model: OnnxForecaster) -> None:
+        """A model of a KPI another model serves is refused: E2 fills one history per KPI."""
+        kpi = model.metadata.target
+        for name, served in self._state.models.items():
+            if name != self.name and served.model is not None and (
+                    served.model.metadata.target == kpi):
+                raise ArtifactError(f"{model_dir}: model {name} already forecasts KPI {kpi}; "
+                                    "serve one model per KPI")
+
+    async def unload(self) -> None:
+        """Stop serving the model: its requests get 503 until it is loaded again; its history
+        (in memory: dropped; in Redis: kept for the next load) is closed."""
+        async with self._lock:
+            old = self._state.served(self.name).history
+            self._state.swap(self.name, model=None, history=None, recalibration=None)
+            self.problem = "unloaded"
+        if old is not None:
+            await old.close()
+        self._metrics.model_ready.labels(model=self.name).set(0)
+        log.info("unloaded %s", self.name)
 
     async def _history_for(self, model_dir: str, model: OnnxForecaster) -> CellHistory:
         """The history held if it is on the model's grid and of its KPI, else a new one that
         is; refuse the model (ArtifactError) when history is held on another grid or of
         another KPI: forecasting one KPI from another's values would be silently wrong."""
         freq, kpi = model.metadata.freq, model.metadata.target
-        held = self._state.now.history
+        held = self._state.served(self.name).history
         if held is not None and held.freq == freq and held.kpi == kpi:
             return held
         if held is not None and (cells := await held.count()):
@@ -118,8 +160,8 @@ class ModelHolder:
         try:
             await self.reload()
         except (ArtifactError, ValueError, OSError, HistoryUnavailable) as exc:
-            log.error("model reload rejected, the previous model keeps serving: %s",
-                      describe(exc))
+            log.error("%s: model reload rejected, the previous model keeps serving: %s",
+                      self.name, describe(exc))
 
     async def first_load(self) -> None:
         """The start-up load, after fetching the model where controls.modelUrl names one;
@@ -127,7 +169,8 @@ class ModelHolder:
         retried, and the xApp stays unready (``problem`` says why), as O-RAN SC xApps wait
         for their SDL."""
         controls = self._state.now.controls
-        if controls.model_url and model_source.fetched_from(controls.model_dir) != (
+        self.loading = self.first_loading = True
+        if controls.model_url and model_source.fetched_from(self.directory) != (
                 controls.model_url):
             self.problem = f"fetching the model from {controls.model_url}"
             async for attempt in AsyncRetrying(
@@ -135,7 +178,7 @@ class ModelHolder:
                     wait=wait_exponential(min=0.5, max=30),
                     before_sleep=log_retry(log, self.problem)):
                 with attempt:
-                    await model_source.fetch(controls.model_url, controls.model_dir)
+                    await model_source.fetch(controls.model_url, self.directory)
         try:
             async for attempt in AsyncRetrying(
                     retry=retry_if_exception_type(HistoryUnavailable),
@@ -146,17 +189,19 @@ class ModelHolder:
             self.problem = None
         except (ArtifactError, ValueError, OSError) as exc:
             self.problem = f"model load rejected: {describe(exc)}"
-            log.error("%s; the xApp stays unready", self.problem)
+            log.error("%s: %s; it stays unavailable", self.name, self.problem)
+        finally:
+            self.loading = self.first_loading = False
 
     def _waiting_for_history(self, state: RetryCallState) -> None:
         self.problem = "waiting for the history store"
         log_retry(log, self.problem)(state)
 
     async def close(self) -> None:
-        served = self._state.now
-        for store in (served.history, served.shared):
-            if store is not None:
-                await store.close()
+        """Close the model's history (the shared state is the service's to close)."""
+        history = self._state.served(self.name).history
+        if history is not None:
+            await history.close()
 
 
 async def open_history(controls: Controls, freq: str, aggregate: Aggregate,
@@ -167,14 +212,6 @@ async def open_history(controls: Controls, freq: str, aggregate: Aggregate,
         return MemoryCellHistory(freq, controls.history_length, settings.max_cells, aggregate,
                                  kpi, settings.max_rest_cells)
     return await RedisCellHistory.open(settings, freq, controls.history_length, aggregate, kpi)
-
-
-async def open_shared(controls: Controls) -> SharedState:
-    """What replicas share, where the controls keep the history."""
-    settings = controls.history_store
-    if settings.backend == "memory":
-        return SharedState()
-    return RedisSharedState.open(settings)
 
 
 def check_controls(controls: Controls, model: OnnxForecaster) -> None:

@@ -74,19 +74,21 @@ class Offsets:
 
 
 class Recalibrator:
-    """Refreshes the served model's offsets and puts those in force into ``state``."""
+    """Refreshes the offsets of the model ``name`` and puts those in force into ``state``."""
 
-    def __init__(self, state: ServingState, metrics: Metrics) -> None:
+    def __init__(self, state: ServingState, metrics: Metrics, name: str) -> None:
         self._state = state
         self.metrics = metrics
+        self.name = name
         self.offsets: Offsets | None = None
+        self._offset_names: list[str] = []  # the quantiles on the offset gauge
         self._retry_at = 0.0
         self._failing = False
 
     def _for(self, model: OnnxForecaster) -> Offsets | None:
         offsets = self.offsets
         if (offsets is None or offsets.model_version != model.metadata.model_version
-                or self._state.now.controls.recalibration.every_seconds == 0):
+                or self._state.served(self.name).controls.recalibration.every_seconds == 0):
             return None
         return offsets
 
@@ -112,7 +114,7 @@ class Recalibrator:
     async def refresh(self) -> Recalibration:
         """Recompute the offsets from the store now and share them; keeps the old ones (and
         raises) if it cannot."""
-        served = self._state.now
+        served = self._state.served(self.name)
         model, store = served.model, served.history
         if model is None or store is None or served.shared is None:
             return Recalibration()
@@ -128,16 +130,17 @@ class Recalibrator:
             # controls.recalibration.maxCells has chosen the cells: all of them are fitted.
             fitted = await asyncio.to_thread(recalibration, model, history, last, windows, None)
         offsets = Offsets(model.metadata.model_version, fitted, len(held), time.time())
-        await served.shared.put_recalibration(offsets.to_json())
+        await served.shared.put_recalibration(self.name, offsets.to_json())
         self._adopt(model, offsets)
-        self.metrics.recalibration_seconds.set(time.monotonic() - started)
-        log.info("quantiles %s (%d cells)",
+        self.metrics.recalibration_seconds.labels(model=self.name).set(
+            time.monotonic() - started)
+        log.info("%s: quantiles %s (%d cells)", self.name,
                  fitted.describe(model.metadata.quantile_names()), len(held))
         return fitted
 
     def _adopt(self, model: OnnxForecaster, offsets: Offsets) -> None:
         self.offsets = offsets
-        self.metrics.recalibration_time.set(offsets.refreshed_at)
+        self.metrics.recalibration_time.labels(model=self.name).set(offsets.refreshed_at)
         self.put_in_force(model)
 
     def put_in_force(self, model: OnnxForecaster) -> None:
@@ -146,24 +149,27 @@ class Recalibrator:
         gauges. After a reload or a config change they would otherwise go on showing offsets
         that no longer apply, and the quantiles of a model no longer served."""
         offsets = self._for(model)
-        if self._state.now.model is model:
-            self._state.swap(recalibration=None if offsets is None else offsets.recalibration)
+        if self._state.served(self.name).model is model:
+            self._state.swap(self.name, recalibration=None if offsets is None
+                             else offsets.recalibration)
         m, applied = self.metrics, Recalibration() if offsets is None else offsets.recalibration
-        m.recalibration_windows.set(applied.windows)
-        m.recalibration_weight.set(applied.weight)
+        m.recalibration_windows.labels(model=self.name).set(applied.windows)
+        m.recalibration_weight.labels(model=self.name).set(applied.weight)
         for name, share in applied.naive_shares().items():
-            m.recalibration_naive_weight.labels(naive=name).set(share)
+            m.recalibration_naive_weight.labels(model=self.name, naive=name).set(share)
         values = applied.offsets if applied.windows else np.zeros(len(model.metadata.quantiles))
-        m.recalibration_offset.clear()
-        for name, offset in zip(model.metadata.quantile_names(), values, strict=True):
-            m.recalibration_offset.labels(quantile=name).set(float(offset))
+        for name in self._offset_names:  # the quantiles of a model no longer served go
+            m.recalibration_offset.remove(self.name, name)
+        self._offset_names = model.metadata.quantile_names()
+        for name, offset in zip(self._offset_names, values, strict=True):
+            m.recalibration_offset.labels(model=self.name, quantile=name).set(float(offset))
 
     async def take_shared(self, model: OnnxForecaster, shared: SharedState) -> Offsets | None:
         """Adopt the refresh ``shared`` holds for ``model``; the offsets in force for ``model``
         afterwards. The shared one is in force even when ours is newer: two replicas
         refreshing at once keep whichever was written last, and so agree."""
         mine = self._for(model)
-        blob = await shared.recalibration()
+        blob = await shared.recalibration(self.name)
         try:
             shared = Offsets.from_json(blob) if blob else None
         except ValueError as exc:  # written by another build: this replica's own stand
@@ -179,7 +185,7 @@ class Recalibrator:
         """Take up the refresh the store holds; refresh when it is not fresh. One that
         found no recent week to fit (a new deployment, history still arriving) is retried like
         a failed one, not kept for ``everySeconds``."""
-        served = self._state.now
+        served = self._state.served(self.name)
         model, shared = served.model, served.shared
         every = served.controls.recalibration.every_seconds
         if model is None or shared is None or every == 0:
@@ -201,8 +207,11 @@ class Recalibrator:
                 self._failing = False
             except (HistoryUnavailable, InputError, ValueError, KeyError) as exc:
                 if not self._failing:
-                    log.warning("recalibration: %s; the offsets in force stay", describe(exc))
+                    log.warning("recalibration of %s: %s; the offsets in force stay",
+                                self.name, describe(exc))
                 self._failing = True
             except Exception:  # a bug here must not end the task or stop serving
-                log.exception("recalibration failed, the offsets in force stay")
+                log.exception("recalibration of %s failed, the offsets in force stay",
+                              self.name)
             await asyncio.sleep(TICK_S)
+

@@ -1,13 +1,16 @@
-"""What the xApp serves now, as one snapshot swapped whole: the controls in force, the model,
-the cell history on its grid, the state replicas share, and the recalibration in force for the
-model. Whoever needs them reads ``ServingState.now`` once for a piece of work (a request, a
-batch, an ingestion round) and hands that snapshot on, so that the piece sees one model, one
-set of controls and one recalibration throughout, whatever is swapped meanwhile."""
+"""What the xApp serves now, as one snapshot swapped whole: the controls in force, the state
+replicas share and, for each model by name, its ``Served`` view: the model, the cell history
+of its KPI on its grid, and the recalibration in force for it. Whoever needs them reads
+``ServingState.served(name)`` (or ``now``, the default model's) once for a piece of work (a
+request, a batch, an ingestion round) and hands that view on, so that the piece sees one model,
+one set of controls and one recalibration throughout, whatever is swapped meanwhile."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from kpi_forecast.model.recalibration import Recalibration
 from kpi_forecast.model.runtime import OnnxForecaster
@@ -16,30 +19,70 @@ from kpi_forecast.xapp.store.cell_history import CellHistory
 from kpi_forecast.xapp.store.shared_state import SharedState
 
 
+class UnknownModel(LookupError):
+    """A model name the xApp does not serve; the message names those it does."""
+
+
 @dataclass(frozen=True)
 class Served:
+    """One model's view: what its requests see."""
+
     controls: Controls
-    model: OnnxForecaster | None = None  # None until the first model is loaded
+    name: str = "default"
+    model: OnnxForecaster | None = None  # None until the model is loaded, and once unloaded
     history: CellHistory | None = None  # on the model's grid, of its KPI
-    shared: SharedState | None = None  # opened with the first model's history
+    shared: SharedState | None = None  # one for every model, opened with the first history
     recalibration: Recalibration | None = None  # the model's offsets in force; None: none
     # The E2 measurement behind the model's KPI (controls.e2.kpis); None: not mapped, or no
     # model. Kept in step with the controls and the model by ``ServingState.swap``.
     kpi_source: KpiSource | None = None
 
 
+# What every model's view holds alike: a swap of these changes every view at once.
+COMMON = frozenset({"controls", "shared"})
+
+
 class ServingState:
-    """Holds the snapshot in force; ``swap`` replaces it whole (one assignment)."""
+    """Holds the views in force, by model name; ``swap`` replaces them whole (one assignment),
+    ``add`` adds a model. ``default`` is the model the routes without a model name answer
+    for. ``models`` and ``now`` (the default model's view) are plain attributes, set anew at
+    each change: the hot path reads them without a call."""
 
-    def __init__(self, controls: Controls) -> None:
-        self.now = Served(controls)
+    def __init__(self, controls: Controls, names: tuple[str, ...] = ("default",),
+                 default: str | None = None) -> None:
+        self.default = default or names[0]
+        self._set({name: Served(controls, name) for name in names})
 
-    def swap(self, **changes: object) -> Served:
-        served = dataclasses.replace(self.now, **changes)
-        if "controls" in changes or "model" in changes:
-            model = served.model
-            source = (None if model is None
-                      else served.controls.e2.kpis.get(model.metadata.target))
-            served = dataclasses.replace(served, kpi_source=source)
-        self.now = served
-        return served
+    def _set(self, models: dict[str, Served]) -> None:
+        self.models: Mapping[str, Served] = MappingProxyType(models)
+        self.now = models[self.default]
+
+    def served(self, name: str) -> Served:
+        try:
+            return self.models[name]
+        except KeyError:
+            raise UnknownModel(f"no model {name!r}; served: {', '.join(self.models)}") from None
+
+    def swap(self, name: str | None = None, **changes: object) -> Served:
+        """Change one model's view (``name``), or what all share (no name: controls, shared);
+        the default model's view, or ``name``'s, after it."""
+        if name is None and not changes.keys() <= COMMON:
+            raise ValueError(f"only {sorted(COMMON)} change for every model at once")
+        models = dict(self.models)
+        for each in ([name] if name is not None else list(models)):
+            served = dataclasses.replace(self.served(each), **changes)
+            if ("controls" in changes or "model" in changes) and "kpi_source" not in changes:
+                model = served.model
+                source = (None if model is None
+                          else served.controls.e2.kpis.get(model.metadata.target))
+                served = dataclasses.replace(served, kpi_source=source)
+            models[each] = served
+        self._set(models)
+        return models[name or self.default]
+
+    def add(self, name: str) -> Served:
+        """A view for a model not served before (nothing loaded yet)."""
+        if name not in self.models:
+            now = self.now
+            self._set({**self.models, name: Served(now.controls, name, shared=now.shared)})
+        return self.models[name]

@@ -6,17 +6,18 @@ libraries write them; the braces are a Redis Cluster hash tag, so one namespace 
 slot and the scripts below may touch all of its keys. With the history here, replicas hold no
 state: any of them serves any cell, and a restarted one serves at once.
 
-Each cell is one key, ``{ns},cell:<id>``: a ring of ``length`` steps as a binary string, a
-16-byte header (newest slot as a double, ring length as an int32) and 16 bytes per step (the
-sum of its reports as a double, then the 64-bit mask of the parts of the step they came in,
-as two int32). Reading a cell is one GET and a numpy view, however long its history; the
-ring is the in-memory store's, so the two read the same. ``{ns},cells`` is the set of cells
-(``{ns},rest-cells`` those first written over REST, which have a quota of their own) and
-``{ns},grid`` the grid step, so that a replica serving a model on another grid is refused
-instead of misreading the history. A write is one Lua script, atomic in Redis: two replicas
-ingesting the same indication, or a replay after a restart, change nothing. What replicas share
-besides the cells lives in the same namespace (``shared_state.RedisSharedState``).
-"""
+Each KPI's history has keys of its own, ``{ns},kpi:<kpi>,...``, so that the models of several
+KPIs share a namespace. Each cell is one key, ``{ns},kpi:<kpi>,cell:<id>``: a ring of ``length``
+steps as a binary string, a 16-byte header (newest slot as a double, ring length as an int32)
+and 16 bytes per step (the sum of its reports as a double, then the 64-bit mask of the parts of
+the step they came in, as two int32). Reading a cell is one GET and a numpy view, however long
+its history; the ring is the in-memory store's, so the two read the same.
+``{ns},kpi:<kpi>,cells`` is the set of cells (``...,rest-cells`` those first written over REST,
+which have a quota of their own) and ``...,grid`` the grid step, so that a replica serving a
+model on another grid is refused instead of misreading the history. A write is one Lua script,
+atomic in Redis: two replicas ingesting the same indication, or a replay after a restart, change
+nothing. What replicas share besides the cells lives in the same namespace
+(``shared_state.RedisSharedState``)."""
 
 from __future__ import annotations
 
@@ -150,15 +151,16 @@ class RedisCellHistory(CellHistory):
                  kpi: str | None = None, max_rest_cells: int = 10_000) -> None:
         super().__init__(freq, length, max_cells, aggregate, kpi, max_rest_cells)
         self._redis = client
-        self._prefix = f"{{{namespace}}},"
+        # A caller that names no KPI (a test of the store alone) gets the namespace's own keys.
+        self._prefix = f"{{{namespace}}},kpi:{kpi}," if kpi else f"{{{namespace}}},"
         self._script = client.register_script(_WRITE)
 
     @classmethod
     async def open(cls, settings: HistoryStore, freq: str, length: int,
                    aggregate: Aggregate = "mean", kpi: str | None = None,
                    environ: Mapping[str, str] = os.environ) -> RedisCellHistory:
-        """Connect and claim the namespace's grid and KPI; HistoryError when it holds cells
-        on another grid or of another KPI, HistoryUnavailable when Redis does not answer."""
+        """Connect and claim the KPI's grid; HistoryError when it holds cells on another
+        grid, HistoryUnavailable when Redis does not answer."""
         client = connect(settings, environ)
         store = cls(client, settings.namespace, freq, length, settings.max_cells, aggregate, kpi,
                     settings.max_rest_cells)
@@ -179,24 +181,16 @@ class RedisCellHistory(CellHistory):
         step = str(self.step.value)
         async with errors("opening the history"):
             grid = self._key("grid")
-            held_step, held_kpi = await self._redis.hmget(grid, ["step_ns", "kpi"])
+            held_step = await self._redis.hget(grid, "step_ns")
             other_step = held_step is not None and held_step.decode() != step
-            other_kpi = (held_kpi is not None and self.kpi is not None
-                         and held_kpi.decode() != self.kpi)
-            cells = await self._redis.scard(self._key("cells")) if other_step or other_kpi else 0
+            cells = await self._redis.scard(self._key("cells")) if other_step else 0
             if cells and other_step:
                 other = pd.Timedelta(int(held_step))
                 raise HistoryError(
                     f"the shared history {self._prefix[:-1]} holds {cells} cells on a "
                     f"{other} grid, not {self.step}: serve a model with that step, or use "
                     "another historyStore.namespace")
-            if cells and other_kpi:
-                raise HistoryError(
-                    f"the shared history {self._prefix[:-1]} holds {cells} cells of "
-                    f"{held_kpi.decode()}, not {self.kpi}: serve a model of that KPI, or use "
-                    "another historyStore.namespace")
-            claim = {"step_ns": step} | ({"kpi": self.kpi} if self.kpi is not None else {})
-            await self._redis.hset(grid, mapping=claim)
+            await self._redis.hset(grid, "step_ns", step)
 
     async def _write_cells(self, items: list[tuple[str, list[tuple[int, float]]]],
                            origin: Origin) -> list[int | HistoryError]:

@@ -1,11 +1,10 @@
 """What replicas share besides the cells' history: the recalibration offsets in force, the A1
 policy instances, and which replica owns which E2 node. In one replica's memory (the single-node
 default: it owns every node), or in the RIC's Redis (``RedisSharedState``), in the history's
-namespace: ``{ns},shared:recalibration`` holds the offsets, the hash ``{ns},map:a1-policies``
-the instances by id, ``{ns},e2-lease:<node>`` names the replica that owns an E2 node for now,
-``{ns},e2-subscribed:<node>`` the owner once it has subscribed to the node, and
-``{ns},e2-replicas`` the replicas alive (``lease_round``).
-"""
+namespace: ``{ns},shared:recalibration:<model>`` holds a model's offsets, the hash
+``{ns},map:a1-policies`` the instances by id, ``{ns},e2-lease:<node>`` names the replica that
+owns an E2 node for now, ``{ns},e2-subscribed:<node>`` the owner once it has subscribed to the
+node, and ``{ns},e2-replicas`` the replicas alive (``lease_round``)."""
 
 from __future__ import annotations
 
@@ -35,15 +34,15 @@ class SharedState:
     """The contract, kept in this process's memory: one replica, which owns every node."""
 
     def __init__(self) -> None:
-        self._recalibration: bytes | None = None
+        self._recalibration: dict[str, bytes] = {}
         self._policies: dict[str, bytes] = {}
 
-    async def recalibration(self) -> bytes | None:
-        """The recalibration offsets last written (None: never)."""
-        return self._recalibration
+    async def recalibration(self, model: str) -> bytes | None:
+        """The model's recalibration offsets last written (None: never)."""
+        return self._recalibration.get(model)
 
-    async def put_recalibration(self, value: bytes) -> None:
-        self._recalibration = value
+    async def put_recalibration(self, model: str, value: bytes) -> None:
+        self._recalibration[model] = value
 
     async def policies(self) -> dict[str, bytes]:
         """The A1 policy instances by id, as written."""
@@ -136,13 +135,13 @@ class RedisSharedState(SharedState):
              ) -> RedisSharedState:
         return cls(connect(settings, environ), settings.namespace)
 
-    async def recalibration(self) -> bytes | None:
-        async with errors("reading the recalibration"):
-            return await self._redis.get(self._prefix + RECALIBRATION_KEY)
+    async def recalibration(self, model: str) -> bytes | None:
+        async with errors(f"reading the recalibration of {model}"):
+            return await self._redis.get(f"{self._prefix}{RECALIBRATION_KEY}:{model}")
 
-    async def put_recalibration(self, value: bytes) -> None:
-        async with errors("writing the recalibration"):
-            await self._redis.set(self._prefix + RECALIBRATION_KEY, value)
+    async def put_recalibration(self, model: str, value: bytes) -> None:
+        async with errors(f"writing the recalibration of {model}"):
+            await self._redis.set(f"{self._prefix}{RECALIBRATION_KEY}:{model}", value)
 
     async def policies(self) -> dict[str, bytes]:
         async with errors("reading the A1 policy instances"):
@@ -170,3 +169,10 @@ class RedisSharedState(SharedState):
 
     async def close(self) -> None:
         await self._redis.aclose()
+
+
+def open_shared(settings: HistoryStore) -> SharedState:
+    """What replicas share, where the history is kept (``controls.historyStore``)."""
+    if settings.backend == "memory":
+        return SharedState()
+    return RedisSharedState.open(settings)

@@ -9,7 +9,8 @@ API, under its ``/v1``; O-RAN SC's kpimon reads them the same way):
    aligned-PER RAN function description) says which measurements report style 1 carries.
 
 A node's cells are subscribable when its KPM function is v3 or later (this xApp subscribes
-with that encoding) and reports the measurement behind the model's KPI; the others are
+with that encoding) and reports one at least of the measurements behind the models' KPIs (a
+node is asked for those it reports); the others are
 counted by reason (``kpi_forecast_e2_cells_skipped``) and logged once per node and change.
 A cell is named as e2mgr names it (``cellId``: the PLMN and the NR cell identity in hex,
 ``00f110:0000000010``).
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -40,7 +42,8 @@ Reason = Literal["no-kpm-function", "kpm-v2", "measurement-not-reported", "cell-
 REASONS: dict[Reason, str] = {
     "no-kpm-function": "the node lists no E2SM-KPM RAN function this xApp can read",
     "kpm-v2": "the node's E2SM-KPM is v2, and this xApp subscribes with v3 and later",
-    "measurement-not-reported": "the node's E2SM-KPM report style 1 does not carry {measurement}",
+    "measurement-not-reported": "the node's E2SM-KPM report style 1 carries none of "
+                                "{measurements}",
     "cell-id-unreadable": "e2mgr's cellId is not a PLMN and an NR cell identity in hex",
 }
 
@@ -113,6 +116,7 @@ class E2Node:
     meid: str
     ran_function_id: int  # of its E2SM-KPM function: the subscription's RANFunctionID
     cells: tuple[Cell, ...]
+    measurements: tuple[str, ...]  # of those wanted, the ones it reports: its subscription's
 
 
 @dataclass
@@ -163,10 +167,10 @@ def kpm_function(node: NodebResponse) -> tuple[RanFunction, kpm.RanFunctionDescr
     return None
 
 
-def subscribable(node: NodebResponse, measurement: str
+def subscribable(node: NodebResponse, measurements: Sequence[str]
                  ) -> tuple[E2Node | None, Counter[Reason]]:
-    """The node's cells this xApp can subscribe to for ``measurement``, and those it cannot,
-    by reason."""
+    """The node's cells this xApp can subscribe to for ``measurements`` (one at least), and
+    those it cannot, by reason."""
     served = [c.information.cell_id for c in node.gnb.served_nr_cells] if node.gnb else []
     if node.enb is not None:
         served += [str(c.get("cellId", "")) for c in node.enb.served_cells]
@@ -176,7 +180,9 @@ def subscribable(node: NodebResponse, measurement: str
     function, description = found
     if description.version == 2:
         return None, Counter({"kpm-v2": len(description.cells or served)})
-    if measurement not in description.measurements():
+    reported = set(description.measurements())
+    carried = tuple(m for m in measurements if m in reported)
+    if not carried:
         return None, Counter({"measurement-not-reported": len(served)})
     cells, skipped = [], Counter[Reason]()
     for cell_id in served:
@@ -186,7 +192,7 @@ def subscribable(node: NodebResponse, measurement: str
             skipped["cell-id-unreadable"] += 1
     if not cells:
         return None, skipped
-    return E2Node(node.ran_name, function.ran_function_id, tuple(cells)), skipped
+    return E2Node(node.ran_name, function.ran_function_id, tuple(cells), carried), skipped
 
 
 class E2Manager:
@@ -203,9 +209,9 @@ class E2Manager:
         response.raise_for_status()
         return response.content
 
-    async def listing(self, measurement: str, retry_max_s: float = 30.0,
+    async def listing(self, measurements: Sequence[str], retry_max_s: float = 30.0,
                       attempts: int | None = None) -> Listing:
-        """The connected nodes and their cells for ``measurement``; each node's details are
+        """The connected nodes and their cells for ``measurements``; each node's details are
         asked for when it (re)connects. Failures are retried (``attempts`` in all, the last
         one's error raised; None: until they succeed), logged with their reason."""
         async for attempt in rest_retrying(
@@ -219,12 +225,12 @@ class E2Manager:
                 await self._read_details(sorted(connected - set(self._details)))
         listing = Listing()
         for name in sorted(self._details):
-            node, skipped = subscribable(self._details[name], measurement)
+            node, skipped = subscribable(self._details[name], measurements)
             if node is not None:
                 listing.nodes[name] = node
             if skipped:
                 listing.skipped[name] = skipped
-            self._tell(name, node, skipped, measurement)
+            self._tell(name, node, skipped, measurements)
         for name in set(self._told) - set(self._details):
             del self._told[name]
         return listing
@@ -240,7 +246,7 @@ class E2Manager:
         await asyncio.gather(*map(read, names))
 
     def _tell(self, name: str, node: E2Node | None, skipped: Counter[Reason],
-              measurement: str) -> None:
+              measurements: Sequence[str]) -> None:
         """Log a node's left-out cells once, and again when they change."""
         if self._told.get(name) == skipped:
             return
@@ -248,7 +254,8 @@ class E2Manager:
         if not skipped:
             return
         kept = len(node.cells) if node else 0
-        why = "; ".join(f"{count} because {REASONS[reason].format(measurement=measurement)}"
+        named = ", ".join(measurements)
+        why = "; ".join(f"{count} because {REASONS[reason].format(measurements=named)}"
                         for reason, count in sorted(skipped.items()))
         log.warning("e2: %s: %d of %d cell(s) not subscribed to: %s", name,
                     sum(skipped.values()), kept + sum(skipped.values()), why)

@@ -2,8 +2,9 @@
 
 Each subscription action the xApp holds reports one cell's measurements; the subscription
 layer records that as a route, (RIC request instance id, action id) -> cell and measurement.
-An indication is decoded (E2AP, then the KPM header and message) and its values are put on the
-model's grid (one value per granularity period from the collection start time). The writes
+An indication is decoded (E2AP, then the KPM header and message) and the values of each
+measurement are put on the grid of the model whose KPI it is behind (one value per granularity
+period from the collection start time), for that KPI's history. The writes
 queue up and one writer task takes them to the history in batches, so that a shared store
 costs one round trip per batch rather than per indication, and decoding never waits on it;
 the history aggregates several reports within one step and counts repeats once.
@@ -40,14 +41,16 @@ class Route:
 
 @dataclass(frozen=True)
 class _Write:
+    model: str  # whose KPI's history the values go to
     cell_id: str
     reports: list[tuple[int, float]]  # (UTC ns, value), checked KPI values
     collected_ns: int  # the end of the indication's last reporting period, UTC ns
+    first: bool  # the first of its indication's writes: it counts the indication
 
 
 class Ingestor:
-    """Indications into the served model's history (``state.now``): the values of the
-    measurement behind its KPI."""
+    """Indications into the models' histories (``state.models``): the values of the
+    measurement behind each model's KPI into that KPI's history."""
 
     def __init__(self, state: ServingState, metrics: Metrics, max_batch: int = 512,
                  max_pending: int = 10_000) -> None:
@@ -66,14 +69,15 @@ class Ingestor:
         """The transport's frame handler: queue the indication's values for the writer, or
         count the frame as rejected; never raise."""
         try:
-            write = self._decode(frame)
+            writes = self._decode(frame)
         except _Rejected as rejected:
             self.reject(rejected.reason, str(rejected))
             return
-        if self._pending.full():  # the store is behind: wait for it
-            await self._pending.put(write)
-        else:
-            self._pending.put_nowait(write)
+        for write in writes:
+            if self._pending.full():  # the store is behind: wait for it
+                await self._pending.put(write)
+            else:
+                self._pending.put_nowait(write)
 
     async def run(self) -> None:
         """The writer: everything queued so far (up to max_batch) goes in one store call."""
@@ -92,32 +96,39 @@ class Ingestor:
         await self._pending.join()
 
     async def _write(self, batch: list[_Write]) -> None:
-        store = self._state.now.history
-        if store is None:
-            for _ in batch:
-                self.reject("not-ready", "no history store yet")
-            return
-        try:
-            results = await store.put_checked([(w.cell_id, w.reports) for w in batch])
-        except HistoryUnavailable as exc:
-            for _ in batch:
-                self.reject("history-store", str(exc))
-            return
-        now_ns = time.time_ns()
+        """The batch's writes, one store call per model's history."""
+        by_model: dict[str, list[_Write]] = {}
+        for write in batch:
+            by_model.setdefault(write.model, []).append(write)
         written = not_kept = 0
-        lag = self._metrics.e2_ingest_lag
-        for write, result in zip(batch, results, strict=True):
-            if isinstance(result, HistoryError):
-                self.reject("history", str(result))
-            else:
-                written += 1
-                not_kept += len(write.reports) - result
-                lag.observe((now_ns - write.collected_ns) / 1e9)
+        for name, writes in by_model.items():
+            served = self._state.models.get(name)
+            store = served.history if served is not None else None
+            if store is None:  # unloaded meanwhile
+                for _ in writes:
+                    self.reject("not-ready", f"no history of model {name}'s KPI now")
+                continue
+            try:
+                results = await store.put_checked([(w.cell_id, w.reports) for w in writes])
+            except HistoryUnavailable as exc:
+                for _ in writes:
+                    self.reject("history-store", str(exc))
+                continue
+            now_ns = time.time_ns()
+            lag = self._metrics.e2_ingest_lag
+            for write, result in zip(writes, results, strict=True):
+                if isinstance(result, HistoryError):
+                    self.reject("history", str(result))
+                else:
+                    written += write.first
+                    not_kept += len(write.reports) - result
+                    if write.first:
+                        lag.observe((now_ns - write.collected_ns) / 1e9)
         # Once per batch: a counter's update takes its lock, as long as the arithmetic.
         self._metrics.e2_indications.inc(written)
         self._metrics.e2_reports_not_kept.inc(not_kept)
 
-    def _decode(self, frame: Frame) -> _Write:
+    def _decode(self, frame: Frame) -> list[_Write]:
         if frame.msg_type != RIC_INDICATION:
             kind = MESSAGE_TYPES.get(frame.msg_type, str(frame.msg_type))
             raise _Rejected("msg-type", f"a {kind} frame on the indication path")
@@ -131,29 +142,38 @@ class Ingestor:
         if route is None:
             raise _Rejected("unknown-subscription", f"no subscription with instance "
                             f"{pdu.instance_id}, action {pdu.action_id}")
-        source = self._state.now.kpi_source
-        if source is None:
+        # The measurement behind each served model's KPI (one model per KPI: checked at start).
+        sources = {s.kpi_source.measurement: s for s in self._state.models.values()
+                   if s.kpi_source is not None and s.history is not None}
+        if not sources:
             raise _Rejected("not-ready", "no model (or no measurement for its KPI) yet")
         try:
             start_us = indication.decode_header_us(pdu.header)
-            message = indication.decode_message(pdu.message, subscribed=[source.measurement])
+            message = indication.decode_message(pdu.message, subscribed=list(sources))
         except kpm.DecodeError as exc:
             raise _Rejected(exc.reason, str(exc)) from None
-        values = next((m.values for m in message.measurements
-                       if m.name == source.measurement), None)
-        if values is None:
-            raise _Rejected("measurement-missing", f"no {source.measurement} in the report")
+        reported = [(m.name, m.values) for m in message.measurements if m.name in sources]
+        if not reported:
+            raise _Rejected("measurement-missing", f"none of {', '.join(sources)} in the "
+                            "report")
         granularity_ns = (message.granularity_ms or route.granularity_ms) * 1_000_000
         start_ns = start_us * 1000
-        bad = [(v, problem) for v in values if v is not None
-               and (problem := "not a number" if math.isnan(v) else kpi_problem(v * source.scale))]
-        if bad:  # checked before writing anything: a report is taken whole or not at all
-            value, problem = bad[0]
-            raise _Rejected("value", f"{source.measurement} = {value}: {problem}")
-        # noValue / incomplete period: the step stays missing
-        return _Write(route.cell_id, [(start_ns + period * granularity_ns, value * source.scale)
-                                      for period, value in enumerate(values) if value is not None],
-                      start_ns + len(values) * granularity_ns)
+        end_ns = start_ns + max(len(values) for _, values in reported) * granularity_ns
+        writes = []
+        for name, values in reported:
+            served = sources[name]
+            scale = served.kpi_source.scale
+            bad = [(v, problem) for v in values if v is not None and (
+                problem := "not a number" if math.isnan(v) else kpi_problem(v * scale))]
+            if bad:  # checked before writing anything: a report is taken whole or not at all
+                value, problem = bad[0]
+                raise _Rejected("value", f"{name} = {value}: {problem}")
+            # noValue / incomplete period: the step stays missing
+            writes.append(_Write(served.name, route.cell_id,
+                                 [(start_ns + period * granularity_ns, value * scale)
+                                  for period, value in enumerate(values) if value is not None],
+                                 end_ns, first=not writes))
+        return writes
 
     def reject(self, reason: str, detail: str) -> None:
         """Count a dropped E2 message by reason; log it at most once a minute per reason."""

@@ -2,12 +2,15 @@
 frames go to the subscription (answers to our requests), to the A1 policies (when taken) or to
 ingestion (indications); subscriptions to the E2 nodes this replica owns (``ownership.py``)
 among those the E2 Manager lists (``discovery.py``), made once a model says which KPI to ask
-for and followed as ownership moves and nodes connect and disconnect; and the orderly stop."""
+for (one subscription per node, for the measurements of every model's KPI) and followed as
+ownership moves, nodes connect and disconnect and models come and go; and the orderly
+stop."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 
 import httpx
@@ -93,31 +96,46 @@ class E2Link:
             return
         await self.ingestor.handle(frame)
 
-    async def _subscribe_when_ready(self) -> None:
-        """Subscribe once a model says which KPI, and at which step, to ask for; a model whose
-        KPI no measurement feeds (controls.e2.kpis) is said once, then waited out."""
-        told = None
-        while (source := (served := self._state.now).kpi_source) is None:
-            model = served.model
-            if model is not None and model.metadata.model_version != told:
-                told = model.metadata.model_version
-                log.warning("e2: not subscribing: the model's KPI %r has no measurement in "
-                            "controls.e2.kpis (%s); waiting for a model or config that maps it",
-                            model.metadata.target, ", ".join(served.controls.e2.kpis))
-            await asyncio.sleep(0.1)
-        step_ms = int(served.model.step / pd.Timedelta("1ms"))
-        period = served.controls.e2.reporting_period_ms or step_ms
-        await self._follow_ownership(source.measurement, period)
+    def wanted(self) -> tuple[tuple[str, ...], int] | None:
+        """What the subscriptions ask for: the measurements behind the KPIs of the models
+        served (in name order; each once), and the reporting period (controls.e2's, else the
+        finest step that divides every model's, so that each grid gets whole periods); None
+        while no model served has a KPI a measurement maps."""
+        served = [s for s in self._state.models.values() if s.kpi_source is not None]
+        if not served:
+            return None
+        measurements = tuple(sorted({s.kpi_source.measurement for s in served}))
+        step_ms = math.gcd(*(int(s.model.step / pd.Timedelta("1ms")) for s in served))
+        return measurements, served[0].controls.e2.reporting_period_ms or step_ms
 
-    async def _follow_ownership(self, measurement: str, period_ms: int) -> None:
+    async def _subscribe_when_ready(self) -> None:
+        """Subscribe once a model says which KPI, and at which step, to ask for; models whose
+        KPI no measurement feeds (controls.e2.kpis) are said once each, then waited out."""
+        told: set[str] = set()
+        while (wanted := self.wanted()) is None:
+            for served in self._state.models.values():
+                model = served.model
+                if model is not None and model.metadata.model_version not in told:
+                    told.add(model.metadata.model_version)
+                    log.warning("e2: not subscribing for model %s: its KPI %r has no "
+                                "measurement in controls.e2.kpis (%s); waiting for a model "
+                                "or config that maps one", served.name, model.metadata.target,
+                                ", ".join(served.controls.e2.kpis))
+            await asyncio.sleep(0.1)
+        await self._follow_ownership(wanted)
+
+    async def _follow_ownership(self, wanted: tuple[tuple[str, ...], int]) -> None:
         """Every ``ROUND_S``: the nodes, a lease round, and the subscriptions brought in line
         with what is owned in a task of their own. The leases are renewed on time whatever
         the subscription manager takes: a round that waited for a hundred subscriptions on a
         busy RIC would let its own leases run out and hand its nodes to another replica
-        while it still held them. One failed step is logged and tried again next round."""
+        while it still held them. One failed step is logged and tried again next round.
+        When the models served ask for other measurements (one loaded, one unloaded), the
+        subscriptions held are made again with them."""
+        measurements, period_ms = wanted
         self._metrics.e2_reporting_period.set(period_ms / 1000.0)
         # The first list is waited for; later ones are tried once a round.
-        listing = await self.e2mgr.listing(measurement)
+        listing = await self.e2mgr.listing(measurements)
         following: asyncio.Task | None = None
         rounds = 0
         try:
@@ -131,13 +149,21 @@ class E2Link:
                             failure := following.exception()) is not None:
                         log.warning("e2: following the leases failed (%s); this round tries "
                                     "again", describe(failure))
+                    now = self.wanted()
+                    if now is not None and now != (measurements, period_ms):
+                        log.info("e2: the models served now ask for %s every %d ms: "
+                                 "subscribing again", ", ".join(now[0]), now[1])
+                        for meid in sorted(self.subscriber.subscription_ids):
+                            await self.subscriber.unsubscribe_node(meid)
+                        (measurements, period_ms) = now
+                        self._metrics.e2_reporting_period.set(period_ms / 1000.0)
+                        listing = await self.e2mgr.listing(measurements, attempts=1)
                     following = asyncio.create_task(self._follow(
-                        owned, self.ownership.handed_over, listing.nodes, measurement,
-                        period_ms, initial=following is None,
-                        check=rounds % CHECK_ROUNDS == 0))
+                        owned, self.ownership.handed_over, listing.nodes, period_ms,
+                        initial=following is None, check=rounds % CHECK_ROUNDS == 0))
                 await asyncio.sleep(ROUND_S)
                 try:
-                    listing = await self.e2mgr.listing(measurement, attempts=1)
+                    listing = await self.e2mgr.listing(measurements, attempts=1)
                 except (httpx.HTTPError, ValueError) as exc:
                     log.warning("e2: listing the E2 nodes failed (%s); the last list stands",
                                 describe(exc))
@@ -151,8 +177,8 @@ class E2Link:
             self._metrics.e2_cells_skipped.labels(reason=reason).set(skipped[reason])
 
     async def _follow(self, owned: set[str], handed_over: set[str],
-                      listing: dict[str, E2Node], measurement: str, period_ms: int,
-                      initial: bool, check: bool = False) -> None:
+                      listing: dict[str, E2Node], period_ms: int, initial: bool,
+                      check: bool = False) -> None:
         """Unsubscribe from the nodes handed over (or gone) and subscribe to those taken, a
         few requests to the subscription manager at a time; with ``check``, first forget the
         subscriptions it no longer lists, so that they are made again."""
@@ -177,8 +203,7 @@ class E2Link:
         async def take(meid: str) -> None:
             async with slots:
                 try:
-                    await subscriber.subscribe(listing[meid], measurement, period_ms,
-                                               attempts=1)
+                    await subscriber.subscribe(listing[meid], period_ms, attempts=1)
                 except (httpx.HTTPError, ValueError) as exc:
                     log.warning("e2: subscribing to %s failed (%s); next round tries again",
                                 meid, describe(exc))

@@ -5,8 +5,9 @@ the E2 Manager (``discovery.py``).
 1. ``POST {submgr}/subscriptions`` per node this replica owns (``e2/ownership.py``), a
    SubscriptionParams: ClientEndpoint (where to send this xApp's frames), Meid, the node's
    E2SM-KPM RANFunctionID, and one SubscriptionDetails entry per cell, whose single action's
-   definition (E2SM-KPM format 1) names the cell's global id and the measurement behind the
-   model's KPI. The answer carries a SubscriptionId.
+   definition (E2SM-KPM format 1) names the cell's global id and the measurements behind the
+   models' KPIs that the node reports: one subscription per node, whatever the number of
+   models. The answer carries a SubscriptionId.
 2. The outcome arrives on the rmr-data stream as E2AP RICsubscriptionResponse (12011) or
    RICsubscriptionFailure (12012): the response's RIC requestor id is the entry's
    XappEventInstanceId, which names the cell; its RIC instance id and action id are what that
@@ -147,10 +148,10 @@ class Subscriber:
         self._routes: dict[str, list[tuple[int, int]]] = {}  # node -> its cells' routes
         self._last_event = 0
 
-    async def subscribe(self, node: E2Node, measurement: str, period_ms: int,
-                        retry_max_s: float = 30.0, attempts: int | None = None) -> None:
-        """Subscribe to every cell of ``node``."""
-        body = self._request(node, measurement, period_ms)
+    async def subscribe(self, node: E2Node, period_ms: int, retry_max_s: float = 30.0,
+                        attempts: int | None = None) -> None:
+        """Subscribe to every cell of ``node``, for the measurements it carries."""
+        body = self._request(node, period_ms)
         try:
             async for attempt in rest_retrying(
                 log, f"e2: subscription manager at {self.submgr_url}", retry_max_s, attempts):
@@ -192,14 +193,14 @@ class Subscriber:
                 return self._last_event
         raise RuntimeError(f"all {MAX_EVENT_ID} subscription event ids are in use")
 
-    def _request(self, node: E2Node, measurement: str, period_ms: int) -> dict:
+    def _request(self, node: E2Node, period_ms: int) -> dict:
         trigger = list(kpm.encode_event_trigger(period_ms))
         details = []
         for cell in node.cells:
             event_id = self._event_id()
             self._pending[event_id] = Pending(cell, period_ms, node.meid)
             definition = kpm.encode_action_definition(kpm.ActionDefinition(
-                [measurement], granularity_ms=period_ms, cell=cell.global_id))
+                list(node.measurements), granularity_ms=period_ms, cell=cell.global_id))
             details.append(SubscriptionDetail(
                 xapp_event_instance_id=event_id, event_triggers=trigger,
                 actions=[ActionToBeSetup(
