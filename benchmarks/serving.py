@@ -85,8 +85,11 @@ def counters(lines: list[str]) -> dict[str, float]:
     """Fallback, shed and goodput counters by label, from the xApp's own metrics."""
     found = {}
     for line in lines:
-        if line.startswith(("kpi_forecast_fallbacks_total", "kpi_forecast_shed_requests_total",
-                            'kpi_forecast_goodput_requests_total{route="/v1/forecast"}')):
+        counted = line.startswith(("kpi_forecast_fallbacks_total",
+                                    "kpi_forecast_shed_requests_total"))
+        goodput = (line.startswith("kpi_forecast_goodput_requests_total{")
+                   and 'route="/v1/forecast"' in line)
+        if counted or goodput:
             name, value = line.rsplit(" ", 1)
             found[name] = float(value)
     return found

@@ -40,7 +40,8 @@ def test_the_readme_is_short_and_reaches_the_first_training_early() -> None:
 
 def test_benchmarks_page_holds_current_results_only() -> None:
     lines = BENCHMARKS.read_text().splitlines()
-    assert len(lines) <= 400, f"docs/benchmarks.md has {len(lines)} lines (at most 400)"
+    # A section per benchmark, each its current results only.
+    assert len(lines) <= 440, f"docs/benchmarks.md has {len(lines)} lines (at most 440)"
     # Each section a benchmark writes says when, where and how it was measured.
     sections = [line for line in lines if line.startswith("<!-- ") and line.endswith(":start -->")]
     assert sections

@@ -744,6 +744,15 @@ def test_dashboard_configmap(rendered: Callable[[str], Docs]) -> None:
     panel_with("kpi_forecast_requests_total", "by (status)")
     panel_with("kpi_forecast_cells_held")
     panel_with("kpi_forecast_model_info")
+    # A model selector: the series a model's label names are shown for the models chosen.
+    assert variables["model"]["definition"] == (
+        'label_values(kpi_forecast_model_ready{namespace=~"$namespace", job=~"$job"}, model)')
+    for metric in ("kpi_forecast_model_ready", "kpi_forecast_model_info",
+                   "kpi_forecast_cells_held", "kpi_forecast_queue_depth",
+                   "kpi_forecast_inference_duration_seconds_bucket",
+                   "kpi_forecast_recalibration_offset"):
+        selectors = re.findall(metric + r"\{[^}]*\}", " ".join(exprs.values()))
+        assert selectors and all('model=~"$model"' in s for s in selectors), metric
 
 
 def test_monitoring_objects_absent_by_default(rendered: Callable[[str], Docs]) -> None:
@@ -794,6 +803,43 @@ def test_model_fetched_by_an_init_container(rendered: Callable[[str], Docs]) -> 
     assert mount == {"name": "model", "mountPath": "/opt/ric/model", "readOnly": True}
 
 
+def test_a_repository_of_models_with_a_fetcher_per_model(helm: Path, tmp_path: Path) -> None:
+    values = tmp_path / "repository.yaml"
+    values.write_text(yaml.safe_dump({"model": {
+        "source": "initContainer", "path": "/opt/ric/models", "repository": True,
+        "defaultModel": "prb_util", "initContainer": {"models": [
+            {"name": "prb_util", "url": "https://models.example/prb_util.tar.gz"},
+            {"name": "traffic_mb", "url": "https://models.example/traffic_mb.tar.gz"}]}},
+        "networkPolicy": {"modelFetcherEgress": [
+            {"to": [{"ipBlock": {"cidr": "10.20.0.0/16"}}], "ports": [{"port": 443}]}]}}))
+    docs = template(helm, "-f", str(values))
+    controls = descriptor(docs)["controls"]
+    assert "modelDir" not in controls or controls["modelDir"] is None
+    assert (controls["modelRepository"], controls["defaultModel"]) == ("/opt/ric/models",
+                                                                       "prb_util")
+    # What the xApp reads of it: the controls schema, then its own parsing.
+    jsonschema.Draft7Validator(json.loads(XAPP_SCHEMA.read_text())).validate(controls)
+    from kpi_forecast.xapp.descriptor.controls import Controls
+
+    assert Controls.model_validate(controls).directory_of("prb_util") == Path(
+        "/opt/ric/models/prb_util")
+    inits = pod_spec(docs)["initContainers"]
+    assert [i["name"] for i in inits] == ["fetch-model-prb-util", "fetch-model-traffic-mb"]
+    for init, kpi in zip(inits, ("prb_util", "traffic_mb"), strict=True):
+        env = {e["name"]: e["value"] for e in init["env"]}
+        assert env == {"MODEL_DIR": f"/opt/ric/models/{kpi}",
+                       "MODEL_URL": f"https://models.example/{kpi}.tar.gz"}
+        assert {"name": "model", "mountPath": "/opt/ric/models"} in init["volumeMounts"]
+    for doc in docs:
+        kubernetes_validate.validate(doc, KUBE_VERSIONS[1], strict=True)
+    # A repository on a volume: the same controls, nothing fetched.
+    docs = template(helm, "--set", "model.source=pvc", "--set", "model.pvc.claimName=kpi-models",
+                    "--set", "model.repository=true", "--set", "model.models={prb_util}")
+    controls = descriptor(docs)["controls"]
+    assert (controls["modelRepository"], controls["models"]) == ("/opt/ric/model", ["prb_util"])
+    assert "initContainers" not in pod_spec(docs)
+
+
 # --- values.schema.json and other guards ---------------------------------------------------------
 
 
@@ -807,6 +853,7 @@ def test_model_fetched_by_an_init_container(rendered: Callable[[str], Docs]) -> 
     (["--set", "replicas=2"], "replicas"),
     (["--set", "model.source=s3"], "/model/source"),
     (["--set", "model.source=pvc"], "/model/pvc/claimName"),
+    (["--set", "model.models={a b}"], "/model/models/0"),
     (["--set", "containerPorts.http=70000"], "/containerPorts/http"),
     (["--set", "xapp.executionProvider=cuda"], "needs gpu.enabled=true"),
     (["--set", "xapp.precision=int8", "--set", "gpu.enabled=true"], "int8 runs on the CPU"),

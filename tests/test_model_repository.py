@@ -84,7 +84,10 @@ def test_a_model_unloads_and_loads_on_its_own(repository: Path, tmp_path: Path) 
             index = {m["name"]: m for m in (await client.get("/v1/models")).json()["models"]}
             assert (index["cqi"]["state"], index["cqi"]["reason"]) == ("UNAVAILABLE",
                                                                        "not loaded")
-            assert (await client.post("/v1/models/cqi/forecast", json=body())).status_code == 404
+            not_loaded = await client.post("/v1/models/cqi/forecast", json=body())
+            assert not_loaded.status_code == 404
+            assert not_loaded.json()["error"] == ("model 'cqi' is not loaded (POST "
+                                                  "/v1/models/cqi/load); served: traffic, prb")
             loaded = await client.post("/v1/models/cqi/load")
             assert loaded.status_code == 200, loaded.text
             assert loaded.json()["name"] == "cqi"
@@ -184,4 +187,10 @@ def test_a_model_named_that_the_repository_lacks_is_refused(repository: Path,
                                                             tmp_path: Path) -> None:
     desc = descriptor(tmp_path, None, modelRepository=str(repository), models=["prb", "dl"])
     with pytest.raises(UserError, match="holds no model dl; it holds cqi, prb, traffic"):
+        create_app(desc)
+
+
+def test_a_repository_folder_that_is_not_there_is_refused(tmp_path: Path) -> None:
+    desc = descriptor(tmp_path, None, modelRepository=str(tmp_path / "nowhere"))
+    with pytest.raises(UserError, match=f"modelRepository {tmp_path / 'nowhere'}: .*No such"):
         create_app(desc)

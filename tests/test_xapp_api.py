@@ -312,12 +312,13 @@ def test_metrics_exposition(model_dir: Path, tmp_path: Path) -> None:
             assert ('kpi_forecast_requests_total{method="POST",route="/v1/forecast",'
                     'status="200"} 1.0') in text
             assert 'route="/v1/forecast",status="422"} 1.0' in text
-            assert 'kpi_forecast_request_duration_seconds_count{route="/v1/forecast"} 1.0' in text
+            assert ('kpi_forecast_request_duration_seconds_count{model="model",'
+                    'route="/v1/forecast"} 1.0') in text
             assert "kpi_forecast_inference_duration_seconds_bucket" in text
             assert 'kpi_forecast_model_info{attention="onnx-attention"' in text
             assert 'version="test"' in text
             assert "kpi_forecast_latency_budget_seconds 5.0" in text  # the tests' budget
-            assert 'kpi_forecast_fallbacks_total{reason="timeout"} 0.0' in text
+            assert 'kpi_forecast_fallbacks_total{model="model",reason="timeout"} 0.0' in text
             assert 'kpi_forecast_shed_requests_total{reason="queue_full"} 0.0' in text
 
     run(go())
@@ -351,7 +352,7 @@ def test_a_late_model_gives_a_flagged_seasonal_naive_fallback(model_dir: Path,
             assert [p["p50"] for p in answer["forecasts"]] == pytest.approx(
                 week_ago, abs=ANSWER_ROUNDING)
             metrics = (await client.get("/ric/v1/metrics")).text
-            assert 'kpi_forecast_fallbacks_total{reason="timeout"} 1.0' in metrics
+            assert 'kpi_forecast_fallbacks_total{model="model",reason="timeout"} 1.0' in metrics
 
     run(go())
 
@@ -451,7 +452,8 @@ def test_late_answers_without_waiting_shed_nothing(model_dir: Path, tmp_path: Pa
             assert admission.limit == 64 and admission.delay < admission.allowance
             metrics = (await client.get("/ric/v1/metrics")).text
             assert 'kpi_forecast_shed_requests_total{reason="overload"} 0.0' in metrics
-            assert 'kpi_forecast_goodput_requests_total{route="/v1/forecast"} 0.0' in metrics
+            assert ('kpi_forecast_goodput_requests_total{model="model",'
+                    'route="/v1/forecast"} 0.0') in metrics
 
     run(go())
 

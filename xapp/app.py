@@ -69,7 +69,8 @@ def create_app(
                        add_timeseries_routes):
         add_routes(app.router, service)
     service.metrics.declare_forecast_routes(
-        [route.path for route in app.routes if isinstance(route, Route) and route.forecast])
+        [route.path for route in app.routes if isinstance(route, Route) and route.forecast],
+        list(service.models))
     app.openapi = openapi.Document(  # type: ignore[method-assign]
         app, service.state,
         extra_models=(BatchRequest, ForecastRequest, TimeSeriesRequest, ErrorOut))

@@ -31,7 +31,7 @@ class Metrics:
         self.request_latency = Histogram(
             f"{PREFIX}_request_duration_seconds",
             "Server-side latency of forecast requests, arrival to response.",
-            ["route"], buckets=around_budget, registry=r,
+            ["route", "model"], buckets=around_budget, registry=r,
         )
         self.inference_latency = Histogram(
             f"{PREFIX}_inference_duration_seconds", "ONNX Runtime time per batch.",
@@ -49,16 +49,16 @@ class Metrics:
         )
         self.budget_violations = Counter(
             f"{PREFIX}_budget_violations", "Forecast responses slower than the latency budget.",
-            ["route"], registry=r,
+            ["route", "model"], registry=r,
         )
         self.fallbacks = Counter(
             f"{PREFIX}_fallbacks", "Forecasts answered by the seasonal-naive fallback.",
-            ["reason"], registry=r,
+            ["model", "reason"], registry=r,
         )
         self.goodput = Counter(
             f"{PREFIX}_goodput_requests",
             "Forecast requests answered by the model within their latency budget.",
-            ["route"], registry=r,
+            ["route", "model"], registry=r,
         )
         self.shed = Counter(
             f"{PREFIX}_shed_requests", "Requests refused with 503 to protect the budget.",
@@ -67,8 +67,6 @@ class Metrics:
         # Series that exist from the start read as 0 rather than absent: rate() over the
         # first requests then sees them begin, and alerts have something to compare with
         # (those of the forecast routes: ``declare_forecast_routes``).
-        for reason in FALLBACK_REASONS:
-            self.fallbacks.labels(reason=reason)
         for reason in SHED_REASONS:
             self.shed.labels(reason=reason)
         self.refused = Counter(
@@ -231,9 +229,12 @@ class Metrics:
             "forecasting.", ["policy_instance"], registry=r,
         )
 
-    def declare_forecast_routes(self, paths: list[str]) -> None:
-        """The forecast routes' series, from the start (see above)."""
-        for path in paths:
-            self.request_latency.labels(route=path)
-            self.budget_violations.labels(route=path)
-            self.goodput.labels(route=path)
+    def declare_forecast_routes(self, paths: list[str], models: list[str]) -> None:
+        """The series of the forecast routes and of the models, from the start (see above)."""
+        for model in models:
+            for reason in FALLBACK_REASONS:
+                self.fallbacks.labels(model=model, reason=reason)
+            for path in paths:
+                self.request_latency.labels(route=path, model=model)
+                self.budget_violations.labels(route=path, model=model)
+                self.goodput.labels(route=path, model=model)

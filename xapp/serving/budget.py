@@ -59,6 +59,7 @@ class Answer:
     reason: str | None
     # Seconds from arrival to its model call; for a fallback, what it waited or would have.
     waited: float
+    model: str  # the name of the model whose request it answers (the metrics' label)
 
 
 # The slice of a single forecast's budget kept back to answer from the fallback, should the
@@ -186,19 +187,19 @@ class Decider:
         columns, names = self.selected(served, result.model, quantiles)
         return Answer(result.quantiles[:, :horizon, columns], names,
                       result.model.metadata.model_version, "model", None,
-                      result.started - arrival)
+                      result.started - arrival, served.name)
 
     def _fallback(self, served: Served, model: OnnxForecaster, history: np.ndarray,
                   horizon: int, asked: tuple[float, ...] | None, reason: str, waited: float
                   ) -> Answer:
-        self._metrics.fallbacks.labels(reason=reason).inc(len(history))
+        self._metrics.fallbacks.labels(model=served.name, reason=reason).inc(len(history))
         columns, names = self.selected(served, model, asked)
         quantiles = [model.metadata.quantiles[c] for c in columns]
         steps_per_day = int(pd.Timedelta("1D") // model.step)
         forecast = np.stack([
             seasonal_naive(row, horizon, quantiles, steps_per_day) for row in history
         ])
-        return Answer(forecast, names, None, "fallback", reason, waited)
+        return Answer(forecast, names, None, "fallback", reason, waited, served.name)
 
 
 # --- admission control ---------------------------------------------------------------------------
@@ -353,11 +354,11 @@ class Admission:
         now = time.monotonic()
         seconds = now - arrival
         metrics, label, controls = self._metrics, route.path, self._state.now.controls
-        metrics.request_latency.labels(route=label).observe(seconds)
+        metrics.request_latency.labels(route=label, model=answer.model).observe(seconds)
         if seconds > budget_for_rows(controls, rows, budget_s):
-            metrics.budget_violations.labels(route=label).inc()
+            metrics.budget_violations.labels(route=label, model=answer.model).inc()
         elif answer.source == "model":
-            metrics.goodput.labels(route=label).inc()
+            metrics.goodput.labels(route=label, model=answer.model).inc()
         if route.series == "one":
             budget = latency_budget_s(controls) if budget_s is None else budget_s
             self.limit.record(answer.waited, max(seconds, answer.waited),

@@ -43,14 +43,16 @@ class RepositoryError(UserError):
 
 def listed(controls: Controls) -> list[str]:
     """The models the repository holds now, by name: its subdirectories holding a model's
-    metadata (with modelDir, that directory's name)."""
+    metadata (with modelDir, that directory's name); none while it cannot be read (at start
+    that is refused first, ``at_start``)."""
     if controls.model_dir is not None:
         return [Path(controls.model_dir).name]
     root = Path(controls.model_repository or "")
     try:
         return list(repository_models(root))
     except OSError as exc:
-        raise RepositoryError(f"modelRepository {root}: {describe(exc)}") from None
+        log.warning("modelRepository %s cannot be read: %s", root, describe(exc))
+        return []
 
 
 def kpi_of(model_dir: Path) -> str | None:
@@ -65,10 +67,14 @@ def kpi_of(model_dir: Path) -> str | None:
 def at_start(controls: Controls) -> tuple[tuple[str, ...], str]:
     """The models to load at start, in order, and the default one; RepositoryError (one line)
     for a repository that cannot be served so."""
-    held = listed(controls)
     if controls.model_dir is not None:
-        return tuple(held), held[0]
+        name = Path(controls.model_dir).name
+        return (name,), name
     root = controls.model_repository
+    try:
+        held = list(repository_models(root or ""))
+    except OSError as exc:
+        raise RepositoryError(f"modelRepository {root}: {describe(exc)}") from None
     if not held:
         raise RepositoryError(f"modelRepository {root} holds no model (no subdirectory with "
                               f"{METADATA_FILE}; kpi-forecast train --target a,b --out DIR "
@@ -141,6 +147,11 @@ class ModelSlot:
 
 
 def unknown(name: str, state: ServingState, controls: Controls) -> UnknownModel:
-    """The error for a model neither served nor in the repository, naming those that are."""
-    names = list(dict.fromkeys([*state.models, *listed(controls)]))
+    """The error for a model not served, naming those that are (and, for one the repository
+    holds, how to load it)."""
+    held = listed(controls)
+    if name in held:
+        return UnknownModel(f"model {name!r} is not loaded (POST /v1/models/{name}/load); "
+                            f"served: {', '.join(state.models)}")
+    names = list(dict.fromkeys([*state.models, *held]))
     return UnknownModel(f"no model {name!r}; the models: {', '.join(names)}")

@@ -70,8 +70,9 @@ def aggregated(sums: np.ndarray, seen: np.ndarray, aggregate: Aggregate) -> np.n
 
 
 class _Ring:
-    """One cell: ``length`` steps ending at slot ``end``; per step the sum of its reports and
-    a bit mask of the parts of the step they came in."""
+    """One cell: ``length`` steps ending at slot ``end``, slot ``k`` kept at ``k % length``
+    (a step forward clears one position, not a copy of the window); per step the sum of its
+    reports and a bit mask of the parts of the step they came in."""
 
     def __init__(self, length: int, end: int) -> None:
         self.sums = np.zeros(length, np.float64)
@@ -79,24 +80,37 @@ class _Ring:
         self.end = end
 
     def write(self, slot: int, part: int, value: float) -> bool:
-        length = len(self.sums)
+        sums, seen = self.sums, self.seen
+        length = len(sums)
         ahead = slot - self.end
         if ahead > 0:
-            # Newer than anything held: slide the window, the skipped steps become gaps.
-            keep = max(length - ahead, 0)
-            if keep:
-                self.sums[:keep] = self.sums[length - keep :]
-                self.seen[:keep] = self.seen[length - keep :]
-            self.sums[keep:] = 0.0
-            self.seen[keep:] = 0
+            # Newer than anything held: the steps skipped become gaps, the oldest go.
+            if ahead >= length:
+                sums[:] = 0.0
+                seen[:] = 0
+            else:
+                first = (self.end + 1) % length
+                stop = first + ahead
+                sums[first:stop] = 0.0
+                seen[first:stop] = 0
+                if stop > length:
+                    sums[: stop - length] = 0.0
+                    seen[: stop - length] = 0
             self.end = slot
-        position = length - 1 - (self.end - slot)
-        bit = np.uint64(1 << part)
-        if position < 0 or self.seen[position] & bit:
-            return False  # older than the window, or counted already
-        self.seen[position] |= bit
-        self.sums[position] += value
+        elif ahead <= -length:
+            return False  # older than the window
+        position = slot % length
+        mask, bit = int(seen[position]), 1 << part
+        if mask & bit:
+            return False  # counted already
+        seen[position] = mask | bit
+        sums[position] += value
         return True
+
+    def ordered(self, aggregate: Aggregate) -> np.ndarray:
+        """The window, oldest step first (see ``aggregated``)."""
+        oldest = (self.end + 1) % len(self.sums)
+        return np.roll(aggregated(self.sums, self.seen, aggregate), -oldest)
 
 
 class CellHistory:
@@ -240,7 +254,7 @@ class MemoryCellHistory(CellHistory):
         with self._lock:
             rings = [self._cells.get(cell_id) for cell_id in cell_ids]
             return [None if ring is None else
-                    (aggregated(ring.sums, ring.seen, self.aggregate),
+                    (ring.ordered(self.aggregate),
                      pd.Timestamp(ring.end * self.step.value, tz="UTC"))
                     for ring in rings]
 

@@ -138,8 +138,8 @@ chart's tests check for every values file they render.
 {{- $x := .Values.xapp -}}
 {{- $e2 := $x.e2 -}}
 {{- $container := include "kpi-forecast.name" . -}}
+{{- $model := .Values.model -}}
 {{- $controls := dict
-      "modelDir" .Values.model.path
       "modelRoot" (get $x "modelRoot" | default nil)
       "latencyBudgetMs" $x.latencyBudgetMs
       "defaultHorizon" (get $x "defaultHorizon" | default nil)
@@ -163,6 +163,13 @@ chart's tests check for every values file they render.
         "reportingPeriodMs" (get $e2 "reportingPeriodMs" | default nil)
         "kpis" $e2.kpis)
       "a1" $x.a1 -}}
+{{- if $model.repository -}}
+{{- $_ := set $controls "modelRepository" $model.path -}}
+{{- $_ := set $controls "models" (get $model "models" | default nil) -}}
+{{- $_ := set $controls "defaultModel" (get $model "defaultModel" | default nil) -}}
+{{- else -}}
+{{- $_ := set $controls "modelDir" $model.path -}}
+{{- end -}}
 {{- $image := dict
       "registry" (.Values.image.registry | default "")
       "name" .Values.image.repository

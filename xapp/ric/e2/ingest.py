@@ -25,7 +25,7 @@ from kpi_forecast.model.kpi import kpi_problem
 from kpi_forecast.xapp.metrics import Metrics
 from kpi_forecast.xapp.ric.e2 import indication, kpm
 from kpi_forecast.xapp.ric.e2.transport import MESSAGE_TYPES, RIC_INDICATION, Frame
-from kpi_forecast.xapp.serving.state import ServingState
+from kpi_forecast.xapp.serving.state import Served, ServingState
 from kpi_forecast.xapp.store.cell_history import HistoryError, HistoryUnavailable
 
 log = logging.getLogger(__name__)
@@ -59,8 +59,11 @@ class Ingestor:
         self.routes: dict[tuple[int, int], Route] = {}
         self._last_logged: dict[str, float] = {}
         self._max_batch = max_batch
-        # Bounded: when the store falls behind, handle() waits, and so does the E2 link.
-        self._pending: asyncio.Queue[_Write] = asyncio.Queue(max_pending)
+        # Bounded: when the store falls behind, handle() waits, and so does the E2 link. An
+        # item is one indication's writes, a write per measurement.
+        self._pending: asyncio.Queue[list[_Write]] = asyncio.Queue(max_pending)
+        # The served models by measurement, worked out once per set of models served.
+        self._sources: tuple[object, dict[str, Served]] = (None, {})
 
     def add_route(self, instance_id: int, action_id: int, route: Route) -> None:
         self.routes[(instance_id, action_id)] = route
@@ -73,22 +76,22 @@ class Ingestor:
         except _Rejected as rejected:
             self.reject(rejected.reason, str(rejected))
             return
-        for write in writes:
-            if self._pending.full():  # the store is behind: wait for it
-                await self._pending.put(write)
-            else:
-                self._pending.put_nowait(write)
+        if self._pending.full():  # the store is behind: wait for it
+            await self._pending.put(writes)
+        else:
+            self._pending.put_nowait(writes)
 
     async def run(self) -> None:
-        """The writer: everything queued so far (up to max_batch) goes in one store call."""
+        """The writer: everything queued so far (up to max_batch indications) goes in one
+        store call per model's history."""
         while True:
-            batch = [await self._pending.get()]
-            while len(batch) < self._max_batch and not self._pending.empty():
-                batch.append(self._pending.get_nowait())
+            indications = [await self._pending.get()]
+            while len(indications) < self._max_batch and not self._pending.empty():
+                indications.append(self._pending.get_nowait())
             try:
-                await self._write(batch)
+                await self._write([write for writes in indications for write in writes])
             finally:
-                for _ in batch:
+                for _ in indications:
                     self._pending.task_done()
 
     async def flush(self) -> None:
@@ -142,9 +145,7 @@ class Ingestor:
         if route is None:
             raise _Rejected("unknown-subscription", f"no subscription with instance "
                             f"{pdu.instance_id}, action {pdu.action_id}")
-        # The measurement behind each served model's KPI (one model per KPI: checked at start).
-        sources = {s.kpi_source.measurement: s for s in self._state.models.values()
-                   if s.kpi_source is not None and s.history is not None}
+        sources = self._by_measurement()
         if not sources:
             raise _Rejected("not-ready", "no model (or no measurement for its KPI) yet")
         try:
@@ -174,6 +175,17 @@ class Ingestor:
                                   for period, value in enumerate(values) if value is not None],
                                  end_ns, first=not writes))
         return writes
+
+    def _by_measurement(self) -> dict[str, Served]:
+        """The measurement behind each served model's KPI (one model per KPI: checked at
+        start), worked out again only when the models served change."""
+        models = self._state.models
+        held, sources = self._sources
+        if held is not models:
+            sources = {s.kpi_source.measurement: s for s in models.values()
+                       if s.kpi_source is not None and s.history is not None}
+            self._sources = (models, sources)
+        return sources
 
     def reject(self, reason: str, detail: str) -> None:
         """Count a dropped E2 message by reason; log it at most once a minute per reason."""
