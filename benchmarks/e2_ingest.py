@@ -43,7 +43,7 @@ from kpi_forecast.xapp.ric.e2.indication import fast_e2ap, fast_header_stamp, fa
 from kpi_forecast.xapp.ric.e2.ingest import Ingestor, Route
 from kpi_forecast.xapp.ric.e2.rmr import RmrTransport
 from kpi_forecast.xapp.ric.e2.transport import RIC_INDICATION, Frame, Transport
-from kpi_forecast.xapp.service import rmr_transport
+from kpi_forecast.xapp.service import Service, rmr_transport
 from kpi_forecast.xapp.store.cell_history import CellHistory, MemoryCellHistory
 from kpi_forecast.xapp.store.sdl import RedisCellHistory
 from tests.redis_server import redis_server
@@ -207,6 +207,33 @@ async def through_the_xapp(model_dir: Path, cells: int, hours: int, transport: s
             f"{transport}_to_forecast_max_ms": float(np.max(latencies))}
 
 
+async def taken_from_sender(service: Service, port: int, framed: Path) -> tuple[float, float]:
+    """The frames of ``framed`` sent to the running xApp's rmr-data ``port`` by
+    ``benchmarks.rmr_sender``, a process of its own: the rate at which the xApp takes them,
+    from the first one counted to the last, and how many it counted."""
+    sender = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "benchmarks.rmr_sender", f"127.0.0.1:{port}", str(framed),
+        cwd=Path(__file__).resolve().parents[1],
+        env={**os.environ, "LD_LIBRARY_PATH": str(RMR / "lib")})
+    registry = service.metrics.registry
+
+    def ingested() -> float:
+        return registry.get_sample_value("kpi_forecast_e2_indications_total") or 0.0
+
+    while ingested() == 0:
+        await asyncio.sleep(0.001)
+    first, started = ingested(), time.perf_counter()
+    # librmr drops what arrives while its receive ring is full: the count may stop short of
+    # what was sent, so it is read once the sender is done and nothing more comes.
+    await sender.wait()
+    last, settled = ingested(), time.perf_counter()
+    while time.perf_counter() - settled < 1.0:
+        await asyncio.sleep(0.01)
+        if ingested() != last:
+            last, settled = ingested(), time.perf_counter()
+    return (last - first) / (settled - started), last
+
+
 async def from_another_process(model_dir: Path, cells: int, hours: int) -> dict:
     """The E2 side in a process of its own (``benchmarks.rmr_sender``), as on a RIC: the rate
     at which the xApp takes indications, from the first one counted to the last."""
@@ -221,27 +248,8 @@ async def from_another_process(model_dir: Path, cells: int, hours: int) -> dict:
             await asyncio.sleep(0.01)
         for cell in range(cells):
             service.ingestor.add_route(1, cell + 1, Route(f"cell-{cell}", 3_600_000))
-        env = {**os.environ, "LD_LIBRARY_PATH": str(RMR / "lib")}
-        sender = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "benchmarks.rmr_sender", f"127.0.0.1:{port}", str(framed),
-            cwd=Path(__file__).resolve().parents[1], env=env)
+        rate, last = await taken_from_sender(service, port, framed)
         registry = service.metrics.registry
-
-        def ingested() -> float:
-            return registry.get_sample_value("kpi_forecast_e2_indications_total") or 0.0
-
-        while ingested() == 0:
-            await asyncio.sleep(0.001)
-        first, started = ingested(), time.perf_counter()
-        # librmr drops what arrives while its receive ring is full: the count may stop short
-        # of what was sent, so it is read once the sender is done and nothing more comes.
-        await sender.wait()
-        last, settled = ingested(), time.perf_counter()
-        while time.perf_counter() - settled < 1.0:
-            await asyncio.sleep(0.01)
-            if ingested() != last:
-                last, settled = ingested(), time.perf_counter()
-        rate = (last - first) / (settled - started)
         counted = registry.get_sample_value("kpi_forecast_e2_indications_rejected_total",
                                             {"reason": "receive-queue-full"}) or 0.0
     return {"rmr_process_rate": rate, "rmr_process_lost": int(len(frames) - last),

@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import datetime as dt
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -37,7 +36,7 @@ import httpx
 import numpy as np
 
 from benchmarks.common import machine, write_section
-from benchmarks.e2_ingest import rmr_available
+from benchmarks.e2_ingest import rmr_available, taken_from_sender
 from benchmarks.ports import free_port
 from benchmarks.runtime import CONTEXT, default_model
 from benchmarks.serving import arrow_body, rss_mb
@@ -52,7 +51,6 @@ from kpi_forecast.xapp.ric.e2.ingest import Ingestor, Route
 from kpi_forecast.xapp.ric.e2.transport import RIC_INDICATION, Frame
 from kpi_forecast.xapp.serving.state import ServingState
 from kpi_forecast.xapp.store.cell_history import MemoryCellHistory
-from tests.rmr_library import RMR
 from tests.tcp_transport import encode_frame
 from tests.xapp_helpers import write_descriptor
 
@@ -241,24 +239,8 @@ async def over_rmr(tmp: Path, models: Path, names: list[str], frames: list[Frame
             await asyncio.sleep(0.01)
         for cell in range(E2_CELLS):
             service.ingestor.add_route(cell + 1, 1, Route(f"cell-{cell}", 3_600_000))
-        sender = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "benchmarks.rmr_sender", f"127.0.0.1:{port}", str(framed),
-            cwd=ROOT, env={**os.environ, "LD_LIBRARY_PATH": str(RMR / "lib")})
-        registry = service.metrics.registry
-
-        def ingested() -> float:
-            return registry.get_sample_value("kpi_forecast_e2_indications_total") or 0.0
-
-        while ingested() == 0:
-            await asyncio.sleep(0.001)
-        first, started = ingested(), time.perf_counter()
-        await sender.wait()
-        last, settled = ingested(), time.perf_counter()
-        while time.perf_counter() - settled < 1.0:
-            await asyncio.sleep(0.01)
-            if ingested() != last:
-                last, settled = ingested(), time.perf_counter()
-    return (last - first) / (settled - started)
+        rate, _ = await taken_from_sender(service, port, framed)
+    return rate
 
 
 def e2_figures(tmp: Path, models: Path) -> dict:
