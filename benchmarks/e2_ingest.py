@@ -99,7 +99,7 @@ async def ingest_rate(frames: list[Frame], cells: int, store: CellHistory) -> fl
     """Indications per second through the ingestor (decode, check, the writer's batches) into
     ``store``, on this process's one thread."""
     source = KpiSource(measurement=MEASUREMENT)
-    ingestor = Ingestor(serving_state(store, source), Metrics(0.1, 64))
+    ingestor = Ingestor(serving_state(store, source), Metrics([0.1], 64))
     for cell in range(cells):
         ingestor.add_route(1, cell + 1, Route(f"cell-{cell}", 3_600_000))
     writer = asyncio.create_task(ingestor.run())

@@ -211,7 +211,7 @@ async def ingest_rate(frames: list[Frame], names: list[str]) -> float:
     for name in names:
         state.swap(name, history=MemoryCellHistory("1h", 672, kpi=name),
                    kpi_source=KpiSource(measurement=KPIS[name]))
-    ingestor = Ingestor(state, Metrics(0.1, 64))
+    ingestor = Ingestor(state, Metrics([0.1], 64))
     for cell in range(E2_CELLS):
         ingestor.add_route(cell + 1, 1, Route(f"cell-{cell}", 3_600_000))
     writer = asyncio.create_task(ingestor.run())

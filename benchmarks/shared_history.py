@@ -89,7 +89,7 @@ def indication(cell: int, start: dt.datetime, value: float) -> Frame:
 async def ingest(store: CellHistory, max_batch: int, hours: range) -> float:
     """E2 indications per second through the ingestor into ``store``."""
     ingestor = Ingestor(serving_state(store, KpiSource(measurement=MEASUREMENT)),
-                        Metrics(0.1, 64), max_batch=max_batch)
+                        Metrics([0.1], 64), max_batch=max_batch)
     for cell in range(CELLS):
         ingestor.add_route(*route_of(cell), Route(f"cell-{cell}", 3_600_000))
     frames = [indication(cell, (START + pd.Timedelta(hours=h)).to_pydatetime(), 50.0)

@@ -89,7 +89,7 @@ def configuration_page() -> str:
 def metrics_page() -> str:
     # The collectors themselves: a family read back from the registry names no labels until
     # a child has a value.
-    collectors = [c for c in vars(Metrics(0.1, 64)).values()
+    collectors = [c for c in vars(Metrics([0.1], 64)).values()
                   if isinstance(c, Counter | Gauge | Histogram | Info)]
     rows = []
     for collector in sorted(collectors, key=lambda c: c._name):

@@ -11,6 +11,7 @@ import datetime as dt
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import jsonschema
@@ -222,17 +223,58 @@ def test_the_instances_in_force_stay_when_a_model_on_another_grid_gets_its_histo
     async def go() -> None:
         shared = SharedState()
         await shared.put_policy("stadium", b'{"cells":["c1"],"horizon":5}')
-        state = serving_state(MemoryCellHistory("1h", 24))
+        # What the instances are checked against: a model's horizon and quantiles.
+        model = SimpleNamespace(metadata=SimpleNamespace(horizon=24, quantiles=[0.1, 0.5, 0.9]))
+        state = serving_state(MemoryCellHistory("1h", 24), model=model)
         state.swap(shared=shared)
-        handler = PolicyHandler(Policies(), None, state, Metrics(0.1, 64),  # type: ignore[arg-type]
+        handler = PolicyHandler(Policies(), None, state, Metrics([0.1], 64),  # type: ignore[arg-type]
                                 handler_id="test")
         await handler.take_stored(state.now.shared)
-        assert handler.policies.for_cells(["c1"])[0].horizon == 5
+        assert handler.policies.for_cells(["c1"], state.default)[0].horizon == 5
         state.swap(state.default, history=MemoryCellHistory("15min", 96))
         await handler.take_stored(state.now.shared)
-        assert handler.policies.for_cells(["c1"])[0].horizon == 5
+        assert handler.policies.for_cells(["c1"], state.default)[0].horizon == 5
         await shared.delete_policy("stadium")  # deleted by another replica
         await handler.take_stored(state.now.shared)
-        assert handler.policies.for_cells(["c1"])[0].horizon is None
+        assert handler.policies.for_cells(["c1"], state.default)[0].horizon is None
 
     asyncio.run(go())
+
+
+def test_an_instance_steers_the_model_it_names_or_every_model() -> None:
+    from kpi_forecast.xapp.http.errors import ClientError
+    from kpi_forecast.xapp.ric.a1.policies import Policies
+    from kpi_forecast.xapp.ric.a1.policy_type import ForecastPolicy
+
+    def model(horizon: int, quantiles: list[float]) -> SimpleNamespace:
+        return SimpleNamespace(metadata=SimpleNamespace(horizon=horizon, quantiles=quantiles))
+
+    both = {"prb": model(24, [0.1, 0.5, 0.9]), "traffic": model(12, [0.5])}
+    instances = {
+        "prb-only": ForecastPolicy(cells=["c1"], model="prb", horizon=18),
+        "every": ForecastPolicy(cells=["c2"], horizon=6),
+        "too-long": ForecastPolicy(cells=["c3"], horizon=18),  # beyond traffic's 12 steps
+        "nobody": ForecastPolicy(cells=["c4"], model="dl"),
+        "quiet": ForecastPolicy(cells=["c5"], model="traffic", excluded=True),
+    }
+    policies = Policies()
+    policies.replace(instances, both)  # type: ignore[arg-type]
+    assert policies.held == {"too-long": "horizon 18 exceeds model traffic's 12",
+                             "nobody": "model 'dl' is not served (served: prb, traffic)"}
+    assert [s.horizon for s in policies.for_cells(["c1", "c2", "c3"], "prb")] == [18, 6, None]
+    assert [s.horizon for s in policies.for_cells(["c1", "c2", "c3"], "traffic")] == [
+        None, 6, None]
+    with pytest.raises(ClientError, match="excluded from forecasting by A1 policy instance "
+                                          "'quiet'"):
+        policies.for_cells(["c5"], "traffic")
+    assert policies.for_cells(["c5"], "prb")[0].instance_id is None
+
+    # A cell is steered by one instance at most for each model.
+    assert policies.conflict("c1-traffic", ForecastPolicy(cells=["c1"], model="traffic")) is None
+    assert "steered by instance 'prb-only' already" in policies.conflict(
+        "c1-every", ForecastPolicy(cells=["c1"]))
+
+    # traffic unloaded: what only it could not give is in force for prb.
+    policies.replace(instances, {"prb": both["prb"]})  # type: ignore[arg-type]
+    assert set(policies.held) == {"nobody", "quiet"}
+    assert policies.for_cells(["c3"], "prb")[0].horizon == 18

@@ -123,7 +123,7 @@ def exported_names() -> set[str]:
     """Every series name the xApp's registry can expose. Taken from the metric families rather
     than their samples: a labelled metric has no sample until a label set is first used."""
     metrics = pytest.importorskip("kpi_forecast.xapp.metrics")
-    registry = metrics.Metrics(budget_seconds=0.1, max_batch_size=64).registry
+    registry = metrics.Metrics(budgets_seconds=[0.1], max_batch_size=64).registry
     return {family.name + suffix for family in registry.collect()
             for suffix in SUFFIXES[family.type]}
 

@@ -372,7 +372,7 @@ def test_lost_reports_leave_gaps_in_the_history(tmp_path: Path, rmr_library: Pat
         await node.open()
         store = MemoryCellHistory("1h", length=48)
         source = KpiSource(measurement=MEASUREMENT)
-        metrics = Metrics(0.1, 8)
+        metrics = Metrics([0.1], 8)
         ingestor = Ingestor(serving_state(store, source), metrics)
         writer = asyncio.create_task(ingestor.run())
         xapp = rmr_transport()

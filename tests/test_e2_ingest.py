@@ -116,7 +116,7 @@ def test_replayed_reports_become_the_history_a_forecast_uses(model_dir: Path, tm
 
 def ingestor_with(store: MemoryCellHistory | None) -> tuple[Ingestor, Metrics]:
     """An ingestor on ``store``; without one it behaves as before any model is loaded."""
-    metrics = Metrics(0.1, 8)
+    metrics = Metrics([0.1], 8)
     source = KpiSource(measurement=MEASUREMENT, scale=2.0) if store is not None else None
     ingestor = Ingestor(serving_state(store, source), metrics)
     ingestor.add_route(1, 1, Route("c", QUARTER_MS))

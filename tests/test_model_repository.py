@@ -194,3 +194,78 @@ def test_a_repository_folder_that_is_not_there_is_refused(tmp_path: Path) -> Non
     desc = descriptor(tmp_path, None, modelRepository=str(tmp_path / "nowhere"))
     with pytest.raises(UserError, match=f"modelRepository {tmp_path / 'nowhere'}: .*No such"):
         create_app(desc)
+
+
+def gauge(metrics: str, name: str, model: str) -> float:
+    [line] = [line for line in metrics.splitlines()
+              if line.startswith(f'{name}{{model="{model}"}} ')]
+    return float(line.split()[-1])
+
+
+def test_a_model_has_its_own_budget_batching_and_defaults(repository: Path,
+                                                          tmp_path: Path) -> None:
+    """controls.perModel: prb is held to a budget no forecast can meet (so it answers 503
+    while traffic, under the controls' budget, answers), batched by its own largest batch,
+    and forecasts its own default horizon; a config reload moves its budget."""
+    async def go() -> None:
+        desc = descriptor(tmp_path, None, modelRepository=str(repository),
+                          models=["traffic", "prb"], perModel={
+                              "prb": {"latencyBudgetMs": 0.001, "defaultHorizon": 6,
+                                      "batching": {"maxBatchSize": 3}}})
+        async with running(desc) as client:
+            service = client.app.state.service  # type: ignore[attr-defined]
+            metrics = (await client.get("/ric/v1/metrics")).text
+            budget = "kpi_forecast_latency_budget_seconds"
+            assert gauge(metrics, budget, "traffic") == 5.0  # the tests' controls
+            assert gauge(metrics, budget, "prb") == 0.001 / 1000.0
+            assert service.models["prb"].batcher.max_batch_size == 3
+            assert service.models["traffic"].batcher.max_batch_size == 64  # the controls'
+            # maxQueueDelayMs, not given for prb, stays the controls'.
+            assert service.state.models["prb"].controls.batching.max_queue_delay_ms == (
+                service.state.controls.batching.max_queue_delay_ms)
+
+            late = await client.post("/v1/models/prb/forecast", json=body())
+            assert late.status_code == 503, late.text
+            assert late.json()["reason"] == "deadline"
+            answer = await client.post("/v1/models/traffic/forecast", json=body())
+            assert answer.status_code == 200, answer.text
+            assert len(answer.json()["forecasts"]) == 24  # the model's horizon
+
+            reloaded = descriptor(tmp_path / "reload", None, modelRepository=str(repository),
+                                  models=["traffic", "prb"], perModel={
+                                      "prb": {"defaultHorizon": 6}})
+            service.apply_descriptor(reloaded)
+            metrics = (await client.get("/ric/v1/metrics")).text
+            assert gauge(metrics, budget, "prb") == 5.0
+            assert service.models["prb"].batcher.max_batch_size == 64
+            answer = await client.post("/v1/models/prb/forecast", json=body())
+            assert answer.status_code == 200, answer.text
+            assert len(answer.json()["forecasts"]) == 6
+
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize(("per_model", "problem"), [
+    ({"dl": {"latencyBudgetMs": 50}}, "modelRepository .* holds no model dl"),
+    ({"prb": {"batching": {"admission": "off"}}}, "admission is the server's"),
+])
+def test_settings_of_a_model_that_cannot_be_are_refused_at_start(
+        repository: Path, tmp_path: Path, per_model: dict, problem: str) -> None:
+    with pytest.raises((UserError, ValueError), match=problem):
+        create_app(descriptor(tmp_path, None, modelRepository=str(repository),
+                              perModel=per_model))
+
+
+def test_a_model_whose_own_default_horizon_it_cannot_give_is_refused_alone(
+        repository: Path, tmp_path: Path) -> None:
+    async def go() -> None:
+        desc = descriptor(tmp_path, None, modelRepository=str(repository),
+                          models=["traffic", "prb"], perModel={"prb": {"defaultHorizon": 48}})
+        async with running(desc) as client:
+            ready = (await client.get("/ric/v1/health/ready")).json()
+            assert ready["models"]["traffic"] == {"state": "READY"}
+            assert ready["models"]["prb"]["state"] == "UNAVAILABLE"
+            assert "defaultHorizon 48 exceeds the model's horizon 24" in (
+                ready["models"]["prb"]["reason"])
+
+    asyncio.run(go())

@@ -284,7 +284,7 @@ def watched(ran: list[Ran], cwd: Path) -> None:
     assert ready["status"] == "ready" and ready["model_version"].startswith("prb_util-")
     samples = dict(line.split() for line in ran[2].stdout.splitlines())
     assert float(samples['kpi_forecast_model_ready{model="prb"}']) == 1
-    assert float(samples["kpi_forecast_latency_budget_seconds"]) > 0
+    assert float(samples['kpi_forecast_latency_budget_seconds{model="prb"}']) > 0
 
 
 def rules_checked(ran: list[Ran], cwd: Path) -> None:

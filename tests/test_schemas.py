@@ -13,7 +13,8 @@ from pydantic import Field
 
 from kpi_forecast.cli import schema_files
 from kpi_forecast.xapp.descriptor import schema as descriptor_schema
-from kpi_forecast.xapp.descriptor.controls import Batching, Controls, DescriptorFile
+from kpi_forecast.xapp.descriptor.controls import Batching, Controls
+from kpi_forecast.xapp.descriptor.envelope import DescriptorFile
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -317,7 +317,7 @@ def test_metrics_exposition(model_dir: Path, tmp_path: Path) -> None:
             assert "kpi_forecast_inference_duration_seconds_bucket" in text
             assert 'kpi_forecast_model_info{attention="onnx-attention"' in text
             assert 'version="test"' in text
-            assert "kpi_forecast_latency_budget_seconds 5.0" in text  # the tests' budget
+            assert 'kpi_forecast_latency_budget_seconds{model="model"} 5.0' in text  # the tests'
             assert 'kpi_forecast_fallbacks_total{model="model",reason="timeout"} 0.0' in text
             assert 'kpi_forecast_shed_requests_total{reason="queue_full"} 0.0' in text
 

@@ -60,7 +60,7 @@ async def batching(queue_delay_s: float, queue_size: int = 100
                    ) -> AsyncIterator[tuple[DynamicBatcher, CountingModel]]:
     """A running batcher (batches of up to 8) over a CountingModel, stopped on exit."""
     model = CountingModel()
-    batcher = DynamicBatcher(serving_state(model=model), Metrics(0.1, 8), "default",
+    batcher = DynamicBatcher(serving_state(model=model), Metrics([0.1], 8), "default",
                              max_batch_size=8, max_queue_delay_s=queue_delay_s,
                              max_queue_size=queue_size)
     task = asyncio.create_task(batcher.run())

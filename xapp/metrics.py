@@ -1,12 +1,15 @@
 """Prometheus metrics of the xApp, all prefixed ``kpi_forecast_``.
 
 One registry per app (not the process-global one), so tests and reloads never collide. Latency
-buckets are laid out around the latency budget at start-up: Prometheus cannot change a
-histogram's buckets later, so a new budget from a config reload takes effect on the
-``latency_budget_seconds`` gauge (what alerts compare against) and the violation counter.
+buckets are laid out around the latency budgets (the controls' and each model's) at start-up:
+Prometheus cannot change a histogram's buckets later, so a new budget from a config reload
+takes effect on the ``latency_budget_seconds`` gauge (what alerts compare against) and the
+violation counter.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
@@ -20,9 +23,10 @@ SHED_REASONS = ("queue_full", "deadline", "not_ready", "overload", "history_stor
 
 
 class Metrics:
-    def __init__(self, budget_seconds: float, max_batch_size: int) -> None:
+    def __init__(self, budgets_seconds: Iterable[float], max_batch_size: int) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        around_budget = sorted({round(budget_seconds * f, 6) for f in BUDGET_FRACTIONS})
+        around_budget = sorted({round(budget * f, 6) for budget in budgets_seconds
+                                for f in BUDGET_FRACTIONS})
         r = self.registry
         self.requests = Counter(
             f"{PREFIX}_requests", "HTTP requests by route template and status code.",
@@ -78,9 +82,9 @@ class Metrics:
         self.cells_held = Gauge(f"{PREFIX}_cells_held", "Cells with history held, by the model "
                                 "whose KPI it is.", ["model"], registry=r)
         self.budget = Gauge(
-            f"{PREFIX}_latency_budget_seconds", "The configured latency budget.", registry=r,
+            f"{PREFIX}_latency_budget_seconds", "The latency budget a model's forecasts are "
+            "held to.", ["model"], registry=r,
         )
-        self.budget.set(budget_seconds)
         self.queue_depth = Gauge(
             f"{PREFIX}_queue_depth", "Forecasts waiting for a model call.", ["model"],
             registry=r,

@@ -56,8 +56,9 @@ class Service:
         controls = descriptor.controls
         names, default = repository.at_start(controls)  # RepositoryError: refused at start
         self.state = ServingState(controls, names, default)
-        self.metrics = Metrics(controls.latency_budget_ms / 1000.0,
-                               controls.batching.max_batch_size)
+        every = [controls, *(controls.for_model(name) for name in controls.per_model)]
+        self.metrics = Metrics([ms / 1000.0 for ms in controls.budgets_ms()],
+                               max(each.batching.max_batch_size for each in every))
         self.loop_lag = LoopLag()
         # At most the queue's bound; "off" admits everything (the queue's bound still holds).
         self.limit = ConcurrencyLimit(maximum=controls.batching.max_queue_size,
@@ -72,22 +73,21 @@ class Service:
                    if controls.a1.enabled and transport is not None else None)
         self.e2 = E2Link(self.state, transport, self.ingestor, http_port, Ownership(self.state),
                          self.metrics, self.a1)
-        # Each model's serving parts, by name; the A1 policies follow the default model.
+        # Each model's serving parts, by name.
         self.models: dict[str, ModelSlot] = {name: self._slot(name) for name in names}
         # The parts of the model the routes without a model name answer for.
         self.default = self.models[default]
         self._tasks: dict[str, list[asyncio.Task]] = {}
 
     def _slot(self, name: str) -> ModelSlot:
-        return ModelSlot(name, self.state, self.metrics,
-                         self.a1 if name == self.state.default else None)
+        return ModelSlot(name, self.state, self.metrics, self.a1)
 
     def slot(self, name: str) -> ModelSlot:
         """The parts of the model ``name``; UnknownModel names those there are."""
         try:
             return self.models[name]
         except KeyError:
-            raise repository.unknown(name, self.state, self.state.now.controls) from None
+            raise repository.unknown(name, self.state, self.state.controls) from None
 
     def _broken(self, reason: str) -> None:
         self.metrics.e2_rejected.labels(reason=reason).inc()
@@ -98,8 +98,8 @@ class Service:
         raises, and UnknownModel for a name the repository does not hold."""
         slot = self.models.get(name)
         if slot is None:
-            if name not in repository.listed(self.state.now.controls):
-                raise repository.unknown(name, self.state, self.state.now.controls)
+            if name not in repository.listed(self.state.controls):
+                raise repository.unknown(name, self.state, self.state.controls)
             self.state.add(name)
             slot = self.models[name] = self._slot(name)
             self._tasks[name] = self._start_slot(slot, first_load=False)
@@ -108,16 +108,22 @@ class Service:
 
     async def unload(self, name: str) -> None:
         await self.slot(name).holder.unload()
+        if self.a1 is not None:
+            self.a1.models_changed()
 
     def apply_descriptor(self, new: Descriptor) -> None:
         """A config reload: raise ValueError to reject it (the old one stays)."""
         for name, served in self.state.models.items():
             if served.model is not None:
                 try:
-                    check_controls(new.controls, served.model)
+                    check_controls(new.controls.for_model(name), served.model)
                 except ValueError as exc:
                     raise ValueError(f"{exc} (model {name})") from None
-        old = self.state.now.controls
+        unheld = set(new.controls.per_model) - set(repository.listed(new.controls))
+        if unheld:
+            raise ValueError(f"controls.perModel names {', '.join(sorted(unheld))}, which the "
+                             "repository does not hold")
+        old = self.state.controls
         for field in RESTART_FIELDS:
             if getattr(new.controls, field) != getattr(old, field):
                 alias = Controls.model_fields[field].alias
@@ -125,13 +131,14 @@ class Service:
                                  "restart the xApp (the chart's rollOnConfigChange does it)")
         self.descriptor = new
         self.state.swap(controls=new.controls)
+        for name, slot in self.models.items():
+            controls = self.state.served(name).controls
+            slot.batcher.configure(controls.batching.max_batch_size,
+                                   controls.batching.max_queue_delay_ms / 1000.0,
+                                   controls.batching.max_queue_size)
+            self.metrics.budget.labels(model=name).set(latency_budget_s(controls))
         batching = new.controls.batching
-        for slot in self.models.values():
-            slot.batcher.configure(batching.max_batch_size,
-                                   batching.max_queue_delay_ms / 1000.0,
-                                   batching.max_queue_size)
         self.limit.configure(batching.max_queue_size, batching.admission == "adaptive")
-        self.metrics.budget.set(latency_budget_s(new.controls))
         for name, served in self.state.models.items():
             if served.model is not None:  # recalibration turned on or off
                 self.models[name].recalibrator.put_in_force(served.model)

@@ -1,5 +1,5 @@
-"""The descriptor's pydantic models: the O-RAN SC xApp descriptor (config-file.json) and the
-xApp's own settings under its "controls".
+"""The xApp's own settings, the "controls" of its O-RAN SC descriptor (config-file.json; the
+envelope around them: ``envelope.py``), as pydantic models.
 
 They are the one source of the descriptor's contract: `schema.json` (which the xApp and the
 chart validate the file against) and the controls part of the chart's `values.schema.json` are
@@ -17,7 +17,6 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
-from pydantic.json_schema import SkipJsonSchema
 
 DEFAULT_APPMGR_URL = "http://service-ricplt-appmgr-http.ricplt:8080/ric/v1/register"
 DEFAULT_RMR_HOST = "service-ricxapp-kpi-forecast-rmr.ricxapp"
@@ -31,9 +30,6 @@ MODEL_CONFIG = ConfigDict(
     allow_inf_nan=False,  # JSON Schema bounds let NaN through (every comparison is false)
     use_attribute_docstrings=True,
 )
-# The descriptor's envelope belongs to the RIC platform (appmgr, dms_cli): keys this xApp does
-# not use are kept, not refused.
-_ENVELOPE_CONFIG = ConfigDict(MODEL_CONFIG, extra="allow")
 
 Quantile = Annotated[float, Field(gt=0, lt=1)]
 Port = Annotated[int, Field(ge=1, le=65535)]
@@ -203,6 +199,39 @@ class A1(BaseModel):
     """Take A1 policy instances, and ask the A1 mediator for those that exist at start-up."""
 
 
+class ModelControls(BaseModel):
+    """One model's own serving settings, in place of the controls' (as Triton's per-model
+    configuration); what is left out or null is the controls'."""
+
+    model_config = MODEL_CONFIG
+
+    latency_budget_ms: float | None = Field(None, gt=0, le=60_000)
+    """Latency target of this model's forecasts (ms); null: the controls' latencyBudgetMs."""
+    batching: Batching | None = None
+    """The fields given replace those of the controls' batching for this model's batcher;
+    admission is the server's, one for every model (controls.batching.admission)."""
+    default_horizon: Annotated[int, Field(ge=1)] | None = None
+    """Steps forecast when a request names none; null: the controls' defaultHorizon."""
+    quantiles: list[Quantile] | None = Field(None, min_length=1, json_schema_extra={
+        "uniqueItems": True})
+    """Quantiles returned when a request names none; null: the controls' quantiles."""
+
+    @field_validator("quantiles")
+    @classmethod
+    def _unique(cls, value: list | None) -> list | None:
+        if value is not None and len(set(value)) != len(value):
+            raise ValueError("the items must be unique")
+        return value
+
+    @field_validator("batching")
+    @classmethod
+    def _server_admission(cls, value: Batching | None) -> Batching | None:
+        if value is not None and "admission" in value.model_fields_set:
+            raise ValueError("admission is the server's, one for every model: set it in "
+                             "controls.batching")
+        return value
+
+
 class Controls(BaseModel):
     """The xApp's own settings; one of modelDir and modelRepository is needed."""
 
@@ -230,6 +259,10 @@ class Controls(BaseModel):
     null: modelRepository, else the directory holding modelDir."""
     latency_budget_ms: float = Field(100.0, gt=0, le=60_000)
     """Per-request latency target in milliseconds."""
+    per_model: dict[ModelName, ModelControls] = Field(
+        default_factory=dict, json_schema_extra={"additionalProperties": False})
+    """Settings of a model, by its name, in place of these (latencyBudgetMs, batching,
+    defaultHorizon, quantiles)."""
     default_horizon: Annotated[int, Field(ge=1)] | None = None
     """Steps forecast when a request names none; null: the model's horizon."""
     quantiles: list[Quantile] | None = Field(None, min_length=1, json_schema_extra={
@@ -264,6 +297,22 @@ class Controls(BaseModel):
             raise ValueError("the items must be unique")
         return value
 
+    def for_model(self, model: str) -> Controls:
+        """The controls a model is served under: these, with its perModel settings."""
+        own = self.per_model.get(model)
+        if own is None:
+            return self
+        update = {field: value for field, value in own if value is not None}
+        if own.batching is not None:
+            update["batching"] = self.batching.model_copy(update={
+                field: getattr(own.batching, field) for field in own.batching.model_fields_set})
+        return self.model_copy(update=update)
+
+    def budgets_ms(self) -> set[float]:
+        """Every latency budget these controls set: the controls' and each model's."""
+        return {self.latency_budget_ms, *(own.latency_budget_ms for own in
+                                          self.per_model.values() if own.latency_budget_ms)}
+
     def directory_of(self, model: str) -> Path:
         """Where the model named ``model`` is (it need not hold one yet)."""
         if self.model_dir is not None:
@@ -290,82 +339,3 @@ class Controls(BaseModel):
             raise ValueError("precision int8 is the CPU's graph: executionProvider must be "
                              "auto or cpu")
         return self
-
-
-# --- the envelope: what the RIC platform reads -----------------------------------------------
-
-
-class Image(BaseModel):
-    model_config = _ENVELOPE_CONFIG
-
-    registry: str
-    name: str = Field(min_length=1)
-    tag: str = Field(min_length=1)
-
-
-class Container(BaseModel):
-    model_config = _ENVELOPE_CONFIG
-
-    name: str = Field(min_length=1)
-    image: Image
-    command: list[str] | SkipJsonSchema[None] = None
-    args: list[str] | SkipJsonSchema[None] = None
-
-
-class HttpGet(BaseModel):
-    model_config = _ENVELOPE_CONFIG
-
-    path: str
-    port: Port
-
-
-class Probe(BaseModel):
-    model_config = _ENVELOPE_CONFIG
-
-    http_get: HttpGet | SkipJsonSchema[None] = None
-    initial_delay_seconds: Annotated[int, Field(ge=0)] | SkipJsonSchema[None] = None
-    period_seconds: Annotated[int, Field(ge=1)] | SkipJsonSchema[None] = None
-
-
-class MessagingPort(BaseModel):
-    model_config = _ENVELOPE_CONFIG
-
-    name: str = Field(min_length=1)
-    container: str | SkipJsonSchema[None] = None
-    port: Port
-    rx_messages: MessageTypes | SkipJsonSchema[None] = None
-    tx_messages: MessageTypes | SkipJsonSchema[None] = None
-    policies: list[int] | SkipJsonSchema[None] = None
-    description: str | SkipJsonSchema[None] = None
-
-
-class Messaging(BaseModel):
-    model_config = _ENVELOPE_CONFIG
-
-    ports: list[MessagingPort] = Field(min_length=1)
-
-
-class Rmr(BaseModel):
-    model_config = _ENVELOPE_CONFIG
-
-    protocols: list[str] | SkipJsonSchema[None] = None
-    max_size: Annotated[int, Field(ge=1)] | SkipJsonSchema[None] = None
-    num_workers: Annotated[int, Field(ge=1)] | SkipJsonSchema[None] = None
-    rx_messages: MessageTypes | SkipJsonSchema[None] = None
-    tx_messages: MessageTypes | SkipJsonSchema[None] = None
-    policies: list[int] | SkipJsonSchema[None] = None
-
-
-class DescriptorFile(BaseModel):
-    """O-RAN SC xApp descriptor (config-file.json) of the kpi-forecast xApp."""
-
-    model_config = ConfigDict(_ENVELOPE_CONFIG, title="kpi-forecast xApp descriptor")
-
-    name: str = Field(min_length=1)
-    version: str = Field(min_length=1)
-    containers: list[Container] = Field(min_length=1)
-    liveness_probe: Probe | SkipJsonSchema[None] = None
-    readiness_probe: Probe | SkipJsonSchema[None] = None
-    messaging: Messaging
-    rmr: Rmr | SkipJsonSchema[None] = None
-    controls: Controls

@@ -12,7 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from kpi_forecast.xapp.descriptor.controls import Controls, DescriptorFile
+from kpi_forecast.xapp.descriptor.controls import Controls
+from kpi_forecast.xapp.descriptor.envelope import DescriptorFile
 
 # The onboarder and the A1 mediator both validate with draft-07 validators; nothing in the
 # generated schemas needs a later draft.
@@ -47,6 +48,9 @@ def plain_schema(model: type[BaseModel]) -> dict[str, Any]:
         for keyword in ("items", "additionalProperties"):
             if keyword in node:
                 node[keyword] = plain(node[keyword])
+        if "patternProperties" in node:
+            node["patternProperties"] = {pattern: plain(sub) for pattern, sub
+                                         in node["patternProperties"].items()}
         types = node.get("type")
         if "default" in node and node["default"] is None and "null" not in (
                 types if isinstance(types, list) else [types]):

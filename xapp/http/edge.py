@@ -58,11 +58,19 @@ class Route(APIRoute):
         self.series: Series = declared.get(SERIES_KEY, "none")
         self.group: Group = declared.get(GROUP_KEY, "read")
         [self.method] = self.methods
+        self._by_model = "{name}" in path  # a model's route: /v1/models/{name}/...
 
     @property
     def forecast(self) -> bool:
         """Forecast routes are what admission control applies to."""
         return self.series != "none"
+
+    def model_of(self, path: str) -> str | None:
+        """The model a request for ``path`` names; None: the default model's route."""
+        if not self._by_model:
+            return None
+        match = self.path_regex.fullmatch(path)
+        return None if match is None else match.group("name")
 
 
 class RouteIndex:
@@ -143,7 +151,7 @@ class ForecastApp(FastAPI):
             await super().__call__(scope, receive, send)
             return
         try:
-            self.gate.admit()
+            self.gate.admit(route.model_of(scope["path"]))
         except Shed as exc:
             await shed_response(exc)(scope, receive, send)
             self.metrics.requests.labels(

@@ -166,7 +166,7 @@ async def _one(service: Service, slot: ModelSlot, request: Request) -> Response:
         body = ForecastRequest.model_validate_json(await request.body())
     except ValidationError as exc:
         return validation_error(exc.errors())
-    [steer] = service.policies.for_cells([body.cell_id])
+    [steer] = service.policies.for_cells([body.cell_id], served.name)
     horizon = body.horizon or steer.horizon
     model, _ = decider.check_request(served, body.freq, horizon)
     values, last, last_ns = series(body, model)
@@ -197,7 +197,7 @@ async def _cell(service: Service, slot: ModelSlot, cell_id: str, request: Reques
                 horizon: int | None) -> dict:
     arrival, served, decider = request.state.arrival, service.state.models[slot.name], slot.decider
     store = held_store(served)
-    [steer] = service.policies.for_cells([cell_id])
+    [steer] = service.policies.for_cells([cell_id], served.name)
     horizon = horizon or steer.horizon
     model, _ = decider.check_request(served, store.freq, horizon)
     budget_s = steer.budget_s or latency_budget_s(served.controls)
@@ -254,7 +254,7 @@ def _plan(service: Service, decider: Decider, served: Served, model: OnnxForecas
           cell_ids: list[str], asked: list[int | None]) -> _Plan:
     """Each item's horizon (asked, else its policy's, else the controls') and quantiles; the
     client's error for a horizon beyond the model's or a cell excluded from forecasting."""
-    steering = service.policies.for_cells(cell_ids)
+    steering = service.policies.for_cells(cell_ids, served.name)
     wanted = [a or s.horizon for a, s in zip(asked, steering, strict=True)]
     # Each distinct horizon checked once, not once per item of up to 10^5.
     resolved = {h: decider.check_request(served, model.metadata.freq, h)[1]
@@ -354,7 +354,7 @@ async def _batch_arrow(service: Service, slot: ModelSlot, served: Served, route:
                           f"past {pd.Timestamp.max.date()}")
     # One table answers every row at one horizon and one set of quantiles: A1 policies have
     # their say here in the cells they exclude and the budget they set.
-    budget_s = request_budget(service.policies.for_cells(cells),
+    budget_s = request_budget(service.policies.for_cells(cells, served.name),
                               latency_budget_s(served.controls))
     last_ns = start.asi8 + (lengths - 1) * model.step.value  # fits() checked it stays in range
     answer = await decider.forecast(served, history, last_ns, horizon, arrival, freq,

@@ -327,13 +327,16 @@ class Admission:
         self._state = state
         self._metrics = metrics
 
-    def admit(self) -> None:
+    def admit(self, model: str | None = None) -> None:
         """Take an in-flight slot for a forecast request, or refuse it before it is read:
-        when the limit is reached, or when the event loop runs later than the budget (the
-        request has waited in the socket for about as long: it could only be answered late).
+        when the limit is reached, or when the event loop runs later than the budget of the
+        request's model (``model``; None or unknown: the default's): the request has waited in
+        the socket for about as long, and could only be answered late.
         """
         limit, lag = self.limit, self.loop_lag.seconds
-        budget = latency_budget_s(self._state.now.controls)
+        state = self._state
+        budget = latency_budget_s(state.models.get(model, state.now).controls if model
+                                  else state.now.controls)
         if limit.enabled and lag > budget - fallback_reserve(budget):
             self._metrics.shed.labels(reason="deadline").inc()
             raise Shed("deadline", f"the event loop runs {lag * 1000:.1f} ms late: the request "
@@ -353,7 +356,9 @@ class Admission:
         forecast's wait and latency steer the limit. Returns the latency in milliseconds."""
         now = time.monotonic()
         seconds = now - arrival
-        metrics, label, controls = self._metrics, route.path, self._state.now.controls
+        state = self._state
+        metrics, label = self._metrics, route.path
+        controls = state.models.get(answer.model, state.now).controls
         metrics.request_latency.labels(route=label, model=answer.model).observe(seconds)
         if seconds > budget_for_rows(controls, rows, budget_s):
             metrics.budget_violations.labels(route=label, model=answer.model).inc()

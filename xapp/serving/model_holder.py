@@ -59,16 +59,16 @@ class ModelHolder:
     @property
     def directory(self) -> str:
         """Where the model is, as the controls in force say."""
-        return str(self._state.now.controls.directory_of(self.name))
+        return str(self._state.controls.directory_of(self.name))
 
     def _load(self, model_dir: str) -> tuple[OnnxForecaster, float]:
         started = time.monotonic()
-        controls = self._state.now.controls
+        controls = self._state.controls
         options = RuntimeOptions(provider=controls.execution_provider,
                                  precision=controls.precision,
                                  intra_op_threads=controls.intra_op_threads)
         forecaster = OnnxForecaster(model_dir, options)  # verifies, then warms up
-        check_controls(controls, forecaster)
+        check_controls(controls.for_model(self.name), forecaster)
         return forecaster, time.monotonic() - started
 
     async def reload(self, model_dir: str | None = None) -> OnnxForecaster:
@@ -82,7 +82,7 @@ class ModelHolder:
                 self._check_kpi(model_dir, forecaster)
                 history = await self._history_for(model_dir, forecaster)
                 if self._state.now.shared is None:  # the first model's load opens it
-                    self._state.swap(shared=open_shared(self._state.now.controls.history_store))
+                    self._state.swap(shared=open_shared(self._state.controls.history_store))
                 shared = self._state.now.shared
                 await self._prepare(forecaster, shared)
                 old = self._state.served(self.name).history
@@ -147,7 +147,7 @@ class ModelHolder:
                                     f"{held.freq} history held for {cells} cells")
             raise ArtifactError(f"{model_dir}: model KPI {kpi} differs from the {held.kpi} "
                                 f"history held for {cells} cells")
-        controls = self._state.now.controls
+        controls = self._state.controls
         source = controls.e2.kpis.get(kpi)
         try:
             return await open_history(controls, freq, source.aggregate if source else "mean",
@@ -168,7 +168,7 @@ class ModelHolder:
         while the model cannot be fetched or the shared history cannot be reached it is
         retried, and the xApp stays unready (``problem`` says why), as O-RAN SC xApps wait
         for their SDL."""
-        controls = self._state.now.controls
+        controls = self._state.controls
         self.loading = self.first_loading = True
         if controls.model_url and model_source.fetched_from(self.directory) != (
                 controls.model_url):

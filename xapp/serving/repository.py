@@ -22,7 +22,7 @@ from kpi_forecast.xapp.descriptor.controls import Controls
 from kpi_forecast.xapp.failures import describe
 from kpi_forecast.xapp.metrics import Metrics
 from kpi_forecast.xapp.serving.batcher import DynamicBatcher
-from kpi_forecast.xapp.serving.budget import Decider
+from kpi_forecast.xapp.serving.budget import Decider, latency_budget_s
 from kpi_forecast.xapp.serving.model_holder import ModelHolder
 from kpi_forecast.xapp.serving.recalibrator import Recalibrator
 from kpi_forecast.xapp.serving.state import ServingState, UnknownModel
@@ -69,6 +69,10 @@ def at_start(controls: Controls) -> tuple[tuple[str, ...], str]:
     for a repository that cannot be served so."""
     if controls.model_dir is not None:
         name = Path(controls.model_dir).name
+        others = [each for each in controls.per_model if each != name]
+        if others:
+            raise RepositoryError(f"controls.perModel names {', '.join(others)}: the model "
+                                  f"of modelDir {controls.model_dir} is named {name}")
         return (name,), name
     root = controls.model_repository
     try:
@@ -80,7 +84,7 @@ def at_start(controls: Controls) -> tuple[tuple[str, ...], str]:
                               f"{METADATA_FILE}; kpi-forecast train --target a,b --out DIR "
                               "writes one)")
     names = tuple(controls.models or held)
-    missing = [name for name in names if name not in held]
+    missing = [name for name in [*names, *controls.per_model] if name not in held]
     if missing:
         raise RepositoryError(f"modelRepository {root} holds no model {', '.join(missing)}; "
                               f"it holds {', '.join(held)}")
@@ -102,12 +106,12 @@ def claim_kpis(kpis: dict[str, str | None]) -> None:
 
 class ModelSlot:
     """One model's serving parts: its holder (load, verify, swap in), its batcher and the
-    decider over it, and its recalibrator. The A1 policies, when on, are checked against the
-    default model and follow its swaps (``a1``)."""
+    decider over it, and its recalibrator. The A1 policies, when on (``a1``), are checked
+    again whenever a model is swapped in."""
 
     def __init__(self, name: str, state: ServingState, metrics: Metrics,
                  a1: PolicyHandler | None = None) -> None:
-        batching = state.now.controls.batching
+        batching = state.served(name).controls.batching
         self.name = name
         self._a1 = a1
         self.recalibrator = Recalibrator(state, metrics, name)
@@ -117,6 +121,7 @@ class ModelSlot:
                                       batching.max_queue_size)
         self.decider = Decider(self.batcher, metrics)
         metrics.model_ready.labels(model=name).set(0)  # a series from the start, for alerts
+        metrics.budget.labels(model=name).set(latency_budget_s(state.served(name).controls))
 
     def status(self, state: ServingState) -> tuple[ModelStatus, str | None]:
         """Triton's model state, and why it is not ready."""
@@ -143,7 +148,7 @@ class ModelSlot:
     def _swapped(self, model: OnnxForecaster) -> None:
         self.recalibrator.put_in_force(model)
         if self._a1 is not None:
-            self._a1.model_swapped()
+            self._a1.models_changed()
 
 
 def unknown(name: str, state: ServingState, controls: Controls) -> UnknownModel:

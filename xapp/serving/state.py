@@ -27,7 +27,7 @@ class UnknownModel(LookupError):
 class Served:
     """One model's view: what its requests see."""
 
-    controls: Controls
+    controls: Controls  # with the model's own settings (controls.perModel) in place
     name: str = "default"
     model: OnnxForecaster | None = None  # None until the model is loaded, and once unloaded
     history: CellHistory | None = None  # on the model's grid, of its KPI
@@ -46,12 +46,14 @@ class ServingState:
     """Holds the views in force, by model name; ``swap`` replaces them whole (one assignment),
     ``add`` adds a model. ``default`` is the model the routes without a model name answer
     for. ``models`` and ``now`` (the default model's view) are plain attributes, set anew at
-    each change: the hot path reads them without a call."""
+    each change: the hot path reads them without a call. ``controls`` are the controls in
+    force as the descriptor has them; each view's are a model's (``Controls.for_model``)."""
 
     def __init__(self, controls: Controls, names: tuple[str, ...] = ("default",),
                  default: str | None = None) -> None:
         self.default = default or names[0]
-        self._set({name: Served(controls, name) for name in names})
+        self.controls = controls
+        self._set({name: Served(controls.for_model(name), name) for name in names})
 
     def _set(self, models: dict[str, Served]) -> None:
         self.models: Mapping[str, Served] = MappingProxyType(models)
@@ -70,7 +72,11 @@ class ServingState:
             raise ValueError(f"only {sorted(COMMON)} change for every model at once")
         models = dict(self.models)
         for each in ([name] if name is not None else list(models)):
-            served = dataclasses.replace(self.served(each), **changes)
+            own = changes
+            if isinstance(controls := changes.get("controls"), Controls):
+                self.controls = controls
+                own = {**changes, "controls": controls.for_model(each)}
+            served = dataclasses.replace(self.served(each), **own)
             if ("controls" in changes or "model" in changes) and "kpi_source" not in changes:
                 model = served.model
                 source = (None if model is None
@@ -84,5 +90,6 @@ class ServingState:
         """A view for a model not served before (nothing loaded yet)."""
         if name not in self.models:
             now = self.now
-            self._set({**self.models, name: Served(now.controls, name, shared=now.shared)})
+            self._set({**self.models, name: Served(self.controls.for_model(name), name,
+                                                   shared=now.shared)})
         return self.models[name]

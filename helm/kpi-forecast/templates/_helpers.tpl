@@ -145,6 +145,7 @@ chart's tests check for every values file they render.
       "defaultHorizon" (get $x "defaultHorizon" | default nil)
       "quantiles" (get $x "quantiles" | default nil)
       "batching" $x.batching
+      "perModel" $x.perModel
       "historyLength" $x.historyLength
       "historyStore" $x.historyStore
       "recalibration" $x.recalibration

@@ -19,6 +19,7 @@ import time
 
 from pydantic import ValidationError
 
+from kpi_forecast.model.runtime import OnnxForecaster
 from kpi_forecast.xapp.failures import describe
 from kpi_forecast.xapp.metrics import Metrics
 from kpi_forecast.xapp.ric.a1.policies import Policies, misfit
@@ -55,8 +56,8 @@ def stored_form(policy: ForecastPolicy) -> bytes:
 
 
 class PolicyHandler:
-    """A1 requests put in force on ``policies`` for the model of ``state.now``, and kept in its
-    shared state."""
+    """A1 requests put in force on ``policies`` for the models ``state`` serves, and kept in
+    its shared state."""
 
     def __init__(self, policies: Policies, transport: Transport, state: ServingState,
                  metrics: Metrics, handler_id: str | None = None) -> None:
@@ -120,7 +121,8 @@ class PolicyHandler:
                 policy = ForecastPolicy.model_validate(request.payload)
             except ValidationError as exc:
                 return "ERROR", f"the payload does not fit the policy type: {first_error(exc)}"
-            reason = misfit(policy, served.model) or self.policies.conflict(instance_id, policy)
+            reason = misfit(policy, self._served()) or self.policies.conflict(instance_id,
+                                                                              policy)
             if reason:
                 return "ERROR", reason
             await shared.put_policy(instance_id, stored_form(policy))
@@ -129,8 +131,13 @@ class PolicyHandler:
         self._put_in_force({**self.policies.instances, instance_id: policy})
         return "OK", None
 
+    def _served(self) -> dict[str, OnnxForecaster]:
+        """The models loaded now, by name: what the instances are checked against."""
+        return {name: served.model for name, served in self._state.models.items()
+                if served.model is not None}
+
     def _put_in_force(self, instances: dict[str, ForecastPolicy]) -> None:
-        self.policies.replace(instances, self._state.now.model)
+        self.policies.replace(instances, self._served())
         self._stored = {key: stored_form(value) for key, value in instances.items()}
         self.show()
 
@@ -157,9 +164,10 @@ class PolicyHandler:
             self._last_logged[key] = now
             log.warning(message)
 
-    def model_swapped(self) -> None:
-        """A new model may serve instances the old one could not, or not serve some."""
-        self.policies.replace(self.policies.instances, self._state.now.model)
+    def models_changed(self) -> None:
+        """A model loaded, reloaded or unloaded: it may serve instances the old one could not,
+        or not serve some."""
+        self.policies.replace(self.policies.instances, self._served())
         self.show()
 
     async def run(self) -> None:
@@ -203,7 +211,7 @@ class PolicyHandler:
                 except ValidationError as exc:
                     self._log_once(f"stored {instance_id}", f"a1: the stored instance "
                                    f"{instance_id!r} is unreadable: {first_error(exc)}")
-            self.policies.replace(instances, self._state.now.model)
+            self.policies.replace(instances, self._served())
             self._stored = stored
             self.show()
 

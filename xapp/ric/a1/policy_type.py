@@ -26,7 +26,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
-from kpi_forecast.xapp.descriptor.controls import MODEL_CONFIG, Quantile
+from kpi_forecast.xapp.descriptor.controls import MODEL_CONFIG, ModelName, Quantile
 from kpi_forecast.xapp.http.schemas import CellId
 
 A1_POLICY_REQ = 20010
@@ -45,20 +45,24 @@ def _unique(values: list[Any] | None, what: str) -> list[Any] | None:
 
 
 class ForecastPolicy(BaseModel):
-    """What the forecasts of a group of cells get. Unset fields leave the controls' value;
-    a cell belongs to one instance at most."""
+    """What the forecasts of a group of cells get, by one model or every model. Unset fields
+    leave the controls' value; a cell belongs to one instance at most for each model."""
 
     model_config = MODEL_CONFIG
 
     cells: list[CellId] = Field(min_length=1, max_length=MAX_CELLS_PER_INSTANCE,
                                 json_schema_extra={"uniqueItems": True})
     """The cells this instance steers."""
+    model: ModelName | None = None
+    """The model whose forecasts of these cells it steers (GET /v1/models lists them); null:
+    every model's."""
     horizon: Annotated[int, Field(ge=1)] | None = None
     """Steps forecast for these cells when a request names none; null: the controls'
-    defaultHorizon. At most the served model's horizon."""
+    defaultHorizon. At most the horizon of each model it steers."""
     quantiles: list[Quantile] | None = Field(None, min_length=1, json_schema_extra={
         "uniqueItems": True})
-    """Quantiles answered for these cells; null: the controls'. Among the served model's."""
+    """Quantiles answered for these cells; null: the controls'. Among those of each model it
+    steers."""
     latency_budget_ms: float | None = Field(None, gt=0, le=60_000)
     """Latency target of a request for these cells (ms); a request for several cells is held
     to the smallest of theirs. null: the controls' latencyBudgetMs."""
