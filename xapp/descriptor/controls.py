@@ -38,6 +38,14 @@ ModelName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
 MessageTypes = list[Annotated[str, Field(min_length=1)]]
 
 
+
+def unique_items(values: list | None, what: str = "the items") -> list | None:
+    """The schema's uniqueItems; pydantic has no list-uniqueness constraint of its own."""
+    if values is not None and len(set(values)) != len(values):
+        raise ValueError(f"{what} must be unique")
+    return values
+
+
 class Batching(BaseModel):
     """How requests are gathered into one model call."""
 
@@ -219,9 +227,7 @@ class ModelControls(BaseModel):
     @field_validator("quantiles")
     @classmethod
     def _unique(cls, value: list | None) -> list | None:
-        if value is not None and len(set(value)) != len(value):
-            raise ValueError("the items must be unique")
-        return value
+        return unique_items(value)
 
     @field_validator("batching")
     @classmethod
@@ -292,10 +298,7 @@ class Controls(BaseModel):
     @field_validator("quantiles", "models")
     @classmethod
     def _unique(cls, value: list | None) -> list | None:
-        # The schema's uniqueItems; pydantic has no list-uniqueness constraint of its own.
-        if value is not None and len(set(value)) != len(value):
-            raise ValueError("the items must be unique")
-        return value
+        return unique_items(value)
 
     def for_model(self, model: str) -> Controls:
         """The controls a model is served under: these, with its perModel settings."""

@@ -335,8 +335,7 @@ class Admission:
         """
         limit, lag = self.limit, self.loop_lag.seconds
         state = self._state
-        budget = latency_budget_s(state.models.get(model, state.now).controls if model
-                                  else state.now.controls)
+        budget = latency_budget_s(state.models.get(model, state.now).controls)
         if limit.enabled and lag > budget - fallback_reserve(budget):
             self._metrics.shed.labels(reason="deadline").inc()
             raise Shed("deadline", f"the event loop runs {lag * 1000:.1f} ms late: the request "

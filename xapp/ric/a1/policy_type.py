@@ -26,7 +26,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
-from kpi_forecast.xapp.descriptor.controls import MODEL_CONFIG, ModelName, Quantile
+from kpi_forecast.xapp.descriptor.controls import (
+    MODEL_CONFIG,
+    ModelName,
+    Quantile,
+    unique_items,
+)
 from kpi_forecast.xapp.http.schemas import CellId
 
 A1_POLICY_REQ = 20010
@@ -35,13 +40,6 @@ A1_POLICY_QUERY = 20012
 POLICY_TYPE_ID = 30001  # A1 policy type ids are the deployment's to allocate (1 to 2^31 - 1)
 POLICY_TYPE_NAME = "kpi-forecast-controls"
 MAX_CELLS_PER_INSTANCE = 10_000
-
-
-def _unique(values: list[Any] | None, what: str) -> list[Any] | None:
-    # The schema's uniqueItems; pydantic has no list-uniqueness constraint of its own.
-    if values is not None and len(set(values)) != len(values):
-        raise ValueError(f"{what} must be unique")
-    return values
 
 
 class ForecastPolicy(BaseModel):
@@ -73,12 +71,12 @@ class ForecastPolicy(BaseModel):
     @field_validator("cells")
     @classmethod
     def _unique_cells(cls, value: list[str]) -> list[str]:
-        return _unique(value, "cells")
+        return unique_items(value, "cells")
 
     @field_validator("quantiles")
     @classmethod
     def _unique_quantiles(cls, value: list[float] | None) -> list[float] | None:
-        return _unique(value, "quantiles")
+        return unique_items(value, "quantiles")
 
 
 def _decimal(value: object) -> object:
