@@ -102,6 +102,12 @@ async def ingest_rate(frames: list[Frame], cells: int, store: CellHistory) -> fl
     ingestor = Ingestor(serving_state(store, source), Metrics([0.1], 64))
     for cell in range(cells):
         ingestor.add_route(1, cell + 1, Route(f"cell-{cell}", 3_600_000))
+    return await rate_through(ingestor, frames)
+
+
+async def rate_through(ingestor: Ingestor, frames: list[Frame]) -> float:
+    """Indications per second ``ingestor`` takes ``frames`` at, its writer running, from the
+    first frame handed over until the last is written."""
     writer = asyncio.create_task(ingestor.run())
     started = time.perf_counter()
     for frame in frames:

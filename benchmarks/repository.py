@@ -36,7 +36,7 @@ import httpx
 import numpy as np
 
 from benchmarks.common import machine, write_section
-from benchmarks.e2_ingest import rmr_available, taken_from_sender
+from benchmarks.e2_ingest import rate_through, rmr_available, taken_from_sender
 from benchmarks.ports import free_port
 from benchmarks.runtime import CONTEXT, default_model
 from benchmarks.serving import arrow_body, rss_mb
@@ -214,14 +214,7 @@ async def ingest_rate(frames: list[Frame], names: list[str]) -> float:
     ingestor = Ingestor(state, Metrics([0.1], 64))
     for cell in range(E2_CELLS):
         ingestor.add_route(cell + 1, 1, Route(f"cell-{cell}", 3_600_000))
-    writer = asyncio.create_task(ingestor.run())
-    started = time.perf_counter()
-    for frame in frames:
-        await ingestor.handle(frame)
-    await ingestor.flush()
-    rate = len(frames) / (time.perf_counter() - started)
-    writer.cancel()
-    return rate
+    return await rate_through(ingestor, frames)
 
 
 async def over_rmr(tmp: Path, models: Path, names: list[str], frames: list[Frame]) -> float:

@@ -57,7 +57,7 @@ class Service:
         names, default = repository.at_start(controls)  # RepositoryError: refused at start
         self.state = ServingState(controls, names, default)
         every = [controls, *(controls.for_model(name) for name in controls.per_model)]
-        self.metrics = Metrics([ms / 1000.0 for ms in controls.budgets_ms()],
+        self.metrics = Metrics({latency_budget_s(each) for each in every},
                                max(each.batching.max_batch_size for each in every))
         self.loop_lag = LoopLag()
         # At most the queue's bound; "off" admits everything (the queue's bound still holds).

@@ -311,11 +311,6 @@ class Controls(BaseModel):
                 field: getattr(own.batching, field) for field in own.batching.model_fields_set})
         return self.model_copy(update=update)
 
-    def budgets_ms(self) -> set[float]:
-        """Every latency budget these controls set: the controls' and each model's."""
-        return {self.latency_budget_ms, *(own.latency_budget_ms for own in
-                                          self.per_model.values() if own.latency_budget_ms)}
-
     def directory_of(self, model: str) -> Path:
         """Where the model named ``model`` is (it need not hold one yet)."""
         if self.model_dir is not None:

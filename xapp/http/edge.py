@@ -49,6 +49,9 @@ def facts(series: Series = "none", group: Group = "read") -> dict[str, Any]:
         {GROUP_KEY: group} if group != "read" else {})
 
 
+MODEL_ROUTES = "/v1/models/{name}"  # a model's routes, by its name
+
+
 class Route(APIRoute):
     """FastAPI's route, with the facts it was declared with."""
 
@@ -58,7 +61,7 @@ class Route(APIRoute):
         self.series: Series = declared.get(SERIES_KEY, "none")
         self.group: Group = declared.get(GROUP_KEY, "read")
         [self.method] = self.methods
-        self._by_model = "{name}" in path  # a model's route: /v1/models/{name}/...
+        self._by_model = path.startswith(MODEL_ROUTES)
 
     @property
     def forecast(self) -> bool:
@@ -67,10 +70,8 @@ class Route(APIRoute):
 
     def model_of(self, path: str) -> str | None:
         """The model a request for ``path`` names; None: the default model's route."""
-        if not self._by_model:
-            return None
-        match = self.path_regex.fullmatch(path)
-        return None if match is None else match.group("name")
+        # The route index matched the path already: the name is its fourth segment.
+        return path.split("/", 4)[3] if self._by_model else None
 
 
 class RouteIndex:

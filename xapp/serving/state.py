@@ -71,10 +71,12 @@ class ServingState:
         if name is None and not changes.keys() <= COMMON:
             raise ValueError(f"only {sorted(COMMON)} change for every model at once")
         models = dict(self.models)
+        controls = changes.get("controls")
+        if isinstance(controls, Controls):
+            self.controls = controls
         for each in ([name] if name is not None else list(models)):
             own = changes
-            if isinstance(controls := changes.get("controls"), Controls):
-                self.controls = controls
+            if isinstance(controls, Controls):
                 own = {**changes, "controls": controls.for_model(each)}
             served = dataclasses.replace(self.served(each), **own)
             if ("controls" in changes or "model" in changes) and "kpi_source" not in changes:
