@@ -1,12 +1,12 @@
 """A mock E2 node: replays a KPI file as E2SM-KPM indications (the E2 Manager and the
-subscription manager around it, by their published REST APIs: ``mock_ric.py``).
+subscription manager around it: ``mock_ric.py``, ``mock_submgr.py``).
 
-For each accepted subscription the node sends an E2AP RICsubscriptionResponse on the
-  subscriber's rmr-data endpoint, then the file's values for the subscribed cells as RIC
-  Indications: one per reporting period, holding one value per step of the data, stamped with
-  the collection start time. The messages go through a ``Transport``: librmr in
-  ``kpi-forecast e2sim``, to the endpoint the subscription names, as the E2 termination sends
-  them on a RIC.
+For each E2 subscription the subscription manager requests (``request``: one cell, under the
+RIC request id it gives), the node answers in E2AP, then (``start_reports``) sends the file's
+values for the cell as RIC Indications to every RMR endpoint the subscription reports to, as
+the E2 termination routes them: one per reporting period, holding one value per step of the
+data, stamped with the collection start time. The messages go through a ``Transport``: librmr
+in ``kpi-forecast e2sim``.
 
 Cells are named as e2mgr names them (``cellId``: the PLMN and the NR cell identity in hex);
 ``cell_ids`` gives each file cell's name. A node can be disconnected and connected again
@@ -14,11 +14,10 @@ Cells are named as e2mgr names them (``cellId``: the PLMN and the NR cell identi
 
 As an E2 termination does, it keeps no indication for an xApp that cannot take it: one that
 cannot be sent (the xApp restarting, not up yet) is dropped and counted (``undelivered``), the
-outage logged once with its reason and its end; the replay goes on. A subscription's outcome
-is retried, with its reason logged, until it is delivered. History before ``live_from`` is
-sent as a node that catches up would: period by period, at most ``catch_up_rate`` reports a
-second over all subscriptions. Faults can be injected for tests: malformed payloads,
-duplicates, late (out-of-order) reports and lost reports (gaps).
+outage logged once with its reason and its end; the replay goes on. History before
+``live_from`` is sent as a node that catches up would: period by period, at most
+``catch_up_rate`` reports a second over all subscriptions. Faults can be injected for tests:
+malformed payloads, duplicates, late (out-of-order) reports and lost reports (gaps).
 
     kpi-forecast e2sim --data FILE --kpi COL=MEAS_NAME [--listen HOST:PORT] [--speed X] ...
 """
@@ -35,20 +34,13 @@ from functools import cached_property
 
 import numpy as np
 import pandas as pd
-from fastapi import HTTPException
-from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
 from kpi_forecast.cli import indication_writer
 from kpi_forecast.data.panel import Panel
-from kpi_forecast.xapp.failures import describe, log_retry
+from kpi_forecast.xapp.failures import describe
 from kpi_forecast.xapp.ric.e2 import discovery, e2ap, kpm, kpm_indication
 from kpi_forecast.xapp.ric.e2.rmr import RmrError
-from kpi_forecast.xapp.ric.e2.subscription import (
-    SubscriptionDetail,
-    SubscriptionInstance,
-    SubscriptionRequest,
-    SubscriptionResponse,
-)
+from kpi_forecast.xapp.ric.e2.submgr_api import SubscriptionDetail
 from kpi_forecast.xapp.ric.e2.transport import (
     RIC_INDICATION,
     RIC_SUB_FAILURE,
@@ -66,7 +58,7 @@ FAULTS = ("malformed", "duplicate", "late", "gap")
 
 @dataclass
 class Stream:
-    """One accepted subscription entry: a cell, reported under one RIC request."""
+    """One E2 subscription: a cell, reported under one RIC request."""
 
     cell: int  # row of the panel
     requestor_id: int
@@ -74,13 +66,14 @@ class Stream:
     action_id: int
     measurements: list[str]  # the subscribed ones this node has, in the subscription's order
     period_ms: int
+    endpoints: list[str]  # the RMR endpoints (host:port) its indications are routed to
 
 
 @dataclass
-class Subscription:
+class Reporting:
+    """The streams of one node started together, reported by one task."""
+
     meid: str
-    host: str
-    port: int
     streams: list[Stream]
     task: asyncio.Task | None = None
 
@@ -121,16 +114,16 @@ class MockE2Node:
     # the transport), the recent ones, so that a slow mock node is not mistaken for a slow
     # xApp.
     send_lag_ms: deque = field(default_factory=lambda: deque(maxlen=100_000))
-    subscriptions: dict[str, Subscription] = field(default_factory=dict)
+    streams: dict[int, Stream] = field(default_factory=dict)  # by instance id
+    reportings: list[Reporting] = field(default_factory=list)
     kpm_version: int = 3  # of the RAN function description it declares: 2, or 3 (and later)
+    refuse: set[int] = field(default_factory=set)  # rows of cells it refuses to report on
     disconnected: set[str] = field(default_factory=set)  # nodes whose E2 connection is down
 
     def __post_init__(self) -> None:
         self._values = {self.measurement: self.panel.values, **self.extra}
         self._unreachable: set[str] = set()  # endpoints in an outage, logged at its start
         self._rng = random.Random(self.seed)
-        self._next_instance = 1
-        self._subscriptions_made = 0
         self.step_ms = int(self.panel.step / pd.Timedelta("1ms"))
         self._index_ns = self.panel.index.as_unit("ns").asi8
         self._headers: dict[int, bytes] = {}  # by first step: one encoding per period
@@ -155,10 +148,11 @@ class MockE2Node:
 
     def disconnect(self, meid: str) -> None:
         """The node's E2 connection is lost: e2mgr lists it disconnected, and its
-        subscriptions end (submgr deletes them)."""
+        subscriptions end (the subscription manager forgets them: ``MockSubmgr.disconnect``)."""
         self.disconnected.add(meid)
-        for subscription_id in [i for i, s in self.subscriptions.items() if s.meid == meid]:
-            self.unsubscribe(subscription_id)
+        for reporting in [r for r in self.reportings if r.meid == meid]:
+            for stream in list(reporting.streams):
+                self.delete(stream.instance_id)
 
     def connect(self, meid: str) -> None:
         self.disconnected.discard(meid)
@@ -186,104 +180,101 @@ class MockE2Node:
 
         await self.transport.start(nothing_expected)
 
-    # --- subscriptions ---------------------------------------------------------------------
+    # --- E2 subscriptions ------------------------------------------------------------------
 
-    def subscribe(self, request: SubscriptionRequest) -> SubscriptionResponse:
-        """Accept or refuse each entry and answer at once, as submgr does: the outcomes go to
-        the subscriber's rmr-data endpoint in the background, then the replay. An endpoint
-        that cannot be reached is retried, with its reason logged, until it can."""
-        rows = self.nodes.get(request.meid)
-        if rows is None or request.meid in self.disconnected:
-            raise HTTPException(404, f"no connected E2 node {request.meid}")
-        # The node refuses what names another RAN function than its E2SM-KPM one.
-        served = set(rows) if request.ran_function_id == RAN_FUNCTION_ID else set()
-        # Numbered in order of arrival: an id is never reused, not even after a deletion.
-        self._subscriptions_made += 1
-        self.sent["subscriptions"] += 1  # requests taken: one per node and subscriber
-        subscription_id = str(self._subscriptions_made)  # submgr's ids are numbers
-        accepted = [self._accept(detail, served) for detail in request.details]
-        endpoint = request.client_endpoint
-        subscription = Subscription(request.meid, endpoint.host, endpoint.rmr_port,
-                                    [stream for stream, _ in accepted if stream is not None])
-        subscription.task = asyncio.create_task(
-            self._run(subscription, [outcome for _, outcome in accepted]))
-        self.subscriptions[subscription_id] = subscription
-        return SubscriptionResponse(subscription_id=subscription_id, instances=[
-            SubscriptionInstance(xapp_event_instance_id=stream.requestor_id,
-                                 e2_event_instance_id=stream.instance_id)
-            for stream in subscription.streams])
-
-    def _accept(self, detail: SubscriptionDetail, served: set[int]
-                ) -> tuple[Stream | None, Frame]:
-        requestor = detail.xapp_event_instance_id
-        instance = self._next_instance
-        self._next_instance += 1
+    def request(self, meid: str, requestor_id: int, instance_id: int, ran_function_id: int,
+                detail: SubscriptionDetail, rmr_endpoint: str) -> Frame:
+        """The node's E2AP answer to a RICsubscriptionRequest for ``detail`` (one action):
+        admitted when it names this node's KPM function, a cell of the node and one at least
+        of the measurements it has; the stream waits for ``start_reports``."""
         action = detail.actions[0]
         try:
             period = kpm.decode_event_trigger(bytes(detail.event_triggers))
             definition = kpm.decode_action_definition(bytes(action.action_definition))
         except kpm.DecodeError:
-            return None, self._failure(requestor, instance, "action-not-supported")
+            return self._failure(requestor_id, instance_id, "action-not-supported")
+        if ran_function_id != RAN_FUNCTION_ID:
+            return self._failure(requestor_id, instance_id, "ran-function-id-invalid")
         cell = definition.cell.nr_cell if definition.cell else None
         wanted = [m for m in definition.measurements if m in self._values]
-        if cell not in served or not wanted:
-            return None, self._failure(requestor, instance, "action-not-supported")
-        stream = Stream(cell, requestor, instance, action.action_id, wanted,
-                        max(period, self.step_ms))
-        payload = e2ap.encode_subscription_response(requestor, instance, RAN_FUNCTION_ID,
-                                                       [stream.action_id])
-        return stream, Frame(RIC_SUB_RESP, instance, payload)
+        if cell not in self.nodes.get(meid, ()) or not wanted or cell in self.refuse:
+            return self._failure(requestor_id, instance_id, "action-not-supported")
+        self.streams[instance_id] = Stream(cell, requestor_id, instance_id, action.action_id,
+                                           wanted, max(period, self.step_ms), [rmr_endpoint])
+        payload = e2ap.encode_subscription_response(requestor_id, instance_id, RAN_FUNCTION_ID,
+                                                    [action.action_id])
+        return Frame(RIC_SUB_RESP, instance_id, payload)
 
     def _failure(self, requestor: int, instance: int, cause: str) -> Frame:
         self.sent["subscription_failures"] += 1
         payload = e2ap.encode_subscription_failure(requestor, instance, RAN_FUNCTION_ID,
-                                                      ("ricRequest", cause))
+                                                   ("ricRequest", cause))
         return Frame(RIC_SUB_FAILURE, instance, payload)
 
-    def unsubscribe(self, subscription_id: str) -> None:
-        subscription = self.subscriptions.pop(subscription_id, None)
-        if subscription is None:  # the published API's answer to an unknown id
-            raise HTTPException(400, f"no subscription {subscription_id}")
-        if subscription.task is not None:
-            subscription.task.cancel()
-        self.sent["deletions"] += 1
+    def start_reports(self, meid: str, instance_ids: list[int]) -> None:
+        """Report on the streams admitted, in one task."""
+        streams = [self.streams[i] for i in instance_ids if i in self.streams]
+        if streams:
+            reporting = Reporting(meid, streams)
+            reporting.task = asyncio.create_task(self._replay(reporting))
+            self.reportings.append(reporting)
+
+    def add_endpoint(self, instance_id: int, rmr_endpoint: str) -> None:
+        """Another subscriber merged into the subscription: its reports go there too."""
+        self.streams[instance_id].endpoints.append(rmr_endpoint)
+
+    def remove_endpoint(self, instance_id: int, rmr_endpoint: str) -> None:
+        stream = self.streams.get(instance_id)
+        if stream is not None and rmr_endpoint in stream.endpoints:
+            stream.endpoints.remove(rmr_endpoint)
+            if not stream.endpoints:
+                self.delete(instance_id)
+
+    def delete(self, instance_id: int) -> None:
+        """The E2 subscription is deleted: its reports stop."""
+        stream = self.streams.pop(instance_id, None)
+        for reporting in list(self.reportings):
+            if stream in reporting.streams:
+                reporting.streams.remove(stream)
+                if not reporting.streams:
+                    self.reportings.remove(reporting)
+                    if reporting.task is not None:
+                        reporting.task.cancel()
 
     # --- the replay ------------------------------------------------------------------------
 
-    async def _run(self, subscription: Subscription, outcomes: list[Frame]) -> None:
-        for outcome in outcomes:
-            await self._send_until_delivered(subscription.host, subscription.port, outcome)
-        await self._replay(subscription)
-
-    async def _replay(self, subscription: Subscription) -> None:
-        if not subscription.streams:
-            return
-        per_report = max(1, subscription.streams[0].period_ms // self.step_ms)
+    async def _replay(self, reporting: Reporting) -> None:
+        per_report = max(1, reporting.streams[0].period_ms // self.step_ms)
         end = self.panel.n_steps if self.end is None else min(self.end, self.panel.n_steps)
         start = self._next_period() if self.wall_clock else self.start
-        held: list[Frame] = []  # late reports, sent after the next one
+        held: list[tuple[str, Frame]] = []  # late reports, sent after the next one
         for first in range(start, end, per_report):
             steps = range(first, min(first + per_report, end))
             # Encoded before the period ends, as a node has its report ready when it does
             # (encoding is a large share of this Python node's CPU at many cells).
-            frames = [self._indication(stream, steps) for stream in subscription.streams]
+            by_endpoint: dict[str, list[Frame]] = {}
+            for stream in reporting.streams:
+                frame = self._indication(stream, steps)
+                for endpoint in stream.endpoints:  # each subscriber merged into it
+                    by_endpoint.setdefault(endpoint, []).append(frame)
             if self.wall_clock:
                 ends_ns = self._index_ns[first] + len(steps) * self.step_ms * 1_000_000
                 await asyncio.sleep(max(0.0, (ends_ns - time.time_ns()) / 1e9))
             elif self.live_from is not None and first < self.live_from:
-                await self._catch_up(len(frames))
-            if self.faults:
-                for frame in frames:
-                    await self._send_with_faults(subscription, frame, held)
-            else:
-                await self._send_all(subscription.host, subscription.port, frames)
+                await self._catch_up(len(reporting.streams))
+            for endpoint, frames in by_endpoint.items():
+                if self.faults:
+                    for frame in frames:
+                        await self._send_with_faults(endpoint, frame, held)
+                else:
+                    await self._send_all(endpoint, frames)
             if self.wall_clock:
                 self.send_lag_ms.append((time.monotonic(), (time.time_ns() - ends_ns) / 1e6))
             else:
                 caught_up = self.live_from is None or first >= self.live_from
                 await asyncio.sleep(self._pause(per_report) if caught_up else 0.0)
-        for frame in held:
-            await self._send(subscription.host, subscription.port, frame)
+        for endpoint, frame in held:
+            await self._send(endpoint, frame)
         self.sent["replays_done"] += 1
 
     async def _catch_up(self, reports: int) -> None:
@@ -321,25 +312,24 @@ class MockE2Node:
             steps.start % 65536, header, message)
         return Frame(RIC_INDICATION, stream.instance_id, payload)
 
-    async def _send_with_faults(self, subscription: Subscription, frame: Frame,
-                                held: list[Frame]) -> None:
-        host, port = subscription.host, subscription.port
+    async def _send_with_faults(self, endpoint: str, frame: Frame,
+                                held: list[tuple[str, Frame]]) -> None:
         if self._rng.random() < self.faults.get("gap", 0.0):
             self.sent["gaps"] += 1  # a report lost on the way: its steps stay missing
             return
         if self._rng.random() < self.faults.get("malformed", 0.0):
             garbage = bytes(self._rng.getrandbits(8) for _ in range(24))
-            await self._send(host, port, Frame(RIC_INDICATION, frame.subscription_id, garbage),
+            await self._send(endpoint, Frame(RIC_INDICATION, frame.subscription_id, garbage),
                              "malformed")
         if self._rng.random() < self.faults.get("late", 0.0):
-            held.append(frame)
+            held.append((endpoint, frame))
             self.sent["late"] += 1
             return
-        await self._send(host, port, frame)
+        await self._send(endpoint, frame)
         if self._rng.random() < self.faults.get("duplicate", 0.0):
-            await self._send(host, port, frame, "duplicates")
+            await self._send(endpoint, frame, "duplicates")
         while held and self._rng.random() < 0.5:
-            await self._send(host, port, held.pop(0))
+            await self._send(*held.pop(0))
 
     def _pause(self, steps: int) -> float:
         if self.pace_ms is not None:
@@ -348,23 +338,24 @@ class MockE2Node:
             return 0.0
         return steps * self.step_ms / 1000.0 / self.speed
 
-    async def _send(self, host: str, port: int, frame: Frame,
-                    kind: str = "indications") -> None:
+    async def _send(self, endpoint: str, frame: Frame, kind: str = "indications") -> None:
         """Send once; what cannot be sent is dropped and counted as ``undelivered``."""
+        host, _, port = endpoint.rpartition(":")
         try:
-            await self.transport.send(host, port, frame)
+            await self.transport.send(host, int(port), frame)
         except UNREACHABLE as exc:
-            self._undelivered(f"{host}:{port}", 1, exc)
+            self._undelivered(endpoint, 1, exc)
             return
-        self._delivered(f"{host}:{port}", 1, kind)
+        self._delivered(endpoint, 1, kind)
 
-    async def _send_all(self, host: str, port: int, frames: list[Frame]) -> None:
+    async def _send_all(self, endpoint: str, frames: list[Frame]) -> None:
         """A period's indications to one subscriber, in one hand-off to the transport."""
-        sent, error = await self.transport.send_many(host, port, frames)
+        host, _, port = endpoint.rpartition(":")
+        sent, error = await self.transport.send_many(host, int(port), frames)
         if sent:
-            self._delivered(f"{host}:{port}", sent, "indications")
+            self._delivered(endpoint, sent, "indications")
         if error is not None:
-            self._undelivered(f"{host}:{port}", len(frames) - sent, error)
+            self._undelivered(endpoint, len(frames) - sent, error)
 
     def _delivered(self, endpoint: str, count: int, kind: str) -> None:
         if endpoint in self._unreachable:
@@ -381,19 +372,8 @@ class MockE2Node:
                         "(%s): dropping indications, counted as undelivered, until it can",
                         endpoint, describe(exc))
 
-    async def _send_until_delivered(self, host: str, port: int, frame: Frame) -> None:
-        """Send, retrying with backoff while the endpoint cannot be reached."""
-        async for attempt in AsyncRetrying(
-            wait=wait_exponential(multiplier=0.05, max=5.0),
-            retry=retry_if_exception_type(UNREACHABLE),
-            before_sleep=log_retry(log, f"e2sim: the subscriber's rmr-data endpoint "
-                                        f"{host}:{port}"),
-        ):
-            with attempt:
-                await self.transport.send(host, port, frame)
-
     async def close(self) -> None:
-        tasks = [s.task for s in self.subscriptions.values() if s.task is not None]
+        tasks = [r.task for r in self.reportings if r.task is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

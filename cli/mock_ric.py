@@ -1,15 +1,17 @@
-"""The RIC platform around the mock E2 node (``mock_e2_node.py``), each part by its published
-contract (O-RAN SC's REST API documents):
+"""The RIC platform around the mock E2 node (``mock_e2_node.py``):
 
-- the E2 Manager (``/v1``): ``GET /v1/nodeb/states`` lists the nodes (cells grouped into nodes
-  of ``cells_per_node``) and whether each is connected, ``GET /v1/nodeb/{ranName}`` one node
-  with its served NR cells and its RAN functions, the E2SM-KPM one with the RAN function
-  description an E2 node declares at E2 setup (encoded from the same cell list and the
-  measurements it has: KPM v3+, or v2 with its node list);
-- the subscription manager (``/ric/v1``): ``GET`` and ``POST /ric/v1/subscriptions`` and
-  ``DELETE /ric/v1/subscriptions/{subscriptionId}``;
+- the E2 Manager (``/v1``), by its published contract: ``GET /v1/nodeb/states`` lists the
+  nodes (cells grouped into nodes of ``cells_per_node``) and whether each is connected,
+  ``GET /v1/nodeb/{ranName}`` one node with its served NR cells and its RAN functions, the
+  E2SM-KPM one with the RAN function description an E2 node declares at E2 setup (encoded
+  from the same cell list and the measurements it has: KPM v3+, or v2 with its node list);
+- the subscription manager (``/ric/v1``) as its source runs it (``mock_submgr.py``):
+  ``GET`` and ``POST /ric/v1/subscriptions``, ``DELETE /ric/v1/subscriptions/{id}`` and
+  ``GET /ric/v1/get_e2node_rest_subscriptions/{ranName}``, the outcomes posted to the
+  subscriber;
 
-and ``GET /stats``: what the node sent, who subscribes to each node, and how late it sent.
+and ``GET /stats``: what the node sent, what the subscription manager did, who subscribes to
+each node, and how late the node sent.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from kpi_forecast.cli.mock_e2_node import PLMN, RAN_FUNCTION_ID, MockE2Node
-from kpi_forecast.xapp.ric.e2.subscription import SubscriptionRequest, SubscriptionResponse
+from kpi_forecast.cli.mock_submgr import MockSubmgr, md5_of
+from kpi_forecast.xapp.ric.e2.submgr_api import SubscriptionRequest
 
 
 def _status(node: MockE2Node, meid: str) -> str:
@@ -44,16 +47,6 @@ def nodeb_states(node: MockE2Node) -> list[dict]:
     """``GET /v1/nodeb/states``: e2mgr's NodebIdentity of every node."""
     return [{"inventoryName": meid, "globalNbId": _global_nb_id(meid),
              "connectionStatus": _status(node, meid)} for meid in node.nodes]
-
-
-def subscription_list(node: MockE2Node) -> list[dict]:
-    """``GET /ric/v1/subscriptions``: submgr's SubscriptionList."""
-    return [{"SubscriptionId": int(subscription_id), "Meid": subscription.meid,
-             "ClientEndpoint": [f"{subscription.host}:{subscription.port}"],
-             "SubscriptionInstances": [
-                 {"XappEventInstanceId": stream.requestor_id,
-                  "E2EventInstanceId": stream.instance_id} for stream in subscription.streams]}
-            for subscription_id, subscription in node.subscriptions.items()]
 
 
 def nodeb(node: MockE2Node, meid: str) -> dict | None:
@@ -71,11 +64,15 @@ def nodeb(node: MockE2Node, meid: str) -> dict | None:
                 "ranFunctionDefinition": node.ran_function_definition(meid)}]}}
 
 
-def create_app(node: MockE2Node) -> FastAPI:
+def create_app(node: MockE2Node, submgr: MockSubmgr | None = None) -> FastAPI:
+    """The REST side of ``node`` and of ``submgr`` (one of its own when None)."""
+    submgr = submgr or MockSubmgr(node)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await node.open()
         yield
+        await submgr.close()
         await node.close()  # the replays stop with the server
 
     app = FastAPI(title="kpi-forecast mock E2 node, E2 Manager and subscription manager",
@@ -109,32 +106,38 @@ def create_app(node: MockE2Node) -> FastAPI:
 
     @app.get("/ric/v1/subscriptions")
     async def subscriptions() -> list[dict]:
-        return subscription_list(node)
+        return submgr.listing()
 
-    @app.post("/ric/v1/subscriptions", status_code=201, response_model=SubscriptionResponse,
-              response_model_by_alias=True)
-    async def subscribe(body: SubscriptionRequest) -> SubscriptionResponse:
-        return node.subscribe(body)
+    @app.post("/ric/v1/subscriptions", status_code=201)
+    async def subscribe(request: Request) -> Response:
+        body = await request.body()
+        try:
+            params = SubscriptionRequest.model_validate_json(body)
+        except ValueError as exc:
+            raise RequestValidationError([{"msg": str(exc)[:500]}]) from None
+        status, answer = submgr.subscribe(params, md5_of(body))
+        return JSONResponse(answer, status) if answer is not None else Response(status_code=status)
 
     @app.delete("/ric/v1/subscriptions/{subscription_id}", status_code=204)
     async def unsubscribe(subscription_id: str) -> Response:
-        node.unsubscribe(subscription_id)
+        submgr.delete(subscription_id)
         return Response(status_code=204)
+
+    @app.get("/ric/v1/get_e2node_rest_subscriptions/{ran_name}")
+    async def node_rest_subscriptions(ran_name: str) -> dict:
+        return submgr.node_rest_subscriptions(ran_name)
 
     @app.get("/stats")
     async def stats(seconds: Annotated[float | None, Query(gt=0)] = None) -> dict:
-        """What went out, by kind, who holds a subscription to each node (its rmr-data
-        endpoints, host:port) and, on the wall clock, how late the node itself sent: the
-        median and p99 from a period's end to its last report handed to RMR, over the
-        periods of the last ``seconds`` (all those kept, without)."""
-        subscribers: dict[str, list[str]] = {}
-        for subscription in node.subscriptions.values():
-            subscribers.setdefault(subscription.meid, []).append(
-                f"{subscription.host}:{subscription.port}")
+        """What went out, by kind, what the subscription manager did (subscriptions,
+        deletions, notifications), who holds a subscription to each node (the rmr-data
+        endpoint of each REST subscription, host:port) and, on the wall clock, how late the
+        node itself sent: the median and p99 from a period's end to its last report handed
+        to RMR, over the periods of the last ``seconds`` (all those kept, without)."""
         since = -math.inf if seconds is None else time.monotonic() - seconds
         lags = np.asarray([lag for at, lag in node.send_lag_ms if at >= since])
         lag = {f"send_lag_{name}_ms": float(np.percentile(lags, q)) if len(lags) else None
                for name, q in (("p50", 50), ("p99", 99))}
-        return {**node.sent, **lag, "subscribers": subscribers}
+        return {**node.sent, **submgr.counts, **lag, "subscribers": submgr.subscribers()}
 
     return app

@@ -5,6 +5,7 @@ against the documents rather than against the xApp's own models."""
 
 from __future__ import annotations
 
+import copy
 import functools
 from pathlib import Path
 from typing import Any
@@ -17,17 +18,41 @@ API = Path(__file__).resolve().parents[1].parent / "shared" / "oran" / "api"
 E2MGR = "e2mgr-api.yaml"
 SUBMGR = "submgr-xapp-rest-api.yaml"
 
+# Where a component's source answers what its document does not allow. Go marshals a nil
+# slice without omitempty as null: submgr answers a subscription with its id alone
+# (pkg/control/control.go RESTSubscriptionHandler) and lists E2 subscriptions without their
+# instances (registry.go QueryHandler), in xapp-frame's pkg/models types.
+AS_RUN: dict[str, list[tuple[str, str]]] = {
+    SUBMGR: [("SubscriptionResponse", "SubscriptionInstances"),
+             ("SubscriptionData", "SubscriptionInstances")],
+}
+
 
 @functools.cache
 def _load(name: str) -> dict[str, Any]:
     return yaml.safe_load((API / name).read_text())
 
 
-def document(name: str) -> dict[str, Any]:
-    """The document; the calling test is skipped (with the reason) where it is absent."""
+def document(name: str, as_run: bool = False) -> dict[str, Any]:
+    """The document (``as_run``: with what the component's source answers beyond it, AS_RUN);
+    the calling test is skipped (with the reason) where it is absent."""
     if not (API / name).is_file():
         pytest.skip(f"O-RAN SC's API document {name} not present (../shared/oran/api)")
-    return _load(name)
+    if not as_run:
+        return _load(name)
+    doc = copy.deepcopy(_load(name))
+    for definition, field in AS_RUN.get(name, []):
+        prop = doc["definitions"][definition]["properties"][field]
+        prop["type"] = [prop["type"], "null"]
+        prop["x-nullable"] = True  # Swagger 2.0's way, which schemathesis reads
+    return doc
+
+
+def as_run_file(name: str, folder: Path) -> Path:
+    """The ``as_run`` document written to ``folder``, for tools that read a file."""
+    path = folder / name
+    path.write_text(yaml.safe_dump(document(name, as_run=True)))
+    return path
 
 
 def _validator(doc: dict[str, Any], schema: dict[str, Any]) -> jsonschema.Validator:
@@ -48,10 +73,11 @@ def request_body(name: str, path: str, method: str) -> jsonschema.Validator:
     return _validator(doc, body["schema"])
 
 
-def answer(name: str, path: str, method: str, status: int) -> jsonschema.Validator | None:
+def answer(name: str, path: str, method: str, status: int, as_run: bool = False
+           ) -> jsonschema.Validator | None:
     """The schema of an answer with ``status`` (None: documented without a body); a status
     the document does not list fails the calling test."""
-    doc = document(name)
+    doc = document(name, as_run)
     responses = doc["paths"][path][method]["responses"]
     assert str(status) in responses, f"{method.upper()} {path} documents no {status}"
     response = responses[str(status)]

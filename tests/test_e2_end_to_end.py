@@ -19,6 +19,7 @@ import uvicorn
 from benchmarks.ports import free_port
 from kpi_forecast.cli.mock_e2_node import RAN_FUNCTION_ID, MockE2Node
 from kpi_forecast.cli.mock_ric import create_app
+from kpi_forecast.cli.mock_submgr import RIC_REQUESTOR_ID, MockSubmgr
 from kpi_forecast.data.ingest import load_panel
 from kpi_forecast.data.synthetic import generate
 from kpi_forecast.model.config import ModelConfig
@@ -27,8 +28,8 @@ from kpi_forecast.xapp.metrics import Metrics
 from kpi_forecast.xapp.ric.e2 import e2ap, kpm, kpm_indication
 from kpi_forecast.xapp.ric.e2.discovery import parse_cell_id
 from kpi_forecast.xapp.ric.e2.ingest import Ingestor, Route
-from kpi_forecast.xapp.ric.e2.subscription import SubscriptionRequest, SubscriptionResponse
-from kpi_forecast.xapp.ric.e2.transport import RIC_INDICATION, RIC_SUB_FAILURE, Frame
+from kpi_forecast.xapp.ric.e2.submgr_api import SubscriptionDetail
+from kpi_forecast.xapp.ric.e2.transport import RIC_INDICATION, RIC_SUB_FAILURE, RIC_SUB_RESP, Frame
 from kpi_forecast.xapp.store.cell_history import MemoryCellHistory
 from tests.processes import ROOT
 from tests.rmr_library import rmr_transport
@@ -58,33 +59,33 @@ def one_cell_two_days(tmp_path: Path) -> Path:
 
 
 
-async def serve_node(node: MockE2Node, port: int) -> tuple[uvicorn.Server, asyncio.Task]:
+async def serve_node(node: MockE2Node, port: int, submgr: MockSubmgr
+                     ) -> tuple[uvicorn.Server, asyncio.Task]:
     """The mock's REST side (E2 Manager, subscription manager) served on ``port``; set the
     server's should_exit and await the task to stop it (its lifespan closes the node)."""
-    server = uvicorn.Server(uvicorn.Config(create_app(node), host="127.0.0.1", port=port,
-                                           log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(create_app(node, submgr), host="127.0.0.1",
+                                           port=port, log_level="warning"))
     serving = asyncio.create_task(server.serve())
     await until_async(lambda: server.started, SERVER_START_S, "the mock's REST side started")
     return server, serving
 
 
-async def subscribe_first_cell(node: MockE2Node, rmr_port: int,
-                               measurements: tuple[str, ...] = (MEASUREMENT,),
-                               period_ms: int = 3_600_000) -> SubscriptionResponse:
-    """Subscribe, as the xApp would, to the first cell of the first node (hourly reports
-    unless told)."""
+def subscribe_first_cell(node: MockE2Node, rmr_port: int,
+                         measurements: tuple[str, ...] = (MEASUREMENT,),
+                         period_ms: int = 3_600_000, instance_id: int = 5) -> Frame:
+    """Subscribe, as the subscription manager would for an xApp at 127.0.0.1:``rmr_port``, to
+    the first cell of the first node (hourly reports unless told): the node's E2AP answer;
+    an admitted cell's reports start at once."""
     definition = kpm.encode_action_definition(kpm.ActionDefinition(
         list(measurements), period_ms, parse_cell_id(node.cell_ids[0])))
-    return node.subscribe(SubscriptionRequest.model_validate({
-        "ClientEndpoint": {"Host": "127.0.0.1", "RMRPort": rmr_port}, "Meid": "gnb-000",
-        "RANFunctionID": RAN_FUNCTION_ID,
-        "SubscriptionDetails": [{
-            "XappEventInstanceId": 5,
-            "EventTriggers": list(kpm.encode_event_trigger(period_ms)),
-            "ActionToBeSetupList": [{"ActionID": 1, "ActionType": "report",
-                                     "ActionDefinition": list(definition)}],
-        }],
-    }))
+    detail = SubscriptionDetail.model_validate({
+        "XappEventInstanceId": 1, "EventTriggers": list(kpm.encode_event_trigger(period_ms)),
+        "ActionToBeSetupList": [{"ActionID": 1, "ActionType": "report",
+                                 "ActionDefinition": list(definition)}]})
+    answer = node.request("gnb-000", RIC_REQUESTOR_ID, instance_id, RAN_FUNCTION_ID, detail,
+                          f"127.0.0.1:{rmr_port}")
+    node.start_reports("gnb-000", [instance_id])
+    return answer
 
 
 @pytest.mark.slow
@@ -99,7 +100,8 @@ def test_replayed_cells_forecast_like_their_file(tmp_path: Path, rmr_library: Pa
         node = MockE2Node(panel, MEASUREMENT, rmr_transport(), cells_per_node=2, speed=0.0,
                           faults={"malformed": 0.05, "duplicate": 0.05, "late": 0.05}, seed=0)
         # Lost reports would leave gaps the direct forecast does not have: tested on their own.
-        server, serving = await serve_node(node, port)
+        submgr = MockSubmgr(node)
+        server, serving = await serve_node(node, port, submgr)
         # The model's own calibration: the comparison below is of the history E2 delivered
         # against the same values sent directly, and a background recalibration (tested on
         # its own) would blend each with naives of its own length, landing whenever it lands.
@@ -108,7 +110,7 @@ def test_replayed_cells_forecast_like_their_file(tmp_path: Path, rmr_library: Pa
             "e2mgrUrl": f"http://127.0.0.1:{port}/v1",
             "kpis": {"kpi": {"measurement": MEASUREMENT}}},
             recalibration={"everySeconds": 0, "maxCells": 256})
-        async with running(desc) as client:
+        async with running(desc, submgr=submgr) as client:
             for _ in range(1000):
                 if node.sent["replays_done"] == 2:
                     break
@@ -137,7 +139,7 @@ def test_replayed_cells_forecast_like_their_file(tmp_path: Path, rmr_library: Pa
                 for a, b in zip(from_e2["forecasts"], direct["forecasts"], strict=True):
                     for q in ("p10", "p50", "p90"):
                         assert a[q] == pytest.approx(b[q], abs=within)
-        assert node.sent["deletions"] == 2  # the xApp unsubscribed on shutdown
+        assert submgr.counts["deletions"] == 2  # the xApp unsubscribed on shutdown
         assert node.sent["undelivered"] == 0
         server.should_exit = True
         await serving  # its lifespan closes the node
@@ -159,19 +161,19 @@ def test_one_subscription_per_node_fills_the_history_of_every_models_kpi(
     async def go() -> None:
         node = MockE2Node(prb, MEASUREMENT, rmr_transport(), cells_per_node=2, speed=0.0,
                           extra={VOLUME: traffic.values})
-        server, serving = await serve_node(node, port)
+        submgr = MockSubmgr(node)
+        server, serving = await serve_node(node, port, submgr)
         desc = descriptor(tmp_path, None, modelRepository=str(repository), e2={
             "enabled": True, "port": free_port(), "submgrUrl": f"http://127.0.0.1:{port}/ric/v1",
             "e2mgrUrl": f"http://127.0.0.1:{port}/v1",
             "kpis": {"prb_util": {"measurement": MEASUREMENT},
                      "traffic_mb": {"measurement": VOLUME, "aggregate": "sum"}}},
             recalibration={"everySeconds": 0, "maxCells": 256})
-        async with running(desc) as client:
+        async with running(desc, submgr=submgr) as client:
             await until_async(lambda: node.sent["replays_done"] == 2, 60, "the replays")
-            assert node.sent["subscriptions"] == 2  # one per node, for both models
-            for subscription in node.subscriptions.values():
-                assert {tuple(sorted(s.measurements)) for s in subscription.streams} == {
-                    (VOLUME, MEASUREMENT)}
+            assert submgr.counts["subscriptions"] == 2  # one per node, for both models
+            assert {tuple(sorted(s.measurements)) for s in node.streams.values()} == {
+                (VOLUME, MEASUREMENT)}
             for _ in range(200):
                 metrics = (await client.get("/ric/v1/metrics")).text
                 if metric(metrics, "kpi_forecast_e2_indications_total") == node.sent[
@@ -222,13 +224,14 @@ def test_nodes_that_disconnect_and_connect_again_are_followed(
     async def go() -> None:
         node = MockE2Node(load_panel(data, "prb_util"), MEASUREMENT, rmr_transport(),
                           cells_per_node=2, speed=1.0)  # real time: the replays go on
-        server, serving = await serve_node(node, port)
+        submgr = MockSubmgr(node)
+        server, serving = await serve_node(node, port, submgr)
         desc = descriptor(tmp_path, model_dir, e2={
             "enabled": True, "port": free_port(), "submgrUrl": f"http://127.0.0.1:{port}/ric/v1",
             "e2mgrUrl": f"http://127.0.0.1:{port}/v1", "kpis": {"kpi": {"measurement":
                                                                          measurement}}})
 
-        async with running(desc) as client:
+        async with running(desc, submgr=submgr) as client:
             async def owned(expected: float) -> str:
                 for _ in range(600):
                     text = (await client.get("/ric/v1/metrics")).text
@@ -249,18 +252,18 @@ def test_nodes_that_disconnect_and_connect_again_are_followed(
                 text = await owned(0)
                 assert metric(text, 'kpi_forecast_e2_cells_skipped{reason='
                               '"measurement-not-reported"}') == 4
-                assert node.subscriptions == {}
+                assert submgr.subscribers() == {} and submgr.counts["subscriptions"] == 0
             else:
                 text = await owned(2)
                 assert metric(text, 'kpi_forecast_e2_cells_skipped{reason='
                               '"measurement-not-reported"}') == 0
-                node.disconnect("gnb-001")
+                submgr.disconnect("gnb-001")
                 await owned(1)
-                assert [s.meid for s in node.subscriptions.values()] == ["gnb-000"]
+                assert sorted(submgr.subscribers()) == ["gnb-000"]  # gnb-001's deleted
                 node.connect("gnb-001")
                 await owned(2)
-                assert sorted(s.meid for s in node.subscriptions.values()) == [
-                    "gnb-000", "gnb-001"]
+                assert sorted(submgr.subscribers()) == ["gnb-000", "gnb-001"]
+                assert submgr.counts["subscriptions"] == 3  # each made once
         server.should_exit = True
         await serving
 
@@ -335,7 +338,7 @@ def test_an_xapp_restarted_mid_replay_misses_only_what_was_sent_while_it_was_dow
         node = MockE2Node(panel, MEASUREMENT, rmr_transport(), pace_ms=5.0)
         await node.open()
         xapp = await asyncio.to_thread(receiver, port, first)
-        await subscribe_first_cell(node, port)
+        subscribe_first_cell(node, port)
         replay_s = 3 * panel.n_steps * 0.005 + 10  # paced 5 ms a report, room for a busy box
         await until_async(lambda: len(sequence_numbers(first)) >= 40, replay_s, "40 received")
         xapp.kill()  # the xApp dies mid-replay...
@@ -378,9 +381,8 @@ def test_lost_reports_leave_gaps_in_the_history(tmp_path: Path, rmr_library: Pat
         xapp = rmr_transport()
         await xapp.start(ingestor.handle)
         cell = node.cell_ids[0]
-        answer = await subscribe_first_cell(node, xapp.port)
-        instance = answer.instances[0].e2_event_instance_id
-        ingestor.add_route(instance, 1, Route(cell, 3_600_000))
+        assert subscribe_first_cell(node, xapp.port, instance_id=7).msg_type == RIC_SUB_RESP
+        ingestor.add_route(7, 1, Route(cell, 3_600_000))
         await until_async(lambda: node.sent["replays_done"] >= 1, 10, "the replay done")
         # Everything sent has been written.
         await until_async(lambda: metrics.registry.get_sample_value(
@@ -415,10 +417,10 @@ def test_live_mode_catches_up_on_the_past_at_its_rate_then_paces(tmp_path: Path,
         xapp = rmr_transport()
         await xapp.start(stamp)
         started = time.monotonic()
-        await subscribe_first_cell(node, xapp.port)
+        subscribe_first_cell(node, xapp.port)
         await until_async(lambda: node.sent["replays_done"] >= 1, 30, "the replay done")
-        await until_async(lambda: len(arrivals) >= 49, 10, "the response and 48 reports")
-        reports = [t - started for t in arrivals[1:]]  # the first frame is the response
+        await until_async(lambda: len(arrivals) >= 48, 10, "48 reports")
+        reports = [t - started for t in arrivals]
         assert len(reports) == 48
         # The past: no faster than the rate (a report every 5 ms), the first at once.
         assert reports[39] - reports[0] >= 39 / 200.0 - 0.005
@@ -453,7 +455,7 @@ def test_on_the_wall_clock_each_report_goes_out_as_its_period_ends(tmp_path: Pat
         xapp = rmr_transport()
         await xapp.start(stamp)
         subscribed = time.time()
-        await subscribe_first_cell(node, xapp.port, period_ms=1000)
+        subscribe_first_cell(node, xapp.port, period_ms=1000)
         async with asyncio.timeout(10):  # three one-second periods, then some
             while len(reports) < 3:
                 await asyncio.sleep(0.01)
@@ -485,10 +487,12 @@ def test_a_node_with_several_kpis_reports_what_was_subscribed(tmp_path: Path,
 
         xapp = rmr_transport()
         await xapp.start(keep)
-        await subscribe_first_cell(node, xapp.port, ("DRB.UEThpDl", MEASUREMENT))
-        await subscribe_first_cell(node, xapp.port, ("RRC.ConnMean",))  # not on this node
+        subscribe_first_cell(node, xapp.port, ("DRB.UEThpDl", MEASUREMENT))
+        refused = subscribe_first_cell(node, xapp.port, ("RRC.ConnMean",), instance_id=6)
+        assert refused.msg_type == RIC_SUB_FAILURE  # not on this node
+        assert e2ap.decode(refused.payload).cause == ("ricRequest", "action-not-supported")
         for _ in range(200):
-            if node.sent["replays_done"] == 1 and len(frames) == 4:
+            if node.sent["replays_done"] == 1 and len(frames) == 2:
                 break
             await asyncio.sleep(0.01)
         indications = [e2ap.decode(f.payload) for f in frames if f.msg_type == 12050]
@@ -496,7 +500,8 @@ def test_a_node_with_several_kpis_reports_what_was_subscribed(tmp_path: Path,
         assert [m.name for m in message.measurements] == ["DRB.UEThpDl", MEASUREMENT]
         assert message.measurements[0].values == [pytest.approx(float(throughput[0, 0]))]
         assert message.measurements[1].values == [pytest.approx(float(panel.values[0, 0]))]
-        assert [f.msg_type for f in frames].count(RIC_SUB_FAILURE) == 1
+        assert [f.msg_type for f in frames] == [RIC_INDICATION] * 2
+        assert {i.requestor_id for i in indications} == {RIC_REQUESTOR_ID}
         await xapp.close()
         await node.close()
 

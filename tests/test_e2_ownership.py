@@ -100,7 +100,8 @@ def test_subscription_event_ids_wrap_at_16_bits_and_skip_those_waiting() -> None
     from kpi_forecast.xapp.ric.e2.discovery import Cell, parse_cell_id
     from kpi_forecast.xapp.ric.e2.subscription import MAX_EVENT_ID, Pending, Subscriber
 
-    subscriber = Subscriber("http://127.0.0.1:1", "127.0.0.1", 4560, 8080, ingestor=None)
+    subscriber = Subscriber("http://127.0.0.1:1", "127.0.0.1", 4560, 8080, ingestor=None,
+                            metrics=None)
     subscriber._last_event = MAX_EVENT_ID - 1
     cell = "00f110:0000000010"
     subscriber._pending[1] = Pending(Cell(cell, parse_cell_id(cell)), 1000, "gnb-000")
@@ -108,25 +109,38 @@ def test_subscription_event_ids_wrap_at_16_bits_and_skip_those_waiting() -> None
 
 
 def test_a_subscription_the_manager_no_longer_lists_for_this_endpoint_is_made_again() -> None:
-    """Listed with this replica's endpoint: kept. Gone, listed for another endpoint, or its
-    id now another node's (a restarted manager numbers from 1 again): forgotten."""
+    """Each routed E2 instance listed with this replica's endpoint: kept. One gone, listed for
+    another endpoint or under another node (a restarted manager numbers from 1 again):
+    forgotten and deleted, to be made again."""
     import asyncio
 
+    from kpi_forecast.xapp.metrics import Metrics
+    from kpi_forecast.xapp.ric.e2.ingest import Ingestor
     from kpi_forecast.xapp.ric.e2.subscription import Subscriber
+    from tests.xapp_helpers import serving_state
 
     listed = [
         {"SubscriptionId": 1, "Meid": "gnb-a", "ClientEndpoint": ["10.0.0.5:4560"]},
         {"SubscriptionId": 2, "Meid": "gnb-b", "ClientEndpoint": ["10.0.0.9:4560"]},
         {"SubscriptionId": 3, "Meid": "gnb-x", "ClientEndpoint": ["10.0.0.5:4560"]},
+        {"SubscriptionId": 5, "Meid": "gnb-d", "ClientEndpoint": ["10.0.0.5:4560"]},
     ]
+    deleted = []
 
     def submgr(request: httpx.Request) -> httpx.Response:
+        if request.method == "DELETE":
+            deleted.append(request.url.path)
+            return httpx.Response(204)
         assert (request.method, request.url.path) == ("GET", "/ric/v1/subscriptions")
         return httpx.Response(200, json=listed)
 
-    subscriber = Subscriber("http://submgr/ric/v1", "10.0.0.5", 4560, 8080, ingestor=None,
+    metrics = Metrics([0.1], 8)
+    subscriber = Subscriber("http://submgr/ric/v1", "10.0.0.5", 4560, 8080,
+                            Ingestor(serving_state(), metrics), metrics,
                             transport=httpx.MockTransport(submgr))
-    subscriber.subscription_ids.update({"gnb-a": "1", "gnb-b": "2", "gnb-c": "3",
-                                        "gnb-d": "4"})
+    subscriber.subscription_ids.update({"gnb-a": "ra", "gnb-b": "rb", "gnb-c": "rc",
+                                        "gnb-d": "rd"})
+    subscriber._routes.update({"gnb-a": {1}, "gnb-b": {2}, "gnb-c": {3}, "gnb-d": {5, 6}})
     assert asyncio.run(subscriber.lost()) == {"gnb-b", "gnb-c", "gnb-d"}
-    assert subscriber.subscription_ids == {"gnb-a": "1"}
+    assert subscriber.subscription_ids == {"gnb-a": "ra"}
+    assert sorted(deleted) == [f"/ric/v1/subscriptions/r{n}" for n in "bcd"]

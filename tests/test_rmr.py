@@ -122,9 +122,9 @@ def test_a_malformed_message_of_every_type_is_counted_and_ingestion_goes_on(
     rng = random.Random(0)
     payloads = [bytes(rng.getrandbits(8) for _ in range(24)), b"",
                 bytes(rng.getrandbits(8) for _ in range(60_000))]
-    # What each type is counted as: outcomes by the subscription, the rest on the
-    # indication path (with A1 off, an A1 policy request, 20010, is not taken).
-    expected = {RIC_SUB_RESP: "subscription-outcome", RIC_SUB_FAILURE: "subscription-outcome",
+    # What each type is counted as: all on the indication path (subscription outcomes come
+    # over HTTP to a REST subscriber; with A1 off, an A1 policy request, 20010, is not taken).
+    expected = {RIC_SUB_RESP: "msg-type", RIC_SUB_FAILURE: "msg-type",
                 RIC_SUB_DEL_RESP: "msg-type", RIC_INDICATION: "e2ap", 20010: "msg-type",
                 999: "msg-type"}
     port = free_port()

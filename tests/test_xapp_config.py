@@ -24,7 +24,7 @@ from kpi_forecast.xapp.descriptor.config_file import (
     model_fields_changed,
 )
 from kpi_forecast.xapp.descriptor.controls import (
-    DEFAULT_RMR_HOST,
+    DEFAULT_CLIENT_HOST,
     E2,
     Batching,
     Controls,
@@ -491,9 +491,9 @@ def test_watcher_run_loop_outlives_a_failing_callback(tmp_path, caplog) -> None:
     (None, "http://127.0.0.1:8090", "127.0.0.1"),
     (None, "http://localhost:8090", "127.0.0.1"),
     (None, "http://[::1]:8090", "127.0.0.1"),
-    (None, "http://service-ricplt-submgr-http.ricplt:8088", DEFAULT_RMR_HOST),
-    (None, "http://10.0.0.7:8088", DEFAULT_RMR_HOST),
-    (None, None, DEFAULT_RMR_HOST),
+    (None, "http://service-ricplt-submgr-http.ricplt:8088", DEFAULT_CLIENT_HOST),
+    (None, "http://10.0.0.7:8088", DEFAULT_CLIENT_HOST),
+    (None, None, DEFAULT_CLIENT_HOST),
     ("e2-side.example", "http://127.0.0.1:8090", "e2-side.example"),  # set: taken as it is
 ])
 def test_the_e2_endpoint_is_loopback_where_the_subscription_manager_is(

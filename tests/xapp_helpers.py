@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 
+from kpi_forecast.cli.mock_submgr import MockSubmgr
 from kpi_forecast.xapp.app import create_app
 from kpi_forecast.xapp.descriptor.config_file import (
     CONFIG_FILE_NAME,
@@ -79,10 +80,16 @@ def descriptor(tmp: Path, model_dir: Path | None, **controls: object) -> Descrip
 async def running(desc: Descriptor, wait_ready: bool = True, watch: bool = False,
                   appmgr: httpx.AsyncBaseTransport | None = None,
                   e2_transport: TransportFactory = rmr_transport,
+                  submgr: MockSubmgr | None = None, first_posts_fail: bool = False,
                   ) -> AsyncIterator[httpx.AsyncClient]:
-    """The app with its background tasks running, and an async client on it (no sockets)."""
+    """The app with its background tasks running, and an async client on it (no sockets);
+    ``submgr``'s outcomes are posted to it (with ``first_posts_fail``, each outcome's first
+    try fails to connect)."""
     app = create_app(desc, watch_config=watch, appmgr_transport=appmgr,
                      e2_transport=e2_transport)
+    if submgr is not None:
+        to_app = httpx.ASGITransport(app=app)
+        submgr.notify_transport = FirstPostsFail(to_app) if first_posts_fail else to_app
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://xapp") as client:
@@ -95,6 +102,22 @@ async def running(desc: Descriptor, wait_ready: bool = True, watch: bool = False
                     raise AssertionError("the model never became ready")
             client.app = app  # type: ignore[attr-defined]
             yield client
+
+
+class FirstPostsFail(httpx.AsyncBaseTransport):
+    """Each distinct request fails to connect the first time, then goes to ``inner``."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self.inner = inner
+        self.tried: set[bytes] = set()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        body = await request.aread()
+        if body not in self.tried:
+            self.tried.add(body)
+            raise httpx.ConnectError("connection refused (the first try, failed on purpose)",
+                                     request=request)
+        return await self.inner.handle_async_request(request)
 
 
 def serving_state(history: CellHistory | None = None, kpi_source: KpiSource | None = None,

@@ -138,6 +138,18 @@ class Metrics:
             f"{PREFIX}_e2_subscriptions_lost", "Subscriptions the subscription manager no "
             "longer listed (it or the E2 node restarted), made again.", registry=r,
         )
+        self.e2_subscriptions_refused = Counter(
+            f"{PREFIX}_e2_subscriptions_refused", "Cells whose E2 subscription the subscription "
+            "manager reported refused, by its cause (the timeout's kind, else the error's "
+            "source: E2Node, SUBMGR, RTMGR, DBAAS, ASN1).", ["cause"], registry=r,
+        )
+        self.e2_subscriptions_deleted = Counter(
+            f"{PREFIX}_e2_subscriptions_deleted", "Subscriptions deleted at the subscription "
+            "manager, by reason: a node given up, one made again (replaced), a predecessor's "
+            "at this replica's endpoint (stray), on stopping.", ["reason"], registry=r,
+        )
+        for reason in ("given-up", "replaced", "stray", "stopping"):
+            self.e2_subscriptions_deleted.labels(reason=reason)
         self.model = Info(f"{PREFIX}_model", "The models being served.", ["model"], registry=r)
         self.model_load = Gauge(
             f"{PREFIX}_model_load_seconds", "Time to load, verify and warm up the model.",

@@ -19,7 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic.alias_generators import to_camel
 
 DEFAULT_APPMGR_URL = "http://service-ricplt-appmgr-http.ricplt:8080/ric/v1/register"
-DEFAULT_RMR_HOST = "service-ricxapp-kpi-forecast-rmr.ricxapp"
+# The O-RAN SC convention for ClientEndpoint.Host: the xApp's HTTP Service, where submgr posts
+# the subscriptions' outcomes; submgr makes the RMR endpoint of it by turning "http" into "rmr".
+DEFAULT_CLIENT_HOST = "service-ricxapp-kpi-forecast-http.ricxapp"
 DEFAULT_E2MGR_URL = "http://service-ricplt-e2mgr-http.ricplt:3800/v1"
 
 MODEL_CONFIG = ConfigDict(
@@ -117,18 +119,20 @@ class E2(BaseModel):
     """The E2 Manager's REST base, its /v1 included: where the E2 nodes, their cells and RAN
     functions are listed."""
     client_host: str | None = Field(None, min_length=1)
-    """Host the E2 side sends this xApp's frames to (the chart leaves it null and passes each
-    pod's IP with --e2-client-host); null: 127.0.0.1 when the subscription manager is on
-    loopback, else the RMR Service (service-ricxapp-kpi-forecast-rmr.ricxapp)."""
+    """The subscription's ClientEndpoint.Host: where the subscription manager posts each
+    subscription's outcome (HTTP) and, with "http" in it turned into "rmr", where the E2 side
+    sends this xApp's frames (the chart leaves it null and passes each pod's IP with
+    --e2-client-host); null: 127.0.0.1 when the subscription manager is on loopback, else the
+    HTTP Service (service-ricxapp-kpi-forecast-http.ricxapp, the O-RAN SC convention)."""
     reporting_period_ms: int | None = Field(None, ge=1)
     """E2SM-KPM reporting period; null: the model's step."""
     kpis: dict[str, KpiSource] = Field(default_factory=lambda: dict(DEFAULT_KPIS), min_length=1)
     """The E2SM-KPM measurement behind each KPI."""
 
     def endpoint_host(self) -> str:
-        """Where the E2 side is to send this xApp's frames: ``client_host`` when set; else
-        loopback when the subscription manager is on loopback (the E2 side then runs on this
-        machine, as ``kpi-forecast e2sim`` does), else the RMR Service's in-cluster name."""
+        """The subscriptions' ClientEndpoint.Host: ``client_host`` when set; else loopback
+        when the subscription manager is on loopback (the E2 side then runs on this machine,
+        as ``kpi-forecast e2sim`` does), else the HTTP Service's in-cluster name."""
         if self.client_host:
             return self.client_host
         host = urllib.parse.urlsplit(self.submgr_url or "").hostname or ""
@@ -136,7 +140,7 @@ class E2(BaseModel):
             loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
         except ValueError:  # a name, not an address
             loopback = False
-        return "127.0.0.1" if loopback else DEFAULT_RMR_HOST
+        return "127.0.0.1" if loopback else DEFAULT_CLIENT_HOST
 
 
 class HistoryStore(BaseModel):

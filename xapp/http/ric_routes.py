@@ -1,15 +1,26 @@
-"""The O-RAN SC routes under /ric/v1: health (alive, ready), the descriptor in force, and the
-Prometheus metrics."""
+"""The O-RAN SC routes under /ric/v1: health (alive, ready), the descriptor in force, the
+Prometheus metrics, and where the subscription manager posts the E2 subscriptions' outcomes."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel
 
-from kpi_forecast.xapp.http.errors import ErrorOut
+from kpi_forecast.xapp.http.errors import ERRORS, ErrorOut
+from kpi_forecast.xapp.ric.e2.submgr_api import SubscriptionResponse
 from kpi_forecast.xapp.service import Service
 from kpi_forecast.xapp.store.cell_history import HistoryUnavailable
+
+
+class OutcomesOut(BaseModel):
+    """What one posted SubscriptionResponse did."""
+
+    routed: int  # cells whose indications are now taken
+    refused: int  # cells the subscription manager says were refused
+    repeated: int  # outcomes taken before (submgr retries until it gets a 200)
+    unknown: int  # outcomes of no subscription this replica waits for: counted, dropped
 
 
 def add_ric_routes(router: APIRouter, service: Service) -> None:
@@ -66,3 +77,20 @@ def add_ric_routes(router: APIRouter, service: Service) -> None:
         return Response(generate_latest(service.metrics.registry),
                         media_type=CONTENT_TYPE_LATEST)
 
+    @router.post("/ric/v1/subscriptions/response", tags=["ric"], response_model=OutcomesOut,
+                 responses={code: ERRORS[code] for code in (400, 404, 422)})
+    async def subscription_outcome(body: SubscriptionResponse) -> JSONResponse:
+        """Where the subscription manager posts each E2 subscription detail's outcome (O-RAN
+        SC xapp-frame's ``Subscriber.Notify``, retried until a 200): an admitted cell's E2
+        instance id routes its indications, a refusal is logged and counted by cause. 200
+        once taken, a repeat included; an outcome of a subscription this replica does not
+        hold is counted and answered 200 too (nothing to retry). 404 where this replica
+        makes no subscriptions."""
+        subscriber = service.e2.subscriber
+        if subscriber is None:
+            return JSONResponse({"error": "this replica makes no E2 subscriptions "
+                                 "(controls.e2.enabled with a submgrUrl)"}, status_code=404)
+        taken = subscriber.take_outcome(body)
+        return JSONResponse(OutcomesOut(routed=taken.routed, refused=taken.refused,
+                                        repeated=taken.repeated,
+                                        unknown=taken.unknown).model_dump())

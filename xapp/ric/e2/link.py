@@ -1,10 +1,10 @@
 """The xApp's RMR side wired together: a transport (``Transport``, the rmr-data stream) whose
-frames go to the subscription (answers to our requests), to the A1 policies (when taken) or to
-ingestion (indications); subscriptions to the E2 nodes this replica owns (``ownership.py``)
-among those the E2 Manager lists (``discovery.py``), made once a model says which KPI to ask
-for (one subscription per node, for the measurements of every model's KPI) and followed as
-ownership moves, nodes connect and disconnect and models come and go; and the orderly
-stop."""
+frames go to ingestion (indications) or to the A1 policies (when taken); subscriptions
+(their outcomes come over HTTP, to ``Subscriber.take_outcome``) to the E2 nodes this replica
+owns (``ownership.py``) among those the E2 Manager lists (``discovery.py``), made once a
+model says which KPI to ask for (one subscription per node, for the measurements of every
+model's KPI) and followed as ownership moves, nodes connect and disconnect and models come
+and go; and the orderly stop."""
 
 from __future__ import annotations
 
@@ -64,7 +64,8 @@ class E2Link:
             if e2.enabled and e2.submgr_url:
                 self.e2mgr = E2Manager(e2.e2mgr_url)
                 self.subscriber = Subscriber(e2.submgr_url, e2.endpoint_host(),
-                                             self.transport.port, self._http_port, self.ingestor)
+                                             self.transport.port, self._http_port, self.ingestor,
+                                             self._metrics)
                 self._following = asyncio.create_task(self._subscribe_when_ready(),
                                                       name="e2-subscribe")
                 tasks.append(self._following)
@@ -89,8 +90,6 @@ class E2Link:
     async def _on_frame(self, frame: Frame) -> None:
         if frame.msg_type == RIC_INDICATION:  # nearly every frame: straight to the ingestor
             await self.ingestor.handle(frame)
-            return
-        if self.subscriber is not None and await self.subscriber.handle(frame):
             return
         if self._policies is not None and await self._policies.handle(frame):
             return
@@ -136,6 +135,11 @@ class E2Link:
         self._metrics.e2_reporting_period.set(period_ms / 1000.0)
         # The first list is waited for; later ones are tried once a round.
         listing = await self.e2mgr.listing(measurements)
+        try:  # before the first subscription, which would merge into a predecessor's
+            await self.subscriber.delete_strays()
+        except (httpx.HTTPError, ValueError) as exc:
+            log.warning("e2: looking for a predecessor's subscriptions at %s failed (%s); "
+                        "subscribing all the same", self.subscriber.submgr_url, describe(exc))
         following: asyncio.Task | None = None
         rounds = 0
         try:

@@ -1,125 +1,76 @@
-"""Subscribing to E2 nodes through the subscription manager, by O-RAN SC submgr's published
-REST API (``submgr-xapp-rest-api.yaml``, base path ``/ric/v1``); the nodes and cells come from
-the E2 Manager (``discovery.py``).
+"""Subscribing to E2 nodes through the subscription manager, as O-RAN SC submgr runs its REST
+API (base path ``/ric/v1``) for a REST subscriber; the nodes and cells come from the E2
+Manager (``discovery.py``). Read from submgr's source (``pkg/control/control.go``) and
+xapp-frame's (``pkg/xapp/subscription.go``, ``pkg/models``):
 
-1. ``POST {submgr}/subscriptions`` per node this replica owns (``e2/ownership.py``), a
-   SubscriptionParams: ClientEndpoint (where to send this xApp's frames), Meid, the node's
-   E2SM-KPM RANFunctionID, and one SubscriptionDetails entry per cell, whose single action's
-   definition (E2SM-KPM format 1) names the cell's global id and the measurements behind the
-   models' KPIs that the node reports: one subscription per node, whatever the number of
-   models. The answer carries a SubscriptionId.
-2. The outcome arrives on the rmr-data stream as E2AP RICsubscriptionResponse (12011) or
-   RICsubscriptionFailure (12012): the response's RIC requestor id is the entry's
-   XappEventInstanceId, which names the cell; its RIC instance id and action id are what that
-   cell's indications will carry, so they become the ingestor's route.
-3. ``DELETE {submgr}/subscriptions/{SubscriptionId}`` for a node given up (or gone), and for
-   all on shutdown; the routes of its cells go with it.
-4. ``GET {submgr}/subscriptions`` now and then: a subscription it no longer lists for this
-   replica's endpoint (the subscription manager or the E2 node restarted and lost it) is
-   forgotten here, so that the next round makes it again.
+1. ``POST {submgr}/subscriptions`` per node this replica owns (``e2/ownership.py``): a
+   SubscriptionParams with ClientEndpoint (``Host``, whose ``http`` submgr turns into ``rmr``
+   for the RMR endpoint, the HTTP and RMR ports), Meid, the node's E2SM-KPM RANFunctionID,
+   and one SubscriptionDetails entry per cell, whose single action's definition (E2SM-KPM
+   format 1) names the cell's global id and the measurements behind the models' KPIs that the
+   node reports: one subscription per node, whatever the number of models. The 201 answer
+   carries the REST SubscriptionId only (``SubscriptionInstances`` is null: the details are
+   processed after it, ``RESTSubscriptionHandler``).
+2. Each detail's outcome arrives as an HTTP ``POST`` of a SubscriptionResponse to
+   ``/ric/v1/subscriptions/response`` on ``Host:HTTPPort`` (``Subscriber.Notify``, retried
+   until a 200), possibly before the 201 itself: its ``E2EventInstanceId`` is the E2
+   subscription's instance id, which the cell's indications carry (as the RMR sub id and
+   the RIC request's instance id; their requestor id is submgr's own, 123), so it becomes
+   the ingestor's route; an ``ErrorCause`` says why a cell was refused
+   (``take_outcome``).
+3. ``DELETE {submgr}/subscriptions/{SubscriptionId}`` for a node given up (or gone), for one
+   made again, and for all on shutdown; the routes of its cells go with it.
+4. ``GET {submgr}/subscriptions`` now and then: it lists each E2 subscription under its
+   instance id with the RMR endpoints it reports to (``Registry.QueryHandler``); a node
+   whose routed instances it no longer lists for this replica's endpoint (submgr or the
+   E2 node restarted and lost them) is forgotten and its subscription deleted, so that the
+   next round makes it again (``lost``).
+5. At start, before subscribing, what submgr lists for this replica's own endpoint is a
+   predecessor's (a restarted process): deleted, found by node through submgr's
+   ``GET /get_e2node_rest_subscriptions/{ranName}`` (``delete_strays``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
-from typing import Annotated, Literal
+from collections import Counter
+from dataclasses import dataclass, field
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from kpi_forecast.xapp.failures import describe, rest_retrying
-from kpi_forecast.xapp.ric.e2 import e2ap, kpm
+from kpi_forecast.xapp.metrics import Metrics
+from kpi_forecast.xapp.ric.e2 import kpm
 from kpi_forecast.xapp.ric.e2.discovery import Cell, E2Node
 from kpi_forecast.xapp.ric.e2.ingest import Ingestor, Route
-from kpi_forecast.xapp.ric.e2.transport import RIC_SUB_FAILURE, RIC_SUB_RESP, Frame
+from kpi_forecast.xapp.ric.e2.submgr_api import (
+    ActionToBeSetup,
+    ClientEndpoint,
+    NodeRestSubscriptions,
+    SubscriptionData,
+    SubscriptionDetail,
+    SubscriptionInstance,
+    SubscriptionList,
+    SubscriptionRequest,
+    SubscriptionResponse,
+    SubsequentAction,
+)
 
 log = logging.getLogger(__name__)
 
 ACTION_ID = 1
 TIMEOUT_S = 5.0
 
-# --- the REST bodies, in submgr's field names ---------------------------------------------------
-
-_REST = ConfigDict(populate_by_name=True, extra="ignore")
-Octets = list[Annotated[int, Field(ge=0, le=255)]]  # an encoded ASN.1 value, byte by byte
-
-
-class ClientEndpoint(BaseModel):
-    model_config = _REST
-
-    host: str = Field(alias="Host", min_length=1)
-    http_port: int | None = Field(None, alias="HTTPPort", ge=0, le=65535)
-    rmr_port: int = Field(alias="RMRPort", ge=1, le=65535)
+# Why a cell's subscription was refused, as submgr says it: the timeout's kind, else the
+# error's source (xapp-frame ``models.SubscriptionInstance``'s enums).
+CAUSES = ("E2-Timeout", "RTMGR-Timeout", "DBAAS-Timeout", "E2Node", "SUBMGR", "RTMGR", "DBAAS",
+          "ASN1", "other")
 
 
-TimeToWait = Literal["zero", "w1ms", "w2ms", "w5ms", "w10ms", "w20ms", "w30ms", "w40ms",
-                     "w50ms", "w100ms", "w200ms", "w500ms", "w1s", "w2s", "w5s", "w10s",
-                     "w20s", "w60s"]
-
-
-class SubsequentAction(BaseModel):
-    model_config = _REST
-
-    type: Literal["continue", "wait"] = Field(alias="SubsequentActionType")
-    time_to_wait: TimeToWait = Field(alias="TimeToWait")
-
-
-class ActionToBeSetup(BaseModel):
-    model_config = _REST
-
-    action_id: int = Field(alias="ActionID", ge=0, le=255)
-    action_type: Literal["insert", "policy", "report"] = Field(alias="ActionType")
-    action_definition: Octets = Field(alias="ActionDefinition")
-    subsequent_action: SubsequentAction | None = Field(None, alias="SubsequentAction")
-
-
-class SubscriptionDetail(BaseModel):
-    model_config = _REST
-
-    xapp_event_instance_id: int = Field(alias="XappEventInstanceId", ge=0, le=65535)
-    event_triggers: Octets = Field(alias="EventTriggers")
-    actions: list[ActionToBeSetup] = Field(alias="ActionToBeSetupList", min_length=1)
-
-
-class SubscriptionRequest(BaseModel):
-    """SubscriptionParams: one E2 node, one detail (here: one cell) per entry."""
-
-    model_config = _REST
-
-    subscription_id: str = Field("", alias="SubscriptionId")
-    client_endpoint: ClientEndpoint = Field(alias="ClientEndpoint")
-    meid: str = Field(alias="Meid", min_length=1)
-    ran_function_id: int = Field(alias="RANFunctionID", ge=0, le=4095)
-    details: list[SubscriptionDetail] = Field(alias="SubscriptionDetails", min_length=1)
-
-
-class SubscriptionInstance(BaseModel):
-    model_config = _REST
-
-    xapp_event_instance_id: int = Field(alias="XappEventInstanceId")
-    e2_event_instance_id: int = Field(alias="E2EventInstanceId")
-
-
-class SubscriptionResponse(BaseModel):
-    model_config = _REST
-
-    subscription_id: str = Field(alias="SubscriptionId")
-    instances: list[SubscriptionInstance] = Field(alias="SubscriptionInstances")
-
-
-class SubscriptionData(BaseModel):
-    """An entry of ``GET /subscriptions``' SubscriptionList."""
-
-    model_config = _REST
-
-    subscription_id: int = Field(alias="SubscriptionId")
-    meid: str = Field(alias="Meid")
-    client_endpoint: list[str] = Field(alias="ClientEndpoint")
-
-
-SubscriptionList = TypeAdapter(list[SubscriptionData])
+def cause_of(instance: SubscriptionInstance) -> str:
+    named = instance.timeout_type or instance.error_source
+    return named if named in CAUSES else "other"
 
 
 @dataclass
@@ -129,28 +80,43 @@ class Pending:
     meid: str  # the node whose subscription it is part of
 
 
+@dataclass
+class Outcomes:
+    """What one posted SubscriptionResponse did: cells routed, refused, repeats of outcomes
+    already taken, and instances no subscription of this replica waits for."""
+
+    routed: int = 0
+    refused: int = 0
+    repeated: int = 0
+    unknown: int = 0
+    causes: Counter[str] = field(default_factory=Counter)
+
+
 MAX_EVENT_ID = 65535  # XappEventInstanceId is 16 bits
 
 
 class Subscriber:
     def __init__(
         self, submgr_url: str, client_host: str, rmr_port: int, http_port: int,
-        ingestor: Ingestor, transport: httpx.AsyncBaseTransport | None = None,
+        ingestor: Ingestor, metrics: Metrics,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.submgr_url = submgr_url.rstrip("/")
         self.client = ClientEndpoint(host=client_host, http_port=http_port, rmr_port=rmr_port)
         self.ingestor = ingestor
+        self._metrics = metrics
         # One client for the replica's life: each new one builds an SSL context, costly in
         # CPU, and the node list is asked for every lease round.
         self._client = httpx.AsyncClient(timeout=TIMEOUT_S, transport=transport)
         self.subscription_ids: dict[str, str] = {}  # node (meid) -> its SubscriptionId
         self._pending: dict[int, Pending] = {}  # XappEventInstanceId -> the cell it is for
-        self._routes: dict[str, list[tuple[int, int]]] = {}  # node -> its cells' routes
+        self._routes: dict[str, set[int]] = {}  # node -> its cells' E2 instance ids
         self._last_event = 0
 
     async def subscribe(self, node: E2Node, period_ms: int, retry_max_s: float = 30.0,
                         attempts: int | None = None) -> None:
-        """Subscribe to every cell of ``node``, for the measurements it carries."""
+        """Subscribe to every cell of ``node``, for the measurements it carries; the cells'
+        outcomes come to ``take_outcome``."""
         body = self._request(node, period_ms)
         try:
             async for attempt in rest_retrying(
@@ -164,25 +130,104 @@ class Subscriber:
             self._forget(node.meid)  # its cells wait for no outcome
             raise
         self.subscription_ids[node.meid] = answer.subscription_id
-        log.info("e2: subscribed to %d cell(s) of %s", len(node.cells), node.meid)
+        log.info("e2: subscribed to %d cell(s) of %s (subscription %s)", len(node.cells),
+                 node.meid, answer.subscription_id)
 
-    async def lost(self) -> set[str]:
-        """The nodes this replica holds a subscription to that the subscription manager no
-        longer lists for its endpoint, forgotten here so that they are subscribed to again."""
+    def take_outcome(self, answer: SubscriptionResponse) -> Outcomes:
+        """Take the outcomes submgr posts: an admitted cell's E2 instance id becomes the
+        route of its indications, a refused cell is logged and counted by cause. A repeat
+        (submgr retries until it gets a 200) changes nothing; an outcome for a subscription
+        this replica does not hold, or a cell it waits for no outcome of, is counted."""
+        outcomes = Outcomes()
+        for instance in answer.instances or []:
+            pending = self._pending.get(instance.xapp_event_instance_id)
+            # The outcome may come before the 201 that names the subscription.
+            if pending is not None and self.subscription_ids.get(
+                    pending.meid, answer.subscription_id) == answer.subscription_id:
+                del self._pending[instance.xapp_event_instance_id]
+                self._take(pending, instance, outcomes)
+            elif self._holds(answer.subscription_id, instance.e2_event_instance_id):
+                outcomes.repeated += 1
+            else:
+                outcomes.unknown += 1
+                self.ingestor.reject(
+                    "subscription-outcome", f"an outcome of subscription "
+                    f"{answer.subscription_id} for XappEventInstanceId "
+                    f"{instance.xapp_event_instance_id}, which this replica waits for no "
+                    "outcome of")
+        return outcomes
+
+    def _take(self, pending: Pending, instance: SubscriptionInstance, outcomes: Outcomes
+              ) -> None:
+        e2_instance = instance.e2_event_instance_id
+        if not instance.error_cause and e2_instance:
+            self.ingestor.add_route(e2_instance, ACTION_ID,
+                                    Route(pending.cell.cell_id, pending.granularity_ms))
+            self._routes.setdefault(pending.meid, set()).add(e2_instance)
+            outcomes.routed += 1
+            return
+        cause = cause_of(instance)
+        outcomes.refused += 1
+        outcomes.causes[cause] += 1
+        self._metrics.e2_subscriptions_refused.labels(cause=cause).inc()
+        log.warning("e2: subscription for cell %s of %s refused (%s): %s",
+                    pending.cell.cell_id, pending.meid, cause,
+                    instance.error_cause or "no ErrorCause given")
+
+    def _holds(self, subscription_id: str, e2_instance: int | None) -> bool:
+        return any(self.subscription_ids.get(meid) == subscription_id
+                   and (not e2_instance or e2_instance in self._routes.get(meid, ()))
+                   for meid in self.subscription_ids)
+
+    async def _listed(self) -> list[SubscriptionData]:
         response = await self._client.get(f"{self.submgr_url}/subscriptions")
         response.raise_for_status()
-        endpoint = f"{self.client.host}:{self.client.rmr_port}"
-        listed = {(str(entry.subscription_id), entry.meid)
-                  for entry in SubscriptionList.validate_json(response.content)
-                  if endpoint in entry.client_endpoint}
-        gone = {meid for meid, subscription_id in self.subscription_ids.items()
-                if (subscription_id, meid) not in listed}
+        return SubscriptionList.validate_json(response.content)
+
+    async def lost(self) -> set[str]:
+        """The nodes whose routed E2 subscriptions the subscription manager no longer lists
+        for this replica's endpoint: their subscription is deleted (submgr may still hold
+        the REST side of it) and forgotten here, so that they are subscribed to again."""
+        endpoint = self.client.rmr_endpoint()
+        listed = {(entry.meid, entry.subscription_id) for entry in await self._listed()
+                  if endpoint in (entry.client_endpoint or ())}
+        gone = {meid for meid, instances in self._routes.items()
+                if meid in self.subscription_ids
+                and any((meid, instance) not in listed for instance in instances)}
         for meid in sorted(gone):
-            log.warning("e2: the subscription manager no longer lists subscription %s of %s "
-                        "(it or the E2 node restarted): subscribing again",
-                        self.subscription_ids[meid], meid)
-            self._forget(meid)
+            log.warning("e2: the subscription manager no longer lists the E2 subscriptions "
+                        "of %s for %s (it or the E2 node restarted): subscribing again", meid,
+                        endpoint)
+            await self._delete(self._forget(meid), meid, "replaced")
         return gone
+
+    async def delete_strays(self) -> int:
+        """Delete the subscriptions submgr lists for this replica's own endpoint that it
+        does not hold: a predecessor's at the same address (a restarted process). Called
+        before the first subscription, as one at this endpoint would be merged into the
+        predecessor's. Returns how many REST subscriptions were deleted."""
+        endpoint = self.client.rmr_endpoint()
+        held = {(meid, i) for meid, instances in self._routes.items() for i in instances}
+        strays: dict[str, set[int]] = {}
+        for entry in await self._listed():
+            if endpoint in (entry.client_endpoint or ()) and (
+                    entry.meid, entry.subscription_id) not in held:
+                strays.setdefault(entry.meid, set()).add(entry.subscription_id)
+        deleted = 0
+        for meid, instances in sorted(strays.items()):
+            response = await self._client.get(
+                f"{self.submgr_url}/get_e2node_rest_subscriptions/{meid}")
+            response.raise_for_status()
+            for rest_id, rest in NodeRestSubscriptions.validate_json(response.content).items():
+                if rest_id != self.subscription_ids.get(meid) and instances & set(
+                        rest.instance_ids or ()):
+                    log.warning("e2: deleting subscription %s of %s: it reports to this "
+                                "replica's endpoint %s, and this replica did not make it (a "
+                                "predecessor at the same address did)", rest_id, meid,
+                                endpoint)
+                    await self._delete(rest_id, meid, "stray")
+                    deleted += 1
+        return deleted
 
     def _event_id(self) -> int:
         """The next XappEventInstanceId not waiting for an outcome (they wrap at 16 bits:
@@ -211,75 +256,51 @@ class Subscriber:
                                       ran_function_id=node.ran_function_id, details=details)
         return request.model_dump(by_alias=True)
 
-    async def handle(self, frame: Frame) -> bool:
-        """Take a subscription outcome frame; False when the frame is not one."""
-        if frame.msg_type not in (RIC_SUB_RESP, RIC_SUB_FAILURE):
-            return False
-        try:
-            pdu = e2ap.decode(frame.payload)
-        except kpm.DecodeError as exc:
-            self.ingestor.reject("subscription-outcome", f"undecodable: {describe(exc)}")
-            return True
-        pending = self._pending.get(pdu.requestor_id)
-        if pdu.kind not in ("subscription_response", "subscription_failure") or pending is None:
-            self.ingestor.reject("subscription-outcome", f"an E2AP {pdu.kind} for request "
-                                 f"{pdu.requestor_id}, which is not one waiting for an outcome")
-            return True
-        cell = pending.cell.cell_id
-        if pdu.kind == "subscription_response" and ACTION_ID in pdu.admitted:
-            self.ingestor.add_route(pdu.instance_id, ACTION_ID,
-                                    Route(cell, pending.granularity_ms))
-            self._routes.setdefault(pending.meid, []).append((pdu.instance_id, ACTION_ID))
-        else:
-            cause = pdu.cause or pdu.not_admitted.get(ACTION_ID)
-            log.warning("e2: subscription for cell %s refused: %s", cell, cause)
-        return True
-
     def _forget(self, meid: str) -> str | None:
         """Drop what this replica holds of ``meid``'s subscription (its routes: later
         indications of it count as unknown), returning its SubscriptionId."""
         for event_id in [e for e, p in self._pending.items() if p.meid == meid]:
             del self._pending[event_id]
-        for route in self._routes.pop(meid, []):
-            self.ingestor.routes.pop(route, None)
+        for instance in self._routes.pop(meid, ()):
+            self.ingestor.routes.pop((instance, ACTION_ID), None)
         return self.subscription_ids.pop(meid, None)
 
-    async def unsubscribe_node(self, meid: str, within_s: float = TIMEOUT_S) -> None:
-        """Give up ``meid``: delete its subscription (a failure is logged: the RIC times out
-        what is left) and stop ingesting what it still sends."""
-        subscription_id = self._forget(meid)
+    async def _delete(self, subscription_id: str | None, meid: str, why: str,
+                      within_s: float = TIMEOUT_S) -> None:
+        """Delete one subscription; a failure is logged (the RIC times out what is left)."""
         if subscription_id is None:
             return
         try:
             response = await self._client.delete(
                 f"{self.submgr_url}/subscriptions/{subscription_id}", timeout=within_s)
             response.raise_for_status()
-            log.info("e2: unsubscribed from %s", meid)
+            self._metrics.e2_subscriptions_deleted.labels(reason=why).inc()
+            log.info("e2: deleted subscription %s of %s (%s)", subscription_id, meid, why)
         except httpx.HTTPError as exc:
             log.warning("e2: deleting subscription %s of %s failed: %s", subscription_id, meid,
                         describe(exc))
+
+    async def unsubscribe_node(self, meid: str, within_s: float = TIMEOUT_S) -> None:
+        """Give up ``meid``: delete its subscription and stop ingesting what it still
+        sends."""
+        await self._delete(self._forget(meid), meid, "given-up", within_s)
 
     async def unsubscribe(self, within_s: float = TIMEOUT_S) -> None:
         """Delete every subscription made, all within ``within_s``; failures are logged (the
         RIC times out what is left). The routes stay: what arrives meanwhile is still taken.
         """
-        left = list(self.subscription_ids.values())
+        left = sorted(self.subscription_ids.items())
         self.subscription_ids.clear()
         try:
             async with asyncio.timeout(within_s):
                 while left:
-                    try:
-                        response = await self._client.delete(
-                            f"{self.submgr_url}/subscriptions/{left[0]}",
-                            timeout=within_s)
-                        response.raise_for_status()
-                    except httpx.HTTPError as exc:
-                        log.warning("e2: deleting subscription %s failed: %s", left[0],
-                                    describe(exc))
+                    meid, subscription_id = left[0]
+                    await self._delete(subscription_id, meid, "stopping", within_s)
                     left.pop(0)
         except TimeoutError:
             log.warning("e2: %d subscription(s) not deleted within %.1f s (the subscription "
-                        "manager did not answer): %s", len(left), within_s, ", ".join(left))
+                        "manager did not answer): %s", len(left), within_s,
+                        ", ".join(i for _, i in left))
 
     async def close(self) -> None:
         await self._client.aclose()
