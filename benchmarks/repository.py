@@ -56,7 +56,7 @@ from tests.xapp_helpers import write_descriptor
 
 ROOT = Path(__file__).resolve().parents[1]
 # A model per KPI, each behind its E2 measurement (the packaged controls.e2.kpis).
-KPIS = {"prb_util": "RRU.PrbUsedDl", "traffic_mb": "DRB.PdcpSduVolumeDL",
+KPIS = {"prb_util": "RRU.PrbTotDl", "traffic_mb": "DRB.PdcpSduVolumeDL",
         "active_ues": "DRB.MeanActiveUeDl"}
 BATCH_CELLS, BATCH_CALLS = 1000, 15
 HEY = (2, 50, 20)  # connections, requests/s each, seconds

@@ -4,7 +4,7 @@ at 2x and 4x capacity, the 1000-cell Arrow batch over the bare graph) and E2 ing
 indication in the serving process.
 
     python -m benchmarks.side_by_side --before REF [--rounds 2] [--serving-seconds 10]
-        [--e2-cells 3000] [--e2-seconds 20]
+        [--e2-cells 3000] [--e2-seconds 20] [--page decisions/serving-core.md]
 
 Both trees are checked out into temporary git worktrees (this one at HEAD, so commit first),
 and each runs its own ``benchmarks.serving`` and ``benchmarks.e2_scale`` in turn, in this
@@ -13,7 +13,7 @@ installed one (and ``../shared`` beside them the project's). Each figure is a ra
 measures against its own baseline, or a CPU cost, so the two trees compare on one machine; the
 rounds alternate the order (before, after; after, before; ...), and each figure is the median
 over them, since a p99 of a few thousand requests on a shared machine moves between runs. The
-table goes to ``docs/decisions/serving-core.md``.
+table goes to the decision record it is the evidence of (``--page``, under ``docs/``).
 """
 
 from __future__ import annotations
@@ -86,6 +86,8 @@ def main() -> int:
     parser.add_argument("--serving-seconds", type=float, default=10.0)
     parser.add_argument("--e2-cells", type=int, default=3000)
     parser.add_argument("--e2-seconds", type=float, default=20.0)
+    parser.add_argument("--page", default=PAGE, help="the decision record (under docs/) the "
+                        "table goes to, in its side-by-side section")
     args = parser.parse_args()
     trees = {"before": args.before, "after": "HEAD"}
     results: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
@@ -114,7 +116,8 @@ def main() -> int:
     table["after / before"] = table.iloc[:, 1] / table.iloc[:, 0]
     command = (f"python -m benchmarks.side_by_side --before {refs['before']}"
                f" --rounds {args.rounds} --serving-seconds {args.serving_seconds:g}"
-               f" --e2-cells {args.e2_cells} --e2-seconds {args.e2_seconds:g}")
+               f" --e2-cells {args.e2_cells} --e2-seconds {args.e2_seconds:g}"
+               + (f" --page {args.page}" if args.page != PAGE else ""))
     write_section("side-by-side", "\n".join([
         f"Measured {dt.date.today()} on {machine()}, with `{command}`: each tree's own "
         "`benchmarks.serving` and `benchmarks.e2_scale` (one replica), one after the other, "
@@ -126,7 +129,7 @@ def main() -> int:
         pd.DataFrame({f"{name} {k + 1}": figures_of_round
                       for name, rounds in results.items()
                       for k, figures_of_round in enumerate(rounds)}).to_markdown(floatfmt=".3g"),
-    ]), page=PAGE)
+    ]), page=args.page)
     print(table.to_string())
     return 0
 

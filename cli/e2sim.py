@@ -53,7 +53,7 @@ def cmd_e2sim(args: argparse.Namespace) -> None:
     for (column, _, measurement), text in zip(pairs, args.kpi, strict=True):
         if not column or not measurement:
             raise UserError(f"--kpi {text!r}: write COLUMN=MEASUREMENT, e.g. "
-                            "prb_util=RRU.PrbUsedDl")
+                            "prb_util=RRU.PrbTotDl")
     live_from = None
     panels = []
     for column, _, _ in pairs:
@@ -81,7 +81,8 @@ def cmd_e2sim(args: argparse.Namespace) -> None:
                       pace_ms=args.period_ms, start=int(step.get("start", 0)),
                       end=int(step["end"]) if "end" in step else None, faults=args.faults,
                       seed=args.seed, live_from=live_from, wall_clock=args.wall_clock,
-                      catch_up_rate=args.catch_up_rate)
+                      catch_up_rate=args.catch_up_rate, cells_from=args.cells_from,
+                      kpm_version=args.kpm_version)
     reported = ", ".join(f"{column} as {name}" for column, _, name in pairs)
     names = ", ".join(f"{cell} is {name}" for cell, name in
                       zip(panel.cell_ids[:3], node.cell_ids, strict=False))
@@ -99,7 +100,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     sim.add_argument("--data", required=True, help="long CSV, CSV.gz or Parquet, or "
                      "'synthetic': two weeks of seeded history, caught up on, then live load")
     sim.add_argument("--kpi", required=True, action="append", help="COLUMN=MEASUREMENT, "
-                     "e.g. prb_util=RRU.PrbUsedDl (a TS 28.552 name); repeat for more KPIs")
+                     "e.g. prb_util=RRU.PrbTotDl (a TS 28.552 name); repeat for more KPIs")
     sim.add_argument("--listen", default="127.0.0.1:8090", help="subscription API HOST:PORT")
     sim.add_argument("--rmr-port", type=int, default=38000, help="the port librmr sends from "
                      "(default 38000, the E2 termination's rmr-data port on a RIC)")
@@ -119,6 +120,14 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                           "(default 5000)")
     sim.add_argument("--cells", type=int, help="replay only the first N cells")
     sim.add_argument("--cells-per-node", type=int, default=8)
+    sim.add_argument("--cells-from", choices=("served", "f1", "none"), default="served",
+                     help="where the E2 Manager shows each node's cells: servedNrCells (as "
+                          "after an EN-DC setup or an operator's PUT), the F1 Setup Request "
+                          "of its E2 setup (gnb.nodeConfigs), or nowhere (the node reports "
+                          "as a whole)")
+    sim.add_argument("--kpm-version", type=int, choices=(2, 3), default=3,
+                     help="the E2SM-KPM version the nodes declare: 2 (its RAN function "
+                          "description lists the cells; 4-octet report times) or 3 (and later)")
     sim.add_argument("--faults", type=parse_faults, default={},
                      help="e.g. malformed=0.01,duplicate=0.01,late=0.01,gap=0.01")
     sim.add_argument("--seed", type=int, default=0)

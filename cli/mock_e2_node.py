@@ -31,6 +31,7 @@ import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -60,7 +61,7 @@ FAULTS = ("malformed", "duplicate", "late", "gap")
 class Stream:
     """One E2 subscription: a cell, reported under one RIC request."""
 
-    cell: int  # row of the panel
+    rows: list[int]  # of the panel: the cell's, or the node's (reported as their mean)
     requestor_id: int
     instance_id: int
     action_id: int
@@ -118,6 +119,11 @@ class MockE2Node:
     reportings: list[Reporting] = field(default_factory=list)
     kpm_version: int = 3  # of the RAN function description it declares: 2, or 3 (and later)
     refuse: set[int] = field(default_factory=set)  # rows of cells it refuses to report on
+    # Where e2mgr finds each node's cells: servedNrCells, the F1 component of its E2 setup,
+    # or nowhere (the node then reports as a whole: the mean over its cells).
+    cells_from: Literal["served", "f1", "none"] = "served"
+    # servedNrCells an operator put (PUT /v1/nodeb/gnb/{ranName}), by node, as given.
+    operator_cells: dict[str, list[dict]] = field(default_factory=dict)
     disconnected: set[str] = field(default_factory=set)  # nodes whose E2 connection is down
 
     def __post_init__(self) -> None:
@@ -195,11 +201,12 @@ class MockE2Node:
             return self._failure(requestor_id, instance_id, "action-not-supported")
         if ran_function_id != RAN_FUNCTION_ID:
             return self._failure(requestor_id, instance_id, "ran-function-id-invalid")
-        cell = definition.cell.nr_cell if definition.cell else None
+        node_rows = self.nodes.get(meid, [])
+        rows = [definition.cell.nr_cell] if definition.cell else node_rows
         wanted = [m for m in definition.measurements if m in self._values]
-        if cell not in self.nodes.get(meid, ()) or not wanted or cell in self.refuse:
+        if not rows or not set(rows) <= set(node_rows) - self.refuse or not wanted:
             return self._failure(requestor_id, instance_id, "action-not-supported")
-        self.streams[instance_id] = Stream(cell, requestor_id, instance_id, action.action_id,
+        self.streams[instance_id] = Stream(rows, requestor_id, instance_id, action.action_id,
                                            wanted, max(period, self.step_ms), [rmr_endpoint])
         payload = e2ap.encode_subscription_response(requestor_id, instance_id, RAN_FUNCTION_ID,
                                                     [action.action_id])
@@ -293,18 +300,23 @@ class MockE2Node:
         return int(np.searchsorted(self._index_ns, ended, side="right"))
 
     def _indication(self, stream: Stream, steps: range) -> Frame:
-        measurements = [
-            kpm.Measurement(name, [None if v != v else v for v in  # NaN: no value
-                                   self._values[name][stream.cell, steps.start : steps.stop]
-                                   .tolist()])
-            for name in stream.measurements
-        ]
+        measurements = []
+        for name in stream.measurements:
+            if len(stream.rows) == 1:
+                values = self._values[name][stream.rows[0], steps.start:steps.stop]
+            else:  # the node as a whole: the mean of its cells' values, NaN where none
+                block = self._values[name][stream.rows, steps.start:steps.stop]
+                counts = (~np.isnan(block)).sum(axis=0)
+                values = np.where(counts > 0, np.nansum(block, axis=0) / np.maximum(counts, 1),
+                                  np.nan)
+            measurements.append(kpm.Measurement(
+                name, [None if v != v else v for v in values.tolist()]))  # NaN: no value
         header = self._headers.get(steps.start)
         if header is None:
             if len(self._headers) > 64:
                 self._headers.clear()
             header = self._headers[steps.start] = kpm_indication.encode_indication_header(
-                self.panel.index[steps.start].to_pydatetime())
+                self.panel.index[steps.start].to_pydatetime(), self.kpm_version)
         message = indication_writer.encode_message(kpm.IndicationMessage(
             measurements, granularity_ms=self.step_ms))
         payload = indication_writer.encode_e2ap(

@@ -16,6 +16,7 @@ each node, and how late the node sent.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import math
 import time
@@ -32,6 +33,7 @@ from starlette.routing import Match
 
 from kpi_forecast.cli.mock_e2_node import PLMN, RAN_FUNCTION_ID, MockE2Node
 from kpi_forecast.cli.mock_submgr import MockSubmgr, md5_of
+from kpi_forecast.xapp.ric.e2 import discovery, kpm
 from kpi_forecast.xapp.ric.e2.submgr_api import SubscriptionRequest
 
 
@@ -49,19 +51,87 @@ def nodeb_states(node: MockE2Node) -> list[dict]:
              "connectionStatus": _status(node, meid)} for meid in node.nodes]
 
 
+def xer_hex(octets: bytes, indent: int = 12) -> str:
+    """Octets as the E2 termination's XER writes an OCTET STRING and e2mgr keeps it (asn1c's
+    OCTET_STRING_encode_xer: uppercase hex pairs, a space between, a new indented line every
+    16 octets)."""
+    lines = [" ".join(f"{b:02X}" for b in octets[i:i + 16]) for i in range(0, len(octets), 16)]
+    pad = "\n" + " " * indent
+    return pad + pad.join(lines) + "\n" + " " * (indent - 4)
+
+
+def f1_setup_request(cells: list[kpm.CellId], du_id: int) -> bytes:
+    """The F1 Setup Request a gNB-DU serving ``cells`` sends (TS 38.473 9.2.1.4: its gNB-DU
+    Served Cells List, each with its NR CGI; the other mandatory fields with test values)."""
+    from pycrate_asn1dir import F1AP
+
+    def served(cell: kpm.CellId) -> dict:
+        return {"id": 43, "criticality": "reject", "value": ("GNB-DU-Served-Cells-Item", {
+            "served-Cell-Information": {
+                "nRCGI": {"pLMN-Identity": cell.plmn, "nRCellIdentity": (cell.nr_cell, 36)},
+                "nRPCI": (cell.nr_cell or 0) % 1008,
+                "servedPLMNs": [{"pLMN-Identity": cell.plmn}],
+                "nR-Mode-Info": ("tDD", {
+                    "nRFreqInfo": {"nRARFCN": 620000, "freqBandListNr": [
+                        {"freqBandIndicatorNr": 78, "supportedSULBandList": []}]},
+                    "transmission-Bandwidth": {"nRSCS": "scs30", "nRNRB": "nrb106"}}),
+                "measurementTimingConfiguration": b"\x00"}})}
+
+    pdu = F1AP.F1AP_PDU_Descriptions.F1AP_PDU
+    pdu.set_val(("initiatingMessage", {
+        "procedureCode": 1, "criticality": "reject", "value": ("F1SetupRequest", {
+            "protocolIEs": [
+                {"id": 78, "criticality": "reject", "value": ("TransactionID", 1)},
+                {"id": 42, "criticality": "reject", "value": ("GNB-DU-ID", du_id)},
+                {"id": 44, "criticality": "reject", "value": (
+                    "GNB-DU-Served-Cells-List", [served(cell) for cell in cells])},
+                {"id": 171, "criticality": "reject", "value": (
+                    "RRC-Version", {"latest-RRC-Version": (0, 3)})}]})}))
+    return pdu.to_aper()
+
+
+def node_configs(node: MockE2Node, meid: str) -> list[dict]:
+    """``gnb.nodeConfigs`` as e2mgr keeps a node's E2 setup components (nodeb-rnib
+    ``E2nodeComponentConfig``, written by jsonpb: camelCase names, an enum by name, a default
+    such as the interface type ng left out, int64 as a string, octets in base64): an NG
+    component and, for a node whose cells come by F1, its F1 Setup Request as XER hex text."""
+    def b64(text: str) -> str:
+        return base64.b64encode(text.encode()).decode()
+
+    configs = [{"e2nodeComponentInterfaceTypeNG": {"amfName": "amf-1"},
+                "e2nodeComponentRequestPart": b64(xer_hex(b"NG Setup Request")),
+                "e2nodeComponentResponsePart": b64(xer_hex(b"NG Setup Response"))}]
+    if node.cells_from == "f1":
+        rows = node.nodes[meid]
+        request = f1_setup_request([discovery.parse_cell_id(node.cell_ids[r]) for r in rows],
+                                   du_id=rows[0])
+        configs.append({"e2nodeComponentInterfaceTypeF1": {"gNBDuId": str(rows[0])},
+                        "e2nodeComponentInterfaceType": "f1",
+                        "e2nodeComponentRequestPart": b64(xer_hex(request)),
+                        "e2nodeComponentResponsePart": b64(xer_hex(b"F1 Setup Response"))})
+    return configs
+
+
 def nodeb(node: MockE2Node, meid: str) -> dict | None:
-    """``GET /v1/nodeb/{ranName}``: e2mgr's NodebResponse (None: no such node)."""
+    """``GET /v1/nodeb/{ranName}``: e2mgr's NodebResponse (None: no such node). Its cells are
+    where the node's ``cells_from`` says: servedNrCells (as e2mgr fills them from an EN-DC
+    setup or an operator's PUT), the F1 component of nodeConfigs, or nowhere."""
     rows = node.nodes.get(meid)
     if rows is None:
         return None
     cells = [{"servedNrCellInformation": {
         "cellId": node.cell_ids[row], "servedPlmns": [PLMN], "nrPci": row % 1008,
         "nrMode": "FDD", "choiceNrMode": {"fdd": {}}}} for row in rows]
+    gnb = {"gnbType": "GNB", "ranFunctions": [{
+        "ranFunctionId": RAN_FUNCTION_ID, "ranFunctionRevision": 1,
+        "ranFunctionDefinition": node.ran_function_definition(meid)}],
+        "nodeConfigs": node_configs(node, meid)}
+    if meid in node.operator_cells:
+        gnb["servedNrCells"] = node.operator_cells[meid]
+    elif node.cells_from == "served":
+        gnb["servedNrCells"] = cells
     return {"ranName": meid, "connectionStatus": _status(node, meid), "nodeType": "GNB",
-            "globalNbId": _global_nb_id(meid), "setupFromNetwork": True,
-            "gnb": {"gnbType": "GNB", "servedNrCells": cells, "ranFunctions": [{
-                "ranFunctionId": RAN_FUNCTION_ID, "ranFunctionRevision": 1,
-                "ranFunctionDefinition": node.ran_function_definition(meid)}]}}
+            "globalNbId": _global_nb_id(meid), "setupFromNetwork": True, "gnb": gnb}
 
 
 def create_app(node: MockE2Node, submgr: MockSubmgr | None = None) -> FastAPI:
@@ -81,7 +151,7 @@ def create_app(node: MockE2Node, submgr: MockSubmgr | None = None) -> FastAPI:
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         # The published APIs answer a body they cannot read with 400 (FastAPI's own: 422).
-        return JSONResponse({"errorCode": "402", "errorMessage": str(exc.errors()[:3])}, 400)
+        return JSONResponse({"errorCode": 402, "errorMessage": str(exc.errors()[:3])}, 400)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -100,9 +170,30 @@ def create_app(node: MockE2Node, submgr: MockSubmgr | None = None) -> FastAPI:
     async def one_nodeb(ran_name: str) -> JSONResponse:
         found = nodeb(node, ran_name)
         if found is None:
-            return JSONResponse({"errorCode": "404", "errorMessage": f"no RAN {ran_name}"},
+            # e2mgr's ErrorResponse: its code a number (models/error_response.go).
+            return JSONResponse({"errorCode": 404, "errorMessage": f"no RAN {ran_name}"},
                                 404, media_type="application/problem+json")
         return JSONResponse(found)
+
+    @app.put("/v1/nodeb/gnb/{ran_name}")
+    async def update_gnb(ran_name: str, request: Request) -> JSONResponse:
+        """An operator sets a gNB's served cells (e2mgr ``NodebController.UpdateGnb``,
+        ``UpdateGnbManager``: validated, 404 for an unknown node, the cells replaced, the
+        node answered)."""
+        try:
+            cells = (await request.json())["servedNrCells"]
+            valid = isinstance(cells, list) and cells and all(
+                c["servedNrCellInformation"]["cellId"] for c in cells)
+        except (ValueError, KeyError, TypeError):
+            valid = False
+        if not valid:
+            return JSONResponse({"errorCode": 402, "errorMessage": "Validation error"}, 400,
+                                media_type="application/problem+json")
+        if ran_name not in node.nodes:
+            return JSONResponse({"errorCode": 404, "errorMessage": "Resource not found"},
+                                404, media_type="application/problem+json")
+        node.operator_cells[ran_name] = cells
+        return JSONResponse(nodeb(node, ran_name))
 
     @app.get("/ric/v1/subscriptions")
     async def subscriptions() -> list[dict]:

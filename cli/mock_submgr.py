@@ -204,20 +204,22 @@ class MockSubmgr:
         posted in turn; then the node reports on what it admitted."""
         rest = self.rest.get(rest_id)
         endpoint = params.client_endpoint
-        admitted = []
+        created = []  # new E2 subscriptions (one joined is reported on already)
         try:
             for detail in params.details:
+                known = set(self.e2)
                 outcome = self._assign(params, detail, endpoint.rmr_endpoint())
                 if outcome.e2_instance_id and rest is not None:
                     rest.instance_ids.append(outcome.e2_instance_id)
-                    admitted.append(outcome.e2_instance_id)
+                    if outcome.e2_instance_id not in known:
+                        created.append(outcome.e2_instance_id)
                 await self._notify(rest_id, outcome, endpoint.host, endpoint.http_port or 0)
         finally:
             self._ongoing.pop(md5, None)
             if rest is not None:
                 rest.ongoing = False
                 self._by_md5[md5] = rest_id  # SetMd5sumFromLastOkRequest
-        self.node.start_reports(params.meid, [i for i in admitted if i in self.e2])
+        self.node.start_reports(params.meid, [i for i in created if i in self.e2])
 
     def _assign(self, params: SubscriptionRequest, detail: SubscriptionDetail,
                 rmr_endpoint: str) -> Outcome:

@@ -18,13 +18,16 @@ API = Path(__file__).resolve().parents[1].parent / "shared" / "oran" / "api"
 E2MGR = "e2mgr-api.yaml"
 SUBMGR = "submgr-xapp-rest-api.yaml"
 
-# Where a component's source answers what its document does not allow. Go marshals a nil
-# slice without omitempty as null: submgr answers a subscription with its id alone
-# (pkg/control/control.go RESTSubscriptionHandler) and lists E2 subscriptions without their
-# instances (registry.go QueryHandler), in xapp-frame's pkg/models types.
-AS_RUN: dict[str, list[tuple[str, str]]] = {
-    SUBMGR: [("SubscriptionResponse", "SubscriptionInstances"),
-             ("SubscriptionData", "SubscriptionInstances")],
+# Where a component's source answers what its document does not allow: (the schema, its
+# property, the type the source also writes). Go marshals a nil slice without omitempty as
+# null: submgr answers a subscription with its id alone (pkg/control/control.go
+# RESTSubscriptionHandler) and lists E2 subscriptions without their instances (registry.go
+# QueryHandler), in xapp-frame's pkg/models types. e2mgr's errors carry their code as a number
+# (E2Manager/models/error_response.go, ErrorResponse.Code int).
+AS_RUN: dict[str, list[tuple[str, str, str]]] = {
+    SUBMGR: [("SubscriptionResponse", "SubscriptionInstances", "null"),
+             ("SubscriptionData", "SubscriptionInstances", "null")],
+    E2MGR: [("ErrorResponse", "errorCode", "integer")],
 }
 
 
@@ -41,10 +44,12 @@ def document(name: str, as_run: bool = False) -> dict[str, Any]:
     if not as_run:
         return _load(name)
     doc = copy.deepcopy(_load(name))
-    for definition, field in AS_RUN.get(name, []):
-        prop = doc["definitions"][definition]["properties"][field]
-        prop["type"] = [prop["type"], "null"]
-        prop["x-nullable"] = True  # Swagger 2.0's way, which schemathesis reads
+    schemas = doc.get("definitions") or doc["components"]["schemas"]  # Swagger 2, OpenAPI 3
+    for definition, field, also in AS_RUN.get(name, []):
+        prop = schemas[definition]["properties"][field]
+        prop["type"] = [prop["type"], also]
+        if also == "null":
+            prop["x-nullable"] = True  # Swagger 2.0's way, which schemathesis reads
     return doc
 
 

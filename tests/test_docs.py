@@ -69,3 +69,21 @@ def test_no_issue_numbers_or_dates_of_work_in_shipped_code_and_docs() -> None:
                 if recent <= date <= dt.date.today() and not PROVENANCE.search(line):
                     found.append(f"{where}: {line.strip()}")
     assert not found, "\n".join(found[:20])
+
+
+def test_the_kpi_table_says_what_the_packaged_descriptor_maps() -> None:
+    """docs/ric.md's table of KPIs against controls.e2.kpis' defaults: the measurement, the
+    KPI's unit, how a step combines reports and the alternative ratio."""
+    from kpi_forecast.xapp.descriptor.controls import DEFAULT_KPIS
+
+    text = (ROOT / "docs" / "ric.md").read_text()
+    table = text[text.index("| KPI | measurement"):].split("\n\n", 1)[0].splitlines()[2:]
+    rows = {}
+    for line in table:
+        kpi, measurement, _, unit, within, ratio = (c.strip() for c in line.strip("|").split("|"))
+        rows[kpi.strip("`")] = (measurement.split("`")[1], unit.split(" (")[0], within,
+                                tuple(ratio.split("`")[1::2]))
+    assert rows == {
+        name: (source.measurement, source.unit, source.aggregate,
+               (source.ratio.numerator, source.ratio.denominator) if source.ratio else ())
+        for name, source in DEFAULT_KPIS.items()}

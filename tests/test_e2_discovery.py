@@ -26,6 +26,7 @@ from kpi_forecast.xapp.ric.e2 import kpm
 from kpi_forecast.xapp.ric.e2.discovery import (
     E2Manager,
     NodebResponse,
+    describe_wanted,
     format_cell_id,
     parse_cell_id,
     subscribable,
@@ -111,14 +112,19 @@ def test_the_kpm_description_says_which_cells_are_subscribed(panel) -> None:
     # The node reports other measurements only: none of its cells.
     node, skipped = subscribable(nodeb(mock(panel)), ["DRB.UEThpDl"])
     assert node is None and skipped == Counter({"measurement-not-reported": 2})
-    # A KPM v2 node: read (its node list names the same cells), not subscribed to.
+    # A KPM v2 node (its node list names the same cells): subscribed to as any other, its
+    # cells from servedNrCells, or, where e2mgr names none, from that list.
     v2 = mock(panel, kpm_version=2)
     description = kpm.decode_ran_function_description(bytes.fromhex(
         v2.ran_function_definition("gnb-001")))
     assert description.version == 2
     assert [c.object_id for c in description.cells] == v2.cell_ids[2:4]
     assert description.measurements() == [MEASUREMENT]
-    assert subscribable(nodeb(v2, "gnb-001"), [MEASUREMENT]) == (None, Counter({"kpm-v2": 2}))
+    for cells_from, source in (("served", "servedNrCells"), ("none", "KPM v2")):
+        v2 = mock(panel, kpm_version=2, cells_from=cells_from)
+        node, skipped = subscribable(nodeb(v2, "gnb-001"), [MEASUREMENT])
+        assert (node.kpm_version, node.cells_from, not skipped) == (2, source, True)
+        assert [c.cell_id for c in node.cells] == v2.cell_ids[2:4]
     # No KPM function, or one this xApp cannot read (another service model's bytes).
     raw = mock_ric.nodeb(mock(panel), "gnb-000")
     raw["gnb"]["ranFunctions"][0]["ranFunctionDefinition"] = "0001ff"
@@ -222,8 +228,22 @@ def test_the_mock_e2mgr_answers_as_its_api_document_says(panel) -> None:
             missing = await client.get("/v1/nodeb/gnb-999")
             assert missing.headers["content-type"] in oran_api.documented_media_types(
                 oran_api.E2MGR, "/nodeb/{ranName}", "get", 404)
-            oran_api.answer(oran_api.E2MGR, "/nodeb/{ranName}", "get", 404).validate(
-                missing.json())
+            oran_api.answer(oran_api.E2MGR, "/nodeb/{ranName}", "get", 404,
+                            as_run=True).validate(missing.json())
+            # An operator's PUT of a gNB's served cells: the request as the document has it,
+            # the node answered with them; a request without cells is a 400.
+            cells = (await client.get("/v1/nodeb/gnb-000")).json()["gnb"]["servedNrCells"]
+            put = {"servedNrCells": cells[:1]}
+            oran_api.request_body(oran_api.E2MGR, "/nodeb/gnb/{ranName}", "put").validate(put)
+            updated = await client.put("/v1/nodeb/gnb/gnb-001", json=put)
+            assert updated.status_code == 200
+            oran_api.answer(oran_api.E2MGR, "/nodeb/gnb/{ranName}", "put", 200).validate(
+                updated.json())
+            assert updated.json()["gnb"]["servedNrCells"] == cells[:1]
+            refused = await client.put("/v1/nodeb/gnb/gnb-001", json={"servedNrCells": []})
+            assert refused.status_code == 400
+            oran_api.answer(oran_api.E2MGR, "/nodeb/gnb/{ranName}", "put", 400,
+                            as_run=True).validate(refused.json())
 
     asyncio.run(go())
 
@@ -338,3 +358,28 @@ def test_schemathesis_finds_the_mock_true_to_the_published_documents(
             summary = reports[-1][reports[-1].rindex("SUMMARY"):]
             assert "Failures:" not in summary and "Errors:" not in summary, summary
         assert "Traceback" not in node.log, node.log[-6000:]
+
+
+def test_a_node_is_asked_for_the_measurements_it_can_give_each_kpi_by(panel) -> None:
+    """prb_util from RRU.PrbTotDl where the node reports it, else from the PRBs used and
+    available; a node with neither is not subscribed to for it."""
+    from kpi_forecast.xapp.descriptor.controls import DEFAULT_KPIS
+
+    wanted = [DEFAULT_KPIS["prb_util"].options(), DEFAULT_KPIS["traffic_mb"].options()]
+    asked = {}
+    for name, extra in (("total", ["RRU.PrbTotDl", "RRU.PrbUsedDl", "RRU.PrbAvailDl"]),
+                        ("used-and-available", ["RRU.PrbUsedDl", "RRU.PrbAvailDl"]),
+                        ("used", ["RRU.PrbUsedDl"])):
+        node = MockE2Node(panel, "DRB.PdcpSduVolumeDL", Recorded(), cells_per_node=2, end=1,
+                          extra={m: panel.values for m in extra})
+        found, _ = subscribable(nodeb(node), wanted)
+        asked[name] = found.measurements
+    assert asked == {"total": ("RRU.PrbTotDl", "DRB.PdcpSduVolumeDL"),
+                     "used-and-available": ("RRU.PrbUsedDl", "RRU.PrbAvailDl",
+                                            "DRB.PdcpSduVolumeDL"),
+                     "used": ("DRB.PdcpSduVolumeDL",)}
+    node = MockE2Node(panel, "RRU.PrbUsedDl", Recorded(), cells_per_node=2, end=1)
+    assert subscribable(nodeb(node), wanted[:1]) == (
+        None, Counter({"measurement-not-reported": 2}))
+    assert describe_wanted(wanted) == (
+        "RRU.PrbTotDl or RRU.PrbUsedDl with RRU.PrbAvailDl, DRB.PdcpSduVolumeDL")

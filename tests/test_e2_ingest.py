@@ -253,3 +253,40 @@ def test_a_report_delivered_twice_is_kept_once_and_the_repeat_counted() -> None:
     assert sample("kpi_forecast_e2_reports_not_kept_total") == 3.0  # 2 repeats + 1 too old
     values, _ = asyncio.run(store.window("c"))
     np.testing.assert_array_equal(values[-2:], [2.0, 4.0])  # scale 2, once each
+
+
+def reports(start: dt.datetime, **measurements: list[float | None]) -> Frame:
+    """One indication carrying several measurements, by name."""
+    header = kpm_indication.encode_indication_header(start)
+    message = kpm_indication.encode_indication_message(kpm.IndicationMessage(
+        [kpm.Measurement(name, values) for name, values in measurements.items()],
+        granularity_ms=QUARTER_MS))
+    return Frame(RIC_INDICATION, 1, e2ap.encode_indication(123, 1, 2, 1, None, header, message))
+
+
+def test_prb_utilisation_is_taken_as_a_percentage_or_worked_out_from_prbs_used_and_available(
+        ) -> None:
+    """prb_util is TS 28.552's Total DL PRB Usage (RRU.PrbTotDl, a percentage); a node that
+    reports only the mean PRBs used and available gives it as 100 x used / available, per
+    period (no value where either has none or none are available)."""
+    from kpi_forecast.xapp.descriptor.controls import DEFAULT_KPIS
+
+    store = MemoryCellHistory("15min", length=16)
+    metrics = Metrics([0.1], 8)
+    ingestor = Ingestor(serving_state(store, DEFAULT_KPIS["prb_util"]), metrics)
+    ingestor.add_route(1, 1, Route("c", QUARTER_MS))
+    ingest(ingestor,
+           reports(START, **{"RRU.PrbTotDl": [40.0, 41.5]}),
+           reports(START + dt.timedelta(minutes=30), **{
+               "RRU.PrbUsedDl": [53.0, None, 20.0, 7.0],
+               "RRU.PrbAvailDl": [106.0, 106.0, 0.0, 273.0]}),
+           # Both: the percentage the node reports is taken, not the ratio.
+           reports(START + dt.timedelta(minutes=90), **{
+               "RRU.PrbTotDl": [12.0], "RRU.PrbUsedDl": [99.0], "RRU.PrbAvailDl": [100.0]}),
+           # PRBs used alone: nothing to work it out from.
+           reports(START + dt.timedelta(minutes=105), **{"RRU.PrbUsedDl": [5.0]}))
+    values, _ = asyncio.run(store.window("c"))
+    np.testing.assert_allclose(values[-7:], [40.0, 41.5, 50.0, np.nan, np.nan,
+                                             100 * 7.0 / 273.0, 12.0],
+                               rtol=np.finfo(np.float32).eps)  # the history keeps float32
+    assert rejected(metrics, "measurement-missing") == 1.0

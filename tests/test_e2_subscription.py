@@ -159,9 +159,9 @@ def test_the_list_check_matches_e2_instance_ids_at_submgrs_endpoint() -> None:
         sub, ingestor, metrics = subscriber(submgr, "service-ricxapp-kpi-forecast-http.ricxapp")
         await sub.subscribe(E2Node("gnb-000", 2, NODE.cells[:1], (MEASUREMENT,)), 3_600_000)
         sub.take_outcome(outcome("rest-1", 1, 17))
-        assert await sub.lost() == set() and deleted == []
+        assert await sub.lost() == {} and deleted == []
         listed[0]["ClientEndpoint"] = ["10.0.0.9:4560"]  # another xApp's, not this one's
-        assert await sub.lost() == {"gnb-000"}
+        assert await sub.lost() == {"gnb-000": "rest-1"}
         assert deleted == ["rest-1"] and sub.subscription_ids == {} and not ingestor.routes
         assert metrics.registry.get_sample_value("kpi_forecast_e2_subscriptions_deleted_total",
                                                  {"reason": "replaced"}) == 1

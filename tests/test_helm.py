@@ -507,7 +507,8 @@ def test_descriptor_controls_follow_values(rendered: Callable[[str], Docs]) -> N
     assert controls["e2"]["submgrUrl"] == "http://service-ricplt-submgr-http.ricplt:8088/ric/v1"
     assert controls["e2"]["reportingPeriodMs"] == 900000
     assert controls["e2"]["kpis"]["traffic_mb"] == {
-        "measurement": "DRB.PdcpSduVolumeDL", "aggregate": "sum", "scale": 0.125}
+        "measurement": "DRB.PdcpSduVolumeDL", "unit": "MB", "aggregate": "sum", "scale": 0.125,
+        "ratio": None}
 
 
 # --- the Deployment ------------------------------------------------------------------------------

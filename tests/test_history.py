@@ -384,6 +384,36 @@ def test_a_node_given_up_is_handed_over_once_its_new_owner_has_subscribed(
     asyncio.run(go())
 
 
+def test_the_subscriptions_a_replica_no_longer_alive_made_are_orphaned(redis_port: int) -> None:
+    """The record of which replica made which subscription to a node: those of a replica
+    whose liveness ran out (a crash) are the next owner's to delete; a live one's, and the
+    asker's own, are not."""
+    ttl = ROUND_S
+
+    async def go() -> None:
+        store = RedisSharedState.open(settings(redis_port, namespace="orphans"))
+        try:
+            for replica in ("a", "b"):
+                await store.lease_round(replica, ["gnb-0"], ttl)
+            await store.record_subscription("gnb-0", "rest-a", "a")
+            await store.record_subscription("gnb-0", "rest-b", "b")
+            await store.record_subscription("gnb-0", "rest-z", "z")  # never alive here
+            assert sorted(await store.orphaned_subscriptions("gnb-0", "b")) == ["rest-z"]
+            renewed = time.monotonic()
+            while await store.orphaned_subscriptions("gnb-0", "b") != ["rest-a", "rest-z"]:
+                assert time.monotonic() - renewed < 2 * ttl, "a was never found dead"
+                await store.lease_round("b", ["gnb-0"], ttl)  # b stays alive, a does not
+                await asyncio.sleep(0.05)
+            assert time.monotonic() - renewed >= ttl
+            await store.forget_subscription("gnb-0", "rest-a")
+            assert await store.orphaned_subscriptions("gnb-0", "b") == ["rest-z"]
+            assert await store.orphaned_subscriptions("gnb-1", "b") == []
+        finally:
+            await store.close()
+
+    asyncio.run(go())
+
+
 def test_a_memory_store_is_one_replica_owning_every_node() -> None:
     store = SharedState()
     assert asyncio.run(store.lease_round("a", ["n1", "n2"], 1.0)) == Leases(["n1", "n2"], [])

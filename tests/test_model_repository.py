@@ -41,7 +41,7 @@ def test_each_model_serves_by_name_and_the_default_answers_the_routes_without_on
                                         ("traffic", "READY", "traffic_mb", "traffic", False)]
             # Each model's E2 measurement; one whose KPI none maps is flagged with null.
             assert {m["name"]: m["measurement"] for m in index} == {
-                "cqi": None, "prb": "RRU.PrbUsedDl", "traffic": "DRB.PdcpSduVolumeDL"}
+                "cqi": None, "prb": "RRU.PrbTotDl", "traffic": "DRB.PdcpSduVolumeDL"}
             for name in KPIS:
                 answer = await client.post(f"/v1/models/{name}/forecast", json=body())
                 assert answer.status_code == 200, answer.text

@@ -299,6 +299,17 @@ def ingested(ran: list[Ran], cwd: Path) -> None:
         "00f110:0000000000", "00f110:0000000010", "00f110:0000000020"]
 
 
+def connected(ran: list[Ran], cwd: Path) -> None:
+    """The cells found in the nodes' F1 setups, held; one E2 subscription per cell at the
+    subscription manager, each reporting to the xApp's RMR endpoint."""
+    cells = json.loads(ran[0].stdout)
+    assert sorted(c["cell_id"] for c in cells["cells"]) == [
+        "00f110:0000000000", "00f110:0000000010", "00f110:0000000020"]
+    listed = json.loads(ran[1].stdout)
+    assert sorted(entry["SubscriptionId"] for entry in listed) == [1, 2, 3]
+    assert all(entry["ClientEndpoint"] == ["127.0.0.1:4560"] for entry in listed)
+
+
 def packaged(ran: list[Ran], cwd: Path) -> None:
     with tarfile.open(cwd / "prb-v2.tar.gz") as archive:
         assert {"model.onnx", "metadata.json"} <= {Path(n).name for n in archive.getnames()}
@@ -311,6 +322,7 @@ PRODUCED = {
     "kpi-forecast train --data kpis.csv.gz": trained, "python -m": trained_at_scale,
     "kpi-forecast k8s train-job": train_job, "kpi-forecast backtest": evaluated,
     "kpi-forecast serve": served, "kpi-forecast e2sim": ingested,
+    "ric.md:kpi-forecast e2sim": connected,
     "kpi-forecast k8s package": packaged,
     "training.md:kpi-forecast train --data kpis.csv.gz --target prb_util,": trained_repository,
     "serving.md:kpi-forecast serve --models": served_repository,

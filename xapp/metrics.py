@@ -146,9 +146,10 @@ class Metrics:
         self.e2_subscriptions_deleted = Counter(
             f"{PREFIX}_e2_subscriptions_deleted", "Subscriptions deleted at the subscription "
             "manager, by reason: a node given up, one made again (replaced), a predecessor's "
-            "at this replica's endpoint (stray), on stopping.", ["reason"], registry=r,
+            "at this replica's endpoint (stray), one a replica no longer alive made (orphaned), "
+            "on stopping.", ["reason"], registry=r,
         )
-        for reason in ("given-up", "replaced", "stray", "stopping"):
+        for reason in ("given-up", "replaced", "stray", "orphaned", "stopping"):
             self.e2_subscriptions_deleted.labels(reason=reason)
         self.model = Info(f"{PREFIX}_model", "The models being served.", ["model"], registry=r)
         self.model_load = Gauge(

@@ -176,12 +176,17 @@ def test_an_xapp_killed_mid_replay_loses_nothing_it_kept_and_subscribes_again(
         assert 0 < np.count_nonzero(~np.isnan(kept)) < total, "the kill was not mid-replay"
 
         # The same ports: the dead one's subscriptions, which nobody deleted, still send
-        # there. The new process (another replica name) owns the nodes once the dead one's
-        # leases run out, and subscribes again: two subscriptions of each node to it.
+        # there. The new process (another replica name) deletes them at once (they report
+        # to its own endpoint, and it made none), owns the nodes once the dead one's leases
+        # run out, and subscribes again: one subscription of each node, its own.
         replica.start()
+        wait_for(lambda: replica.metric(
+            'kpi_forecast_e2_subscriptions_deleted_total{reason="stray"}') == 2, 2 * ROUND_S,
+            ric.tail)
         wait_for(lambda: [len(ends) for ends in ric.node_stats()["subscribers"].values()]
-                 == [2, 2], TAKEOVER_BOUND_S + 2 * ROUND_S, ric.tail)
+                 == [1, 1], TAKEOVER_BOUND_S + 2 * ROUND_S, ric.tail)
         resubscribed = time.monotonic() - killed
+        assert ric.node_stats()["subscriptions"] == 4  # two before the kill, two after
 
         # The new subscriptions replay the file from its start: the history ends up whole,
         # and what was kept before the kill is there unchanged.
@@ -192,8 +197,49 @@ def test_an_xapp_killed_mid_replay_loses_nothing_it_kept_and_subscribes_again(
                    "restarted on its ports", load="E2 replay of 6 cells into Redis",
                    lost="nothing kept before the kill; the history whole after the new "
                    "subscriptions' replay", recovery_s=resubscribed,
-                   recovered="subscribed again, from the kill (the dead one's leases run out)")
+                   recovered="subscribed again, from the kill (the dead one's leases run "
+                   "out); the dead one's subscriptions deleted")
         replica.stop()
+    finally:
+        ric.close()
+
+
+def test_a_replica_killed_for_good_leaves_no_subscription_behind(
+        tmp_path: Path, rmr_library: Path, report: Report) -> None:
+    """Two replicas share the nodes; one is SIGKILLed and never comes back (a pod gone with
+    its address). The other takes its nodes once its leases run out and, before subscribing
+    to each, deletes the dead one's subscriptions from the shared record: every node ends
+    with one subscription, the survivor's."""
+    speed = 3600.0  # an hour a second: the replays outlast the takeover
+    ric = Ric(tmp_path, cells_file(tmp_path, cells=12, days=4), make_model(tmp_path / "model"),
+              RedisServer(tmp_path).start())
+    try:
+        ric.start_node("--speed", str(speed), "--cells-per-node", "3")
+        survivor, doomed = ric.add_replica("a"), ric.add_replica("b")
+
+        def endpoints() -> dict[str, list[str]]:
+            return ric.node_stats()["subscribers"]
+
+        wait_for(lambda: len(endpoints()) == 4 and {e for ends in endpoints().values()
+                                                    for e in ends} == {survivor.endpoint,
+                                                                       doomed.endpoint}
+                 and all(len(ends) == 1 for ends in endpoints().values()),
+                 TAKEOVER_BOUND_S + 4 * ROUND_S, ric.tail)
+        doomed.kill()
+        killed = time.monotonic()
+        wait_for(lambda: all(ends == [survivor.endpoint] for ends in endpoints().values())
+                 and len(endpoints()) == 4, TAKEOVER_BOUND_S + 3 * ROUND_S, ric.tail)
+        recovered = time.monotonic() - killed
+        orphaned = survivor.metric(
+            'kpi_forecast_e2_subscriptions_deleted_total{reason="orphaned"}')
+        assert orphaned == 2, ric.tail()
+        report.row(fault="a replica killed for good", injected="SIGKILL to one of two "
+                   "replicas, not restarted (its address gone)", load="E2 replay of 12 cells",
+                   lost="nothing the survivor takes over; the dead one's subscriptions "
+                   "deleted, none left reporting to its address",
+                   recovery_s=recovered, recovered="its nodes taken and its subscriptions "
+                   "deleted by the survivor")
+        survivor.stop()
     finally:
         ric.close()
 
@@ -218,7 +264,7 @@ def test_a_restarted_e2_node_and_subscription_manager_are_subscribed_to_again(
                  RESUBSCRIBE_BOUND_S + ROUND_S, ric.tail)
         resubscribed = time.monotonic() - back
         assert replica.metric("kpi_forecast_e2_subscriptions_lost_total") == 2
-        assert "no longer lists subscription" in ric.log.read_text()
+        assert "no longer lists the E2 subscriptions" in ric.log.read_text()
         # The restarted node replays its file from the start: the history ends up whole.
         whole(ric, speed)
         report.row(fault="E2 node and subscription manager restarted",

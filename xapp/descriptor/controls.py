@@ -79,24 +79,54 @@ class Registration(BaseModel):
     """Seconds between registration attempts."""
 
 
+class Ratio(BaseModel):
+    """A KPI computed per report from two measurements: ``scale`` x numerator / denominator
+    (no value where either is missing or the denominator is 0)."""
+
+    model_config = MODEL_CONFIG
+
+    numerator: str = Field(min_length=1, max_length=150)
+    """E2SM-KPM measurement name (3GPP TS 28.552)."""
+    denominator: str = Field(min_length=1, max_length=150)
+    """E2SM-KPM measurement name (3GPP TS 28.552)."""
+    scale: float = Field(1.0, gt=0)
+    """The ratio to the KPI's unit, e.g. 100 for a percentage."""
+
+
 class KpiSource(BaseModel):
-    """Which E2SM-KPM measurement feeds a KPI, and how reports within one step combine."""
+    """Which E2SM-KPM measurement feeds a KPI, in which unit, and how reports within one step
+    combine."""
 
     model_config = MODEL_CONFIG
 
     measurement: str = Field(min_length=1, max_length=150)
     """E2SM-KPM measurement name (3GPP TS 28.552)."""
+    unit: str = Field("", max_length=40)
+    """The KPI's unit once scaled (as the training data has it), for the docs and the logs."""
     aggregate: Literal["mean", "sum"] = "mean"
     """How reports within one step combine: sum for volumes, mean for levels and rates."""
     scale: float = Field(1.0, gt=0)
     """Measurement unit to KPI unit, e.g. Mbit to MB = 0.125."""
+    ratio: Ratio | None = None
+    """Where a node does not report ``measurement``: the KPI computed from two it reports."""
+
+    def options(self) -> tuple[tuple[str, ...], ...]:
+        """The measurements a node may report for this KPI, in order of preference."""
+        ratio = self.ratio
+        return ((self.measurement,),) + (
+            ((ratio.numerator, ratio.denominator),) if ratio is not None else ())
 
 
 DEFAULT_KPIS = {
-    "prb_util": KpiSource(measurement="RRU.PrbUsedDl"),
-    "dl_throughput_mbps": KpiSource(measurement="DRB.UEThpDl", scale=0.001),  # kbit/s
-    "active_ues": KpiSource(measurement="DRB.MeanActiveUeDl"),
-    "traffic_mb": KpiSource(measurement="DRB.PdcpSduVolumeDL", aggregate="sum", scale=0.125),
+    # TS 28.552 5.1.1.2.1, "Total DL PRB Usage": a percentage; where a node reports only the
+    # mean PRBs used (5.1.1.2.5, a count) and available, their ratio.
+    "prb_util": KpiSource(measurement="RRU.PrbTotDl", unit="%", ratio=Ratio(
+        numerator="RRU.PrbUsedDl", denominator="RRU.PrbAvailDl", scale=100.0)),
+    "dl_throughput_mbps": KpiSource(measurement="DRB.UEThpDl", unit="Mbit/s",
+                                    scale=0.001),  # kbit/s
+    "active_ues": KpiSource(measurement="DRB.MeanActiveUeDl", unit="UEs"),
+    "traffic_mb": KpiSource(measurement="DRB.PdcpSduVolumeDL", unit="MB", aggregate="sum",
+                            scale=0.125),  # Mbit
 }
 
 

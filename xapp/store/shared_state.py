@@ -4,7 +4,9 @@ default: it owns every node), or in the RIC's Redis (``RedisSharedState``), in t
 namespace: ``{ns},shared:recalibration:<model>`` holds a model's offsets, the hash
 ``{ns},map:a1-policies`` the instances by id, ``{ns},e2-lease:<node>`` names the replica that
 owns an E2 node for now, ``{ns},e2-subscribed:<node>`` the owner once it has subscribed to the
-node, and ``{ns},e2-replicas`` the replicas alive (``lease_round``)."""
+node, ``{ns},e2-replicas`` the replicas alive (``lease_round``), and the hash
+``{ns},e2-subscriptions:<node>`` which replica made each of the node's subscriptions at the
+subscription manager (by its id), so that a crashed replica's are deleted by the next owner."""
 
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ class SharedState:
     def __init__(self) -> None:
         self._recalibration: dict[str, bytes] = {}
         self._policies: dict[str, bytes] = {}
+        self._subscriptions: dict[str, dict[str, str]] = {}  # node -> id -> replica
 
     async def recalibration(self, model: str) -> bytes | None:
         """The model's recalibration offsets last written (None: never)."""
@@ -69,6 +72,19 @@ class SharedState:
         memory there is one replica: it owns them all.
         """
         return Leases(list(nodes), [])
+
+    async def record_subscription(self, node: str, subscription_id: str,
+                                  replica: str) -> None:
+        """``replica`` made ``subscription_id`` to ``node``."""
+        self._subscriptions.setdefault(node, {})[subscription_id] = replica
+
+    async def forget_subscription(self, node: str, subscription_id: str) -> None:
+        self._subscriptions.get(node, {}).pop(subscription_id, None)
+
+    async def orphaned_subscriptions(self, node: str, replica: str) -> list[str]:
+        """The subscriptions to ``node`` recorded by replicas other than ``replica`` that
+        are no longer alive (in memory there is one replica: none)."""
+        return []
 
     async def close(self) -> None:
         """Release connections; what is shared stays where it is."""
@@ -118,7 +134,23 @@ end
 return {owned, handed}
 """
 
-
+# KEYS: the sorted set of live replicas, the node's hash of subscriptions (id -> replica).
+# ARGV: the asking replica. Returns the ids whose replica is not it and not alive by Redis's
+# clock.
+_ORPHANED = """
+local now = redis.call('TIME')
+now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local made = redis.call('HGETALL', KEYS[2])
+local orphaned = {}
+for i = 1, #made, 2 do
+  local by = made[i + 1]
+  local until_ms = redis.call('ZSCORE', KEYS[1], by)
+  if by ~= ARGV[1] and (not until_ms or tonumber(until_ms) < now) then
+    table.insert(orphaned, made[i])
+  end
+end
+return orphaned
+"""
 
 
 class RedisSharedState(SharedState):
@@ -129,6 +161,7 @@ class RedisSharedState(SharedState):
         self._redis = client
         self._prefix = f"{{{namespace}}},"
         self._lease_round = client.register_script(_LEASE_ROUND)
+        self._orphaned = client.register_script(_ORPHANED)
 
     @classmethod
     def open(cls, settings: HistoryStore, environ: Mapping[str, str] = os.environ
@@ -166,6 +199,23 @@ class RedisSharedState(SharedState):
             owned, handed = await self._lease_round(
                 keys=keys, args=[replica, round(ttl_s * 1000), *ordered, *flags])
         return Leases([node.decode() for node in owned], [node.decode() for node in handed])
+
+    async def record_subscription(self, node: str, subscription_id: str,
+                                  replica: str) -> None:
+        async with errors(f"recording subscription {subscription_id} of {node}"):
+            await self._redis.hset(f"{self._prefix}e2-subscriptions:{node}", subscription_id,
+                                   replica)
+
+    async def forget_subscription(self, node: str, subscription_id: str) -> None:
+        async with errors(f"forgetting subscription {subscription_id} of {node}"):
+            await self._redis.hdel(f"{self._prefix}e2-subscriptions:{node}", subscription_id)
+
+    async def orphaned_subscriptions(self, node: str, replica: str) -> list[str]:
+        async with errors(f"reading the subscriptions of {node}"):
+            found = await self._orphaned(keys=[
+                self._prefix + "e2-replicas", f"{self._prefix}e2-subscriptions:{node}"],
+                args=[replica])
+        return [subscription_id.decode() for subscription_id in found]
 
     async def close(self) -> None:
         await self._redis.aclose()

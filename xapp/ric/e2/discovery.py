@@ -4,16 +4,25 @@ API, under its ``/v1``; O-RAN SC's kpimon reads them the same way):
 1. ``GET {e2mgr}/nodeb/states``: every node's inventory name (the Meid a subscription names)
    and connection status, asked every lease round, so that nodes connecting and
    disconnecting are followed.
-2. ``GET {e2mgr}/nodeb/{ranName}`` for each node that connects: its served cells and its RAN
+2. ``GET {e2mgr}/nodeb/{ranName}`` for each node that connects: its cells and its RAN
    functions, the E2SM-KPM one among them, whose ``ranFunctionDefinition`` (the hex of its
    aligned-PER RAN function description) says which measurements report style 1 carries.
 
-A node's cells are subscribable when its KPM function is v3 or later (this xApp subscribes
-with that encoding) and reports one at least of the measurements behind the models' KPIs (a
-node is asked for those it reports); the others are
-counted by reason (``kpi_forecast_e2_cells_skipped``) and logged once per node and change.
-A cell is named as e2mgr names it (``cellId``: the PLMN and the NR cell identity in hex,
-``00f110:0000000010``).
+A node's cells are taken from the first place that names any, in this order: ``servedNrCells``
+(e2mgr fills it from an EN-DC X2 setup or an operator's ``PUT /v1/nodeb/gnb/{ranName}``);
+the F1 component of ``gnb.nodeConfigs``, the F1 Setup Request (or gNB-DU Configuration Update)
+e2mgr keeps from the node's E2 setup and configuration updates (``f1ap.py``; E1, NG, Xn and X2
+components say nothing of cells); the node list of a KPM v2 RAN function description; none
+found, the node gets one node-level subscription (report style 1 without a cell), its series
+named after the node. Duplicates are taken once.
+
+A node is subscribed to when it has an E2SM-KPM function, v2 or later (the event trigger and
+action definition of format 1 are the same octets in v2 and v3; a v2 node's indication header
+carries 4 octets of time, read as such), and reports one at least of the measurements behind
+the models' KPIs (a node is asked for those it reports); the cells left out are counted by
+reason
+(``kpi_forecast_e2_cells_skipped``) and logged once per node and change. A cell is named as
+e2mgr names it (``cellId``: the PLMN and the NR cell identity in hex, ``00f110:0000000010``).
 """
 
 from __future__ import annotations
@@ -29,7 +38,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from kpi_forecast.xapp.failures import rest_retrying
-from kpi_forecast.xapp.ric.e2 import kpm
+from kpi_forecast.xapp.ric.e2 import f1ap, kpm
 
 log = logging.getLogger(__name__)
 
@@ -37,15 +46,43 @@ TIMEOUT_S = 5.0
 CONCURRENT_REQUESTS = 8  # node details asked at once, when many nodes connect together
 CONNECTED = ("CONNECTED", 1)  # e2mgr writes the RNIB's enum by name; its number is 1
 
-# Why a node's cells are not subscribed to.
-Reason = Literal["no-kpm-function", "kpm-v2", "measurement-not-reported", "cell-id-unreadable"]
+# Why a node's cells are not subscribed to (f1-unreadable counts F1 components, not cells).
+Reason = Literal["no-kpm-function", "measurement-not-reported", "cell-id-unreadable",
+                 "cell-id-duplicate", "f1-unreadable"]
 REASONS: dict[Reason, str] = {
     "no-kpm-function": "the node lists no E2SM-KPM RAN function this xApp can read",
-    "kpm-v2": "the node's E2SM-KPM is v2, and this xApp subscribes with v3 and later",
     "measurement-not-reported": "the node's E2SM-KPM report style 1 carries none of "
                                 "{measurements}",
     "cell-id-unreadable": "e2mgr's cellId is not a PLMN and an NR cell identity in hex",
+    "cell-id-duplicate": "the node names the cell twice (taken once)",
+    "f1-unreadable": "an F1 component's request part is not an F1 Setup Request or gNB-DU "
+                     "Configuration Update this xApp can read",
 }
+Source = Literal["servedNrCells", "F1", "KPM v2", "node"]  # where a node's cells were found
+# What the subscriptions ask for, a KPI at a time: the measurements it may be read from, in
+# order of preference, each option those a node must all report (KpiSource.options); a lone
+# name stands for a KPI read from that measurement alone.
+KpiOptions = tuple[tuple[str, ...], ...]
+Wanted = Sequence[str | KpiOptions]
+
+
+def _options(wanted: Wanted) -> list[KpiOptions]:
+    return [((kpi,),) if isinstance(kpi, str) else kpi for kpi in wanted]
+
+
+def describe_wanted(wanted: Wanted) -> str:
+    """``RRU.PrbTotDl or RRU.PrbUsedDl with RRU.PrbAvailDl, DRB.UEThpDl``."""
+    return ", ".join(" or ".join(" with ".join(option) for option in kpi)
+                     for kpi in _options(wanted))
+
+
+def carried(wanted: Wanted, reported: set[str]) -> tuple[str, ...]:
+    """The measurements to ask a node for: per KPI, the first option it reports whole."""
+    names: list[str] = []
+    for kpi in _options(wanted):
+        chosen = next((option for option in kpi if set(option) <= reported), ())
+        names += [name for name in chosen if name not in names]
+    return tuple(names)
 
 # --- e2mgr's answers, in its field names (the parts read here) --------------------------------
 
@@ -81,11 +118,22 @@ class ServedNrCell(BaseModel):
     information: ServedNrCellInformation = Field(alias="servedNrCellInformation")
 
 
+class NodeConfig(BaseModel):
+    """An E2 node component's configuration, as e2mgr's jsonpb writes it (a default, as the
+    interface type ng, is left out; octets are base64)."""
+
+    model_config = _REST
+
+    interface_type: str = Field("ng", alias="e2nodeComponentInterfaceType")
+    request_part: str = Field("", alias="e2nodeComponentRequestPart")
+
+
 class Gnb(BaseModel):
     model_config = _REST
 
     served_nr_cells: list[ServedNrCell] = Field(default_factory=list, alias="servedNrCells")
     ran_functions: list[RanFunction] = Field(default_factory=list, alias="ranFunctions")
+    node_configs: list[NodeConfig] = Field(default_factory=list, alias="nodeConfigs")
 
 
 class Enb(BaseModel):
@@ -107,8 +155,8 @@ class NodebResponse(BaseModel):
 
 @dataclass(frozen=True)
 class Cell:
-    cell_id: str  # e2mgr's cellId: the history's and the REST routes' name for the cell
-    global_id: kpm.CellId
+    cell_id: str  # e2mgr's cellId (the node's name for a node-level series): the history's
+    global_id: kpm.CellId | None  # None: the whole node's measurements
 
 
 @dataclass(frozen=True)
@@ -117,6 +165,8 @@ class E2Node:
     ran_function_id: int  # of its E2SM-KPM function: the subscription's RANFunctionID
     cells: tuple[Cell, ...]
     measurements: tuple[str, ...]  # of those wanted, the ones it reports: its subscription's
+    cells_from: Source = "servedNrCells"
+    kpm_version: int = 3  # of its RAN function: 2, or 3 for v3 and later
 
 
 @dataclass
@@ -167,32 +217,66 @@ def kpm_function(node: NodebResponse) -> tuple[RanFunction, kpm.RanFunctionDescr
     return None
 
 
-def subscribable(node: NodebResponse, measurements: Sequence[str]
-                 ) -> tuple[E2Node | None, Counter[Reason]]:
-    """The node's cells this xApp can subscribe to for ``measurements`` (one at least), and
-    those it cannot, by reason."""
-    served = [c.information.cell_id for c in node.gnb.served_nr_cells] if node.gnb else []
+def declared_cells(node: NodebResponse, description: kpm.RanFunctionDescription | None = None
+                   ) -> tuple[list[Cell], Source, Counter[Reason]]:
+    """The node's cells, from the first place that names any (servedNrCells, the F1
+    components, a KPM v2 ``description``'s node list), each once; none: the node itself.
+    With those left out, by reason."""
+    skipped = Counter[Reason]()
+    named: list[str] = []
+    if node.gnb is not None:
+        named = [c.information.cell_id for c in node.gnb.served_nr_cells]
     if node.enb is not None:
-        served += [str(c.get("cellId", "")) for c in node.enb.served_cells]
-    found = kpm_function(node)
-    if found is None:
-        return None, Counter({"no-kpm-function": len(served)})
-    function, description = found
-    if description.version == 2:
-        return None, Counter({"kpm-v2": len(description.cells or served)})
-    reported = set(description.measurements())
-    carried = tuple(m for m in measurements if m in reported)
-    if not carried:
-        return None, Counter({"measurement-not-reported": len(served)})
-    cells, skipped = [], Counter[Reason]()
-    for cell_id in served:
+        named += [str(c.get("cellId", "")) for c in node.enb.served_cells]
+    cells, source = [], "servedNrCells"
+    for cell_id in named:
         try:
             cells.append(Cell(cell_id, parse_cell_id(cell_id)))
         except ValueError:
             skipped["cell-id-unreadable"] += 1
+    if not named and node.gnb is not None:
+        source = "F1"
+        for config in node.gnb.node_configs:
+            if config.interface_type != "f1":
+                continue
+            try:
+                found = f1ap.served_cells(f1ap.request_part_octets(config.request_part))
+            except kpm.DecodeError:
+                skipped["f1-unreadable"] += 1
+                continue
+            cells += [Cell(format_cell_id(cell), cell) for cell in found]
+    if not cells and not skipped and description is not None and description.cells:
+        source = "KPM v2"
+        for item in description.cells:
+            if item.cell.nr_cell is None:
+                skipped["cell-id-unreadable"] += 1  # an LTE cell: no e2mgr name of this form
+            else:
+                cells.append(Cell(format_cell_id(item.cell), item.cell))
+    if not cells and not skipped:  # named nowhere (not named unreadably)
+        return [Cell(node.ran_name, None)], "node", skipped
+    unique = list(dict.fromkeys(cells))
+    if len(unique) < len(cells):
+        skipped["cell-id-duplicate"] += len(cells) - len(unique)
+    return unique, source, skipped
+
+
+def subscribable(node: NodebResponse, measurements: Wanted
+                 ) -> tuple[E2Node | None, Counter[Reason]]:
+    """The node to subscribe to for the KPIs ``measurements`` feed (one at least) with its
+    cells, and the cells left out, by reason."""
+    found = kpm_function(node)
+    cells, source, skipped = declared_cells(node, found[1] if found else None)
+    named = len(cells) if source != "node" else 0
+    if found is None:
+        return None, skipped + Counter({"no-kpm-function": named})
+    function, description = found
+    asked = carried(measurements, set(description.measurements()))
+    if not asked:
+        return None, skipped + Counter({"measurement-not-reported": named})
     if not cells:
         return None, skipped
-    return E2Node(node.ran_name, function.ran_function_id, tuple(cells), carried), skipped
+    return E2Node(node.ran_name, function.ran_function_id, tuple(cells), asked, source,
+                  description.version), skipped
 
 
 class E2Manager:
@@ -202,18 +286,23 @@ class E2Manager:
         self.url = url.rstrip("/")
         self._client = httpx.AsyncClient(timeout=TIMEOUT_S, transport=transport)
         self._details: dict[str, NodebResponse] = {}  # connected nodes, read once each
-        self._told: dict[str, Counter[Reason]] = {}  # what was logged of each node
+        self._told: dict[str, tuple] = {}  # what was logged of each node
+        # Each node's subscribable() for what was asked, until its details are read again
+        # (decoding an F1 setup is costly beside a lease round).
+        self._found: dict[str, tuple[tuple, tuple[E2Node | None, Counter[Reason]]]] = {}
 
     async def _get(self, path: str) -> bytes:
         response = await self._client.get(f"{self.url}{path}")
         response.raise_for_status()
         return response.content
 
-    async def listing(self, measurements: Sequence[str], retry_max_s: float = 30.0,
-                      attempts: int | None = None) -> Listing:
+    async def listing(self, measurements: Wanted, retry_max_s: float = 30.0,
+                      attempts: int | None = None, refresh: bool = False) -> Listing:
         """The connected nodes and their cells for ``measurements``; each node's details are
-        asked for when it (re)connects. Failures are retried (``attempts`` in all, the last
-        one's error raised; None: until they succeed), logged with their reason."""
+        asked for when it (re)connects, and with ``refresh`` again for every node (e2mgr
+        keeps a node's configuration updates: cells added or removed). Failures are retried
+        (``attempts`` in all, the last one's error raised; None: until they succeed), logged
+        with their reason."""
         async for attempt in rest_retrying(
                 log, f"e2: E2 Manager at {self.url}", retry_max_s, attempts):
             with attempt:
@@ -222,10 +311,17 @@ class E2Manager:
                              if s.connection_status in CONNECTED}
                 for name in set(self._details) - connected:  # read again when it is back
                     del self._details[name]
-                await self._read_details(sorted(connected - set(self._details)))
+                    self._found.pop(name, None)
+                await self._read_details(sorted(
+                    connected if refresh else connected - set(self._details)))
         listing = Listing()
+        wanted = tuple(measurements)
         for name in sorted(self._details):
-            node, skipped = subscribable(self._details[name], measurements)
+            found = self._found.get(name)
+            if found is None or found[0] != wanted:  # worked out once per details read
+                found = self._found[name] = (wanted, subscribable(self._details[name],
+                                                                  measurements))
+            node, skipped = found[1]
             if node is not None:
                 listing.nodes[name] = node
             if skipped:
@@ -242,19 +338,28 @@ class E2Manager:
             async with slots:
                 content = await self._get(f"/nodeb/{name}")
             self._details[name] = NodebResponse.model_validate_json(content)
+            self._found.pop(name, None)
 
         await asyncio.gather(*map(read, names))
 
     def _tell(self, name: str, node: E2Node | None, skipped: Counter[Reason],
-              measurements: Sequence[str]) -> None:
-        """Log a node's left-out cells once, and again when they change."""
-        if self._told.get(name) == skipped:
+              measurements: Wanted) -> None:
+        """Log where a node's cells come from (unless e2mgr lists them) and those left out,
+        once, and again when that changes."""
+        told = (skipped, node.cells_from if node else None, len(node.cells) if node else 0)
+        if self._told.get(name) == told:
             return
-        self._told[name] = skipped
+        self._told[name] = told
+        if node is not None and node.cells_from == "F1":
+            log.info("e2: %s: %d cell(s) from its F1 component (gnb.nodeConfigs); e2mgr lists "
+                     "no servedNrCells", name, len(node.cells))
+        elif node is not None and node.cells_from == "node":
+            log.warning("e2: %s names no cell (no servedNrCells, no F1 component with cells): "
+                        "one node-level subscription, its series named %s", name, name)
         if not skipped:
             return
-        kept = len(node.cells) if node else 0
-        named = ", ".join(measurements)
+        kept = len(node.cells) if node and node.cells_from != "node" else 0
+        named = describe_wanted(measurements)
         why = "; ".join(f"{count} because {REASONS[reason].format(measurements=named)}"
                         for reason, count in sorted(skipped.items()))
         log.warning("e2: %s: %d of %d cell(s) not subscribed to: %s", name,

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 
 from kpi_forecast.model.kpi import kpi_problem
+from kpi_forecast.xapp.descriptor.controls import Ratio
 from kpi_forecast.xapp.metrics import Metrics
 from kpi_forecast.xapp.ric.e2 import indication, kpm
 from kpi_forecast.xapp.ric.e2.transport import MESSAGE_TYPES, RIC_INDICATION, Frame
@@ -37,6 +38,15 @@ LOG_EVERY_S = 60.0
 class Route:
     cell_id: str
     granularity_ms: int  # what the action definition asked for, when a report omits it
+
+
+@dataclass(frozen=True)
+class _Sources:
+    """What the models served read from a report."""
+
+    direct: dict[str, Served]  # measurement -> the model whose KPI it is
+    ratios: tuple[tuple[Served, Ratio], ...]  # KPIs that may come as two measurements
+    names: list[str]  # every measurement read
 
 
 @dataclass(frozen=True)
@@ -62,8 +72,8 @@ class Ingestor:
         # Bounded: when the store falls behind, handle() waits, and so does the E2 link. An
         # item is one indication's writes, a write per measurement.
         self._pending: asyncio.Queue[list[_Write]] = asyncio.Queue(max_pending)
-        # The served models by measurement, worked out once per set of models served.
-        self._sources: tuple[object, dict[str, Served]] = (None, {})
+        # What the served models read, worked out once per set of models served.
+        self._sources: tuple[object, _Sources] = (None, _Sources({}, (), []))
 
     def add_route(self, instance_id: int, action_id: int, route: Route) -> None:
         self.routes[(instance_id, action_id)] = route
@@ -146,29 +156,32 @@ class Ingestor:
             raise _Rejected("unknown-subscription", f"no subscription with instance "
                             f"{pdu.instance_id}, action {pdu.action_id}")
         sources = self._by_measurement()
-        if not sources:
+        if not sources.direct:
             raise _Rejected("not-ready", "no model (or no measurement for its KPI) yet")
         try:
             start_us = indication.decode_header_us(pdu.header)
-            message = indication.decode_message(pdu.message, subscribed=list(sources))
+            message = indication.decode_message(pdu.message, subscribed=sources.names)
         except kpm.DecodeError as exc:
             raise _Rejected(exc.reason, str(exc)) from None
-        reported = [(m.name, m.values) for m in message.measurements if m.name in sources]
+        direct = sources.direct
+        reported = [(served, m.values, served.kpi_source.scale)
+                    for m in message.measurements if (served := direct.get(m.name))]
+        if sources.ratios:
+            self._add_ratios(sources.ratios, message.measurements, reported)
         if not reported:
-            raise _Rejected("measurement-missing", f"none of {', '.join(sources)} in the "
-                            "report")
+            raise _Rejected("measurement-missing", f"none of {', '.join(sources.names)} in "
+                            "the report")
         granularity_ns = (message.granularity_ms or route.granularity_ms) * 1_000_000
         start_ns = start_us * 1000
-        end_ns = start_ns + max(len(values) for _, values in reported) * granularity_ns
+        end_ns = start_ns + max(len(values) for _, values, _ in reported) * granularity_ns
         writes = []
-        for name, values in reported:
-            served = sources[name]
-            scale = served.kpi_source.scale
+        for served, values, scale in reported:
             bad = [(v, problem) for v in values if v is not None and (
                 problem := "not a number" if math.isnan(v) else kpi_problem(v * scale))]
             if bad:  # checked before writing anything: a report is taken whole or not at all
                 value, problem = bad[0]
-                raise _Rejected("value", f"{name} = {value}: {problem}")
+                raise _Rejected("value", f"{served.kpi_source.measurement} = {value}: "
+                                f"{problem}")
             # noValue / incomplete period: the step stays missing
             writes.append(_Write(served.name, route.cell_id,
                                  [(start_ns + period * granularity_ns, value * scale)
@@ -176,14 +189,38 @@ class Ingestor:
                                  end_ns, first=not writes))
         return writes
 
-    def _by_measurement(self) -> dict[str, Served]:
+    @staticmethod
+    def _add_ratios(ratios: tuple[tuple[Served, Ratio], ...],
+                    measurements: list[kpm.Measurement],
+                    reported: list[tuple[Served, list[float | None], float]]) -> None:
+        """The KPIs a report carries as two measurements instead of their own: per period,
+        numerator / denominator (no value where either has none or the denominator is 0)."""
+        by_name = {m.name: m.values for m in measurements}
+        for served, ratio in ratios:
+            numerators = by_name.get(ratio.numerator)
+            denominators = by_name.get(ratio.denominator)
+            if served.kpi_source.measurement in by_name or numerators is None or (
+                    denominators is None):
+                continue
+            reported.append((served, [
+                None if a is None or not b else a / b
+                for a, b in zip(numerators, denominators, strict=False)], ratio.scale))
+
+    def _by_measurement(self) -> _Sources:
         """The measurement behind each served model's KPI (one model per KPI: checked at
-        start), worked out again only when the models served change."""
+        start), and the KPIs that may come as a ratio of two, worked out again only when the
+        models served change."""
         models = self._state.models
         held, sources = self._sources
         if held is not models:
-            sources = {s.kpi_source.measurement: s for s in models.values()
-                       if s.kpi_source is not None and s.history is not None}
+            served = [s for s in models.values()
+                      if s.kpi_source is not None and s.history is not None]
+            ratios = tuple((s, s.kpi_source.ratio) for s in served
+                           if s.kpi_source.ratio is not None)
+            direct = {s.kpi_source.measurement: s for s in served}
+            names = list(dict.fromkeys([*direct, *(name for _, r in ratios
+                                                   for name in (r.numerator, r.denominator))]))
+            sources = _Sources(direct, ratios, names)
             self._sources = (models, sources)
         return sources
 

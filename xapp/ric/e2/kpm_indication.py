@@ -72,14 +72,16 @@ def stamp_us(stamp: bytes) -> int:
     return _ntp_us(stamp) if len(stamp) == 8 else _kpm_v2_us(stamp)
 
 
-def encode_indication_header(collect_start: datetime) -> bytes:
-    """Indication header format 1 with the 8-octet (KPM v3+) NTP colletStartTime."""
+def encode_indication_header(collect_start: datetime, version: int = 3) -> bytes:
+    """Indication header format 1 with the 8-octet (KPM v3+) NTP colletStartTime, or (KPM
+    v2) its first four octets, the NTP seconds."""
     if collect_start.tzinfo is None:
         raise ValueError("collect_start must be timezone-aware")
-    format1 = {"colletStartTime": _ntp_timestamp(collect_start)}
+    stamp = _ntp_timestamp(collect_start)
+    format1 = {"colletStartTime": stamp if version >= 3 else stamp[:4]}
     return encode(
-        "KpmIndicationHeader", {"indicationHeader-formats": ("indicationHeader-Format1", format1)}
-    )
+        _HEADER_TYPES[version < 3],
+        {"indicationHeader-formats": ("indicationHeader-Format1", format1)})
 
 
 def _collet_start_time(data: bytes) -> bytes:

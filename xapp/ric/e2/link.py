@@ -19,12 +19,20 @@ import pandas as pd
 from kpi_forecast.xapp.failures import describe
 from kpi_forecast.xapp.metrics import Metrics
 from kpi_forecast.xapp.ric.a1.handler import PolicyHandler
-from kpi_forecast.xapp.ric.e2.discovery import REASONS, E2Manager, E2Node, Listing
+from kpi_forecast.xapp.ric.e2.discovery import (
+    REASONS,
+    E2Manager,
+    E2Node,
+    KpiOptions,
+    Listing,
+    describe_wanted,
+)
 from kpi_forecast.xapp.ric.e2.ingest import Ingestor
 from kpi_forecast.xapp.ric.e2.ownership import ROUND_S, Ownership
 from kpi_forecast.xapp.ric.e2.subscription import Subscriber
 from kpi_forecast.xapp.ric.e2.transport import RIC_INDICATION, Frame, Transport
 from kpi_forecast.xapp.serving.state import ServingState
+from kpi_forecast.xapp.store.cell_history import HistoryUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +41,10 @@ CONCURRENT_REQUESTS = 8  # to the subscription manager, when many nodes change h
 # list: a restart of it, or of an E2 node, loses them without a word to the xApp.
 CHECK_ROUNDS = 5
 RESUBSCRIBE_BOUND_S = (CHECK_ROUNDS + 1) * ROUND_S  # from the loss to the request made again
+# Every this many rounds each connected node's details are read again from the E2 Manager:
+# a configuration update changes a node's cells without a reconnection. A minute, so that a
+# RIC of a thousand nodes costs e2mgr a few reads a second.
+REFRESH_ROUNDS = 30
 
 
 class E2Link:
@@ -95,15 +107,15 @@ class E2Link:
             return
         await self.ingestor.handle(frame)
 
-    def wanted(self) -> tuple[tuple[str, ...], int] | None:
-        """What the subscriptions ask for: the measurements behind the KPIs of the models
-        served (in name order; each once), and the reporting period (controls.e2's, else the
-        finest step that divides every model's, so that each grid gets whole periods); None
-        while no model served has a KPI a measurement maps."""
+    def wanted(self) -> tuple[tuple[KpiOptions, ...], int] | None:
+        """What the subscriptions ask for: the measurements each KPI of the models served may
+        be read from (in order; each KPI once), and the reporting period (controls.e2's, else
+        the finest step that divides every model's, so that each grid gets whole periods);
+        None while no model served has a KPI a measurement maps."""
         served = [s for s in self._state.models.values() if s.kpi_source is not None]
         if not served:
             return None
-        measurements = tuple(sorted({s.kpi_source.measurement for s in served}))
+        measurements = tuple(sorted({s.kpi_source.options() for s in served}))
         step_ms = math.gcd(*(int(s.model.step / pd.Timedelta("1ms")) for s in served))
         return measurements, served[0].controls.e2.reporting_period_ms or step_ms
 
@@ -123,7 +135,7 @@ class E2Link:
             await asyncio.sleep(0.1)
         await self._follow_ownership(wanted)
 
-    async def _follow_ownership(self, wanted: tuple[tuple[str, ...], int]) -> None:
+    async def _follow_ownership(self, wanted: tuple[tuple[KpiOptions, ...], int]) -> None:
         """Every ``ROUND_S``: the nodes, a lease round, and the subscriptions brought in line
         with what is owned in a task of their own. The leases are renewed on time whatever
         the subscription manager takes: a round that waited for a hundred subscriptions on a
@@ -156,7 +168,7 @@ class E2Link:
                     now = self.wanted()
                     if now is not None and now != (measurements, period_ms):
                         log.info("e2: the models served now ask for %s every %d ms: "
-                                 "subscribing again", ", ".join(now[0]), now[1])
+                                 "subscribing again", describe_wanted(now[0]), now[1])
                         for meid in sorted(self.subscriber.subscription_ids):
                             await self.subscriber.unsubscribe_node(meid)
                         (measurements, period_ms) = now
@@ -167,7 +179,8 @@ class E2Link:
                         initial=following is None, check=rounds % CHECK_ROUNDS == 0))
                 await asyncio.sleep(ROUND_S)
                 try:
-                    listing = await self.e2mgr.listing(measurements, attempts=1)
+                    listing = await self.e2mgr.listing(
+                        measurements, attempts=1, refresh=rounds % REFRESH_ROUNDS == 0)
                 except (httpx.HTTPError, ValueError) as exc:
                     log.warning("e2: listing the E2 nodes failed (%s); the last list stands",
                                 describe(exc))
@@ -195,29 +208,79 @@ class E2Link:
                             "tries again", subscriber.submgr_url, describe(exc))
             else:
                 metrics.e2_subscriptions_lost.inc(len(lost))
+                for meid, subscription_id in lost.items():
+                    await self._record(meid, forget=subscription_id)
+        # A node whose cells or measurements changed (a configuration update): made again.
+        for meid in sorted(set(subscriber.nodes) & owned & set(listing)):
+            if listing[meid] != subscriber.nodes[meid]:
+                log.info("e2: %s now declares %d cell(s) (%s): subscribing again", meid,
+                         len(listing[meid].cells), listing[meid].cells_from)
+                given = subscriber.subscription_ids.get(meid)
+                await subscriber.unsubscribe_node(meid)
+                await self._record(meid, forget=given)
         held = set(subscriber.subscription_ids)
         done_with = (held - owned) & (handed_over | (held - set(listing)))
         slots = asyncio.Semaphore(CONCURRENT_REQUESTS)
 
         async def give_up(meid: str) -> None:
             async with slots:
+                given = subscriber.subscription_ids.get(meid)
                 await subscriber.unsubscribe_node(meid)
+                await self._record(meid, forget=given)
             metrics.e2_handovers.labels(direction="given").inc()
 
         async def take(meid: str) -> None:
             async with slots:
+                await self._delete_orphans(meid)
                 try:
                     await subscriber.subscribe(listing[meid], period_ms, attempts=1)
                 except (httpx.HTTPError, ValueError) as exc:
                     log.warning("e2: subscribing to %s failed (%s); next round tries again",
                                 meid, describe(exc))
                     return
+                await self._record(meid, made=subscriber.subscription_ids.get(meid))
             if not initial:
                 metrics.e2_handovers.labels(direction="taken").inc()
 
         await asyncio.gather(*map(give_up, sorted(done_with)),
                              *map(take, sorted(owned - held)))
         metrics.e2_nodes_owned.set(len(subscriber.subscription_ids))
+
+    async def _record(self, meid: str, made: str | None = None,
+                      forget: str | None = None) -> None:
+        """Keep the shared record of which replica made which subscription, so that a
+        crashed replica's are deleted by the node's next owner; a store that cannot be
+        reached is logged (its subscriptions then outlive a crash, as without a record)."""
+        store = self._state.now.shared
+        if store is None:
+            return
+        try:
+            if made is not None:
+                await store.record_subscription(meid, made, self.ownership.replica)
+            if forget is not None:
+                await store.forget_subscription(meid, forget)
+        except HistoryUnavailable as exc:
+            log.warning("e2: the record of %s's subscriptions was not updated (%s)", meid,
+                        describe(exc))
+
+    async def _delete_orphans(self, meid: str) -> None:
+        """Before subscribing to a node taken: delete the subscriptions to it that replicas
+        no longer alive made and left (a crash: nobody deleted them, and the node would go on
+        reporting them to an address where nobody listens)."""
+        store = self._state.now.shared
+        if store is None:
+            return
+        try:
+            orphaned = await store.orphaned_subscriptions(meid, self.ownership.replica)
+        except HistoryUnavailable as exc:
+            log.warning("e2: the record of %s's subscriptions cannot be read (%s); a crashed "
+                        "replica's are left", meid, describe(exc))
+            return
+        for subscription_id in orphaned:
+            log.warning("e2: %s: deleting subscription %s, made by a replica no longer alive",
+                        meid, subscription_id)
+            await self.subscriber.delete(subscription_id, meid, "orphaned")
+            await self._record(meid, forget=subscription_id)
 
     async def stop(self, step_s: float) -> None:
         """Unsubscribe, stop listening, write what was received: each step bounded by

@@ -109,6 +109,7 @@ class Subscriber:
         # CPU, and the node list is asked for every lease round.
         self._client = httpx.AsyncClient(timeout=TIMEOUT_S, transport=transport)
         self.subscription_ids: dict[str, str] = {}  # node (meid) -> its SubscriptionId
+        self.nodes: dict[str, E2Node] = {}  # node (meid) -> what it was subscribed for
         self._pending: dict[int, Pending] = {}  # XappEventInstanceId -> the cell it is for
         self._routes: dict[str, set[int]] = {}  # node -> its cells' E2 instance ids
         self._last_event = 0
@@ -130,6 +131,7 @@ class Subscriber:
             self._forget(node.meid)  # its cells wait for no outcome
             raise
         self.subscription_ids[node.meid] = answer.subscription_id
+        self.nodes[node.meid] = node
         log.info("e2: subscribed to %d cell(s) of %s (subscription %s)", len(node.cells),
                  node.meid, answer.subscription_id)
 
@@ -184,22 +186,25 @@ class Subscriber:
         response.raise_for_status()
         return SubscriptionList.validate_json(response.content)
 
-    async def lost(self) -> set[str]:
+    async def lost(self) -> dict[str, str]:
         """The nodes whose routed E2 subscriptions the subscription manager no longer lists
-        for this replica's endpoint: their subscription is deleted (submgr may still hold
-        the REST side of it) and forgotten here, so that they are subscribed to again."""
+        for this replica's endpoint, with the subscription each had: deleted (submgr may
+        still hold the REST side of it) and forgotten here, so that they are subscribed to
+        again."""
         endpoint = self.client.rmr_endpoint()
         listed = {(entry.meid, entry.subscription_id) for entry in await self._listed()
                   if endpoint in (entry.client_endpoint or ())}
         gone = {meid for meid, instances in self._routes.items()
                 if meid in self.subscription_ids
                 and any((meid, instance) not in listed for instance in instances)}
+        replaced = {}
         for meid in sorted(gone):
             log.warning("e2: the subscription manager no longer lists the E2 subscriptions "
                         "of %s for %s (it or the E2 node restarted): subscribing again", meid,
                         endpoint)
-            await self._delete(self._forget(meid), meid, "replaced")
-        return gone
+            replaced[meid] = self._forget(meid)
+            await self.delete(replaced[meid], meid, "replaced")
+        return replaced
 
     async def delete_strays(self) -> int:
         """Delete the subscriptions submgr lists for this replica's own endpoint that it
@@ -225,7 +230,7 @@ class Subscriber:
                                 "replica's endpoint %s, and this replica did not make it (a "
                                 "predecessor at the same address did)", rest_id, meid,
                                 endpoint)
-                    await self._delete(rest_id, meid, "stray")
+                    await self.delete(rest_id, meid, "stray")
                     deleted += 1
         return deleted
 
@@ -263,9 +268,10 @@ class Subscriber:
             del self._pending[event_id]
         for instance in self._routes.pop(meid, ()):
             self.ingestor.routes.pop((instance, ACTION_ID), None)
+        self.nodes.pop(meid, None)
         return self.subscription_ids.pop(meid, None)
 
-    async def _delete(self, subscription_id: str | None, meid: str, why: str,
+    async def delete(self, subscription_id: str | None, meid: str, why: str,
                       within_s: float = TIMEOUT_S) -> None:
         """Delete one subscription; a failure is logged (the RIC times out what is left)."""
         if subscription_id is None:
@@ -283,7 +289,7 @@ class Subscriber:
     async def unsubscribe_node(self, meid: str, within_s: float = TIMEOUT_S) -> None:
         """Give up ``meid``: delete its subscription and stop ingesting what it still
         sends."""
-        await self._delete(self._forget(meid), meid, "given-up", within_s)
+        await self.delete(self._forget(meid), meid, "given-up", within_s)
 
     async def unsubscribe(self, within_s: float = TIMEOUT_S) -> None:
         """Delete every subscription made, all within ``within_s``; failures are logged (the
@@ -295,7 +301,7 @@ class Subscriber:
             async with asyncio.timeout(within_s):
                 while left:
                     meid, subscription_id = left[0]
-                    await self._delete(subscription_id, meid, "stopping", within_s)
+                    await self.delete(subscription_id, meid, "stopping", within_s)
                     left.pop(0)
         except TimeoutError:
             log.warning("e2: %d subscription(s) not deleted within %.1f s (the subscription "
