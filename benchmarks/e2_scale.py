@@ -213,6 +213,13 @@ class Bench:
         return (len(held) == self.nodes and all(len(ends) == 1 for ends in held.values())
                 and sum(owned) == self.nodes and max(owned) <= share)
 
+    def outcomes_taken(self) -> bool:
+        """Every subscription outcome the subscription manager had to post, taken (or given
+        up): the nodes report from then on, and the posts cost nothing more."""
+        stats = self.node_stats()
+        done = stats.get("outcomes_delivered", 0) + stats.get("notifications_failed", 0)
+        return done == stats.get("outcomes", 0) >= self.cells
+
     def snapshot(self) -> Snapshot:
         cpu = {name: cpu_seconds(r.process.pid) for name, r in self.replicas.items()}
         cpu.update(node=cpu_seconds(self.node.pid), redis=cpu_seconds(self.redis_pid))
@@ -323,12 +330,14 @@ def run(cells: int, cells_per_node: int, seconds: float
         try:
             bench.start_replica("a")
             bench.wait_until(bench.shared_out, 120, "one replica owning every node")
+            bench.wait_until(bench.outcomes_taken, 120, "every cell's subscription outcome")
             started = pd.Timestamp.now(tz="UTC").ceil("s")
             time.sleep(3)  # the first reports of every node on their way
             rows = [bench.steady("one replica")]
             join_started = pd.Timestamp.now(tz="UTC")
             bench.start_replica("b")
             joined = bench.wait_until(bench.shared_out, 60, "the nodes shared out")
+            bench.wait_until(bench.outcomes_taken, 60, "every cell's subscription outcome")
             join_ended = pd.Timestamp.now(tz="UTC")
             time.sleep(3)
             rows.append(bench.steady("two replicas"))

@@ -126,7 +126,8 @@ class MockSubmgr:
         self.rest: dict[str, RestSubscription] = {}
         self._by_md5: dict[str, str] = {}  # previousRequestMap
         self._ongoing: dict[str, str] = {}  # ongoingRequestMap
-        self.counts: Counter[str] = Counter()  # REST requests taken, deletions, notifications
+        # REST requests taken, deletions, outcomes (to post, delivered), notifications (tries)
+        self.counts: Counter[str] = Counter()
         self._tasks: set[asyncio.Task] = set()
         self._client: httpx.AsyncClient | None = None
 
@@ -269,11 +270,13 @@ class MockSubmgr:
         url = f"http://{host}:{http_port}{RESPONSE_PATH}"
         if self._client is None:
             self._client = httpx.AsyncClient(timeout=5.0, transport=self.notify_transport)
+        self.counts["outcomes"] += 1
         for attempt in range(self.notify_attempts):
             self.counts["notifications"] += 1
             try:
                 answer = await self._client.post(url, json=body)
                 if answer.status_code == 200:
+                    self.counts["outcomes_delivered"] += 1
                     return
                 log.warning("submgr: notifying %s: status %d (attempt %d)", url,
                             answer.status_code, attempt + 1)

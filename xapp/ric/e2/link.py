@@ -159,7 +159,7 @@ class E2Link:
                 rounds += 1
                 self._show(listing)
                 owned = await self.ownership.round(sorted(listing.nodes),
-                                                   set(self.subscriber.subscription_ids))
+                                                   self.subscriber.settled())
                 if following is None or following.done():
                     if following is not None and not following.cancelled() and (
                             failure := following.exception()) is not None:

@@ -135,6 +135,12 @@ class Subscriber:
         log.info("e2: subscribed to %d cell(s) of %s (subscription %s)", len(node.cells),
                  node.meid, answer.subscription_id)
 
+    def settled(self) -> set[str]:
+        """The nodes subscribed to whose every cell's outcome has come: only then are their
+        reports taken, and only then may a previous owner let them go."""
+        waiting = {pending.meid for pending in self._pending.values()}
+        return set(self.subscription_ids) - waiting
+
     def take_outcome(self, answer: SubscriptionResponse) -> Outcomes:
         """Take the outcomes submgr posts: an admitted cell's E2 instance id becomes the
         route of its indications, a refused cell is logged and counted by cause. A repeat
