@@ -46,7 +46,8 @@ def _global_nb_id(meid: str) -> dict:
 
 
 def nodeb_states(node: MockE2Node) -> list[dict]:
-    """``GET /v1/nodeb/states``: e2mgr's NodebIdentity of every node."""
+    """``GET /v1/nodeb/states``: e2mgr's NodebIdentity of every node (E2Manager
+    controllers/nodeb_controller.go ``GetNodebIdList``)."""
     return [{"inventoryName": meid, "globalNbId": _global_nb_id(meid),
              "connectionStatus": _status(node, meid)} for meid in node.nodes]
 
