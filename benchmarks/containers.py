@@ -10,9 +10,12 @@ default ulimits (this kernel's hybrid cgroups and its rlimits refuse crun's defa
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +59,10 @@ def missing() -> list[str]:
 class Podman:
     home: Path  # storage, configuration, the project copy: removed by ``close``
     seconds: dict[str, float] = field(default_factory=dict)  # each build command's time
+    _building: threading.Thread | None = None
+    _current: subprocess.Popen | None = None
+    _failure: BaseException | None = None
+    _cancelled: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
@@ -79,18 +86,56 @@ class Podman:
             (copy.parent / "shared").symlink_to(SHARED)
         return copy
 
-    def build(self) -> None:
-        """Every build command of docs/images.md, as printed, timed; a failure raises."""
+    def build(self, niceness: int = 0) -> None:
+        """Every build command of docs/images.md, as printed, timed; a failure raises.
+        ``niceness``: the builds' CPU priority (``nice``), lowered where they run beside other
+        work that must keep its pace."""
         for block in build_blocks():
             for command in block.commands:
+                if self._cancelled.is_set():
+                    raise RuntimeError("the image builds were cancelled")
                 started = time.monotonic()
-                done = subprocess.run(["bash", "-o", "pipefail", "-c", command],
-                                      cwd=self.project, env=self.env, capture_output=True,
-                                      text=True, timeout=1800)
-                if done.returncode != 0:
-                    raise RuntimeError(f"`{command}` exited {done.returncode}:\n"
-                                       f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+                # Its own process group: a cancel stops podman and whatever it started.
+                self._current = subprocess.Popen(
+                    ["nice", "-n", str(niceness), "bash", "-o", "pipefail", "-c", command],
+                    cwd=self.project, env=self.env, stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE, text=True, start_new_session=True)
+                stdout, stderr = self._current.communicate(timeout=1800)
+                if self._current.returncode != 0:
+                    raise RuntimeError(f"`{command}` exited {self._current.returncode}:\n"
+                                       f"{stdout[-3000:]}\n{stderr[-3000:]}")
                 self.seconds[command] = time.monotonic() - started
+
+    def build_in_background(self) -> None:
+        """Start ``build`` at the lowest CPU priority in a thread: it takes minutes, mostly
+        downloads and unpacking, which the test suite's other tests can run beside;
+        ``wait_built`` takes its outcome, ``cancel`` stops it."""
+
+        def run() -> None:
+            try:
+                self.build(niceness=19)
+            except BaseException as exc:  # handed to wait_built's caller
+                self._failure = exc
+
+        self._building = threading.Thread(target=run, name="image-builds", daemon=True)
+        self._building.start()
+
+    def wait_built(self) -> None:
+        """Wait for the background build; raise what it raised."""
+        if self._building is not None:
+            self._building.join()
+        if self._failure is not None:
+            raise self._failure
+
+    def cancel(self) -> None:
+        """Stop a background build that nobody will use (its command's whole process group)."""
+        self._cancelled.set()
+        current = self._current
+        if current is not None and current.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(current.pid, signal.SIGTERM)
+        if self._building is not None:
+            self._building.join()
 
     def __call__(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
         """``podman ARGS`` in this storage."""

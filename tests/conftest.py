@@ -7,6 +7,7 @@ import shutil
 
 import pytest
 
+from tests import image_builds
 from tests.a1_mediator import mediator_routes  # noqa: F401 - a fixture for the A1 tests
 from tests.air_gapped import gpu_bundle  # noqa: F401 - the GPU check's and the GPU graph's
 from tests.k8s_tools import helm  # noqa: F401 - a fixture for the chart and onboarding tests
@@ -34,7 +35,19 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
                                     "CI runs every test", red=True)
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
+                                  items: list[pytest.Item]) -> None:
+    image_builds.image_tests_last(items)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if not session.config.option.collectonly:
+        image_builds.start(session.items)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    image_builds.close()
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if NO_SKIPS and reporter is not None and reporter.stats.get("skipped") and exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -27,6 +27,7 @@ from benchmarks.containers import (
 )
 from benchmarks.ports import free_port
 from kpi_forecast.data.synthetic import generate
+from tests import image_builds
 from tests.processes import BIN, answers, running
 from tests.system_tools import system_tool
 from tests.xapp_helpers import CONTEXT, make_model, write_descriptor
@@ -42,18 +43,18 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
 
 @pytest.fixture(scope="session")
-def podman(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Podman]:
+def podman() -> Iterator[Podman]:
+    """The engine whose images were built in the background since collection
+    (tests/image_builds.py)."""
     for tool in TOOLS:
         system_tool(tool)
     lacking = missing()
     if lacking:
         pytest.skip(f"the image builds need {', '.join(lacking)}")
-    engine = Podman(tmp_path_factory.mktemp("podman"))
     try:
-        engine.build()
-        yield engine
+        yield image_builds.built()
     finally:
-        engine.close()
+        image_builds.close()
 
 
 def in_image(podman: Podman, image: str, script: str) -> subprocess.CompletedProcess[str]:
