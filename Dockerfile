@@ -92,7 +92,7 @@ RUN --mount=type=cache,target=/root/.cache/pip \
 # --- librmr, the RIC message router, built from its public source ------------------------------
 # RMR 4.9.4 (o-ran-sc/ric-plt-lib-rmr), the release the tests run against in ../shared/rmr, built
 # the same way: SI95 transport, depends on libc only. The xApp loads librmr_si.so.4 through
-# ctypes (xapp/ric/e2/rmr.py); the build tools stay in these stages.
+# ctypes (xapp/ric/rmr.py); the build tools stay in these stages.
 FROM ${PYTHON_BASE} AS rmr-tools
 # The distribution's current toolchain: the library's ABI is libc's, not the compiler's.
 # hadolint ignore=DL3008

@@ -38,11 +38,12 @@ from kpi_forecast.xapp.app import create_app
 from kpi_forecast.xapp.descriptor.config_file import CONFIG_FILE_NAME, DEFAULT_DIR, load_descriptor
 from kpi_forecast.xapp.descriptor.controls import HistoryStore, KpiSource
 from kpi_forecast.xapp.metrics import Metrics
-from kpi_forecast.xapp.ric.e2 import e2ap, kpm, kpm_indication, rmr
+from kpi_forecast.xapp.ric import rmr
+from kpi_forecast.xapp.ric.e2 import e2ap, kpm, kpm_indication
 from kpi_forecast.xapp.ric.e2.indication import fast_e2ap, fast_header_stamp, fast_message
 from kpi_forecast.xapp.ric.e2.ingest import Ingestor, Route
-from kpi_forecast.xapp.ric.e2.rmr import RmrTransport
-from kpi_forecast.xapp.ric.e2.transport import RIC_INDICATION, Frame, Transport
+from kpi_forecast.xapp.ric.rmr import RmrTransport
+from kpi_forecast.xapp.ric.transport import RIC_INDICATION, Frame, Transport
 from kpi_forecast.xapp.service import Service, rmr_transport
 from kpi_forecast.xapp.store.cell_history import CellHistory, MemoryCellHistory
 from kpi_forecast.xapp.store.sdl import RedisCellHistory

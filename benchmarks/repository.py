@@ -48,7 +48,7 @@ from kpi_forecast.xapp.http import arrow_ipc
 from kpi_forecast.xapp.metrics import Metrics
 from kpi_forecast.xapp.ric.e2 import e2ap, kpm, kpm_indication
 from kpi_forecast.xapp.ric.e2.ingest import Ingestor, Route
-from kpi_forecast.xapp.ric.e2.transport import RIC_INDICATION, Frame
+from kpi_forecast.xapp.ric.transport import RIC_INDICATION, Frame
 from kpi_forecast.xapp.serving.state import ServingState
 from kpi_forecast.xapp.store.cell_history import MemoryCellHistory
 from tests.tcp_transport import encode_frame

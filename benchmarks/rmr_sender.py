@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 from benchmarks.ports import free_port
-from kpi_forecast.xapp.ric.e2.rmr import RmrTransport
-from kpi_forecast.xapp.ric.e2.transport import Frame
+from kpi_forecast.xapp.ric.rmr import RmrTransport
+from kpi_forecast.xapp.ric.transport import Frame
 from tests.tcp_transport import HEADER
 
 

@@ -41,7 +41,7 @@ from kpi_forecast.xapp.descriptor.controls import HistoryStore, KpiSource
 from kpi_forecast.xapp.metrics import Metrics
 from kpi_forecast.xapp.ric.e2 import e2ap, kpm, kpm_indication
 from kpi_forecast.xapp.ric.e2.ingest import Ingestor, Route
-from kpi_forecast.xapp.ric.e2.transport import RIC_INDICATION, Frame
+from kpi_forecast.xapp.ric.transport import RIC_INDICATION, Frame
 from kpi_forecast.xapp.store.cell_history import CellHistory, MemoryCellHistory
 from kpi_forecast.xapp.store.sdl import RedisCellHistory
 from tests.redis_server import redis_server

@@ -47,7 +47,7 @@ def cmd_e2sim(args: argparse.Namespace) -> None:
     from kpi_forecast.cli.mock_e2_node import MockE2Node
     from kpi_forecast.cli.mock_ric import create_app
     from kpi_forecast.data.ingest import load_panel
-    from kpi_forecast.xapp.ric.e2.rmr import RmrTransport
+    from kpi_forecast.xapp.ric.rmr import RmrTransport
 
     pairs = [kpi.partition("=") for kpi in args.kpi]
     for (column, _, measurement), text in zip(pairs, args.kpi, strict=True):

@@ -40,9 +40,9 @@ from kpi_forecast.cli import indication_writer
 from kpi_forecast.data.panel import Panel
 from kpi_forecast.xapp.failures import describe
 from kpi_forecast.xapp.ric.e2 import discovery, e2ap, kpm, kpm_indication
-from kpi_forecast.xapp.ric.e2.rmr import RmrError
 from kpi_forecast.xapp.ric.e2.submgr_api import SubscriptionDetail
-from kpi_forecast.xapp.ric.e2.transport import (
+from kpi_forecast.xapp.ric.rmr import RmrError
+from kpi_forecast.xapp.ric.transport import (
     RIC_INDICATION,
     RIC_SUB_FAILURE,
     RIC_SUB_RESP,
@@ -82,7 +82,7 @@ class Reporting:
 def cell_id(row: int) -> str:
     """The e2mgr cellId of the file's cell ``row``: the test PLMN and the row as its NR cell
     identity."""
-    return discovery.format_cell_id(kpm.CellId(bytes.fromhex(PLMN), nr_cell=row))
+    return discovery.format_cell_id(kpm.CellGlobalId(bytes.fromhex(PLMN), nr_cell=row))
 
 
 # What a send to an endpoint that is not there raises: librmr's failure, a socket's.

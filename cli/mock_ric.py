@@ -61,12 +61,12 @@ def xer_hex(octets: bytes, indent: int = 12) -> str:
     return pad + pad.join(lines) + "\n" + " " * (indent - 4)
 
 
-def f1_setup_request(cells: list[kpm.CellId], du_id: int) -> bytes:
+def f1_setup_request(cells: list[kpm.CellGlobalId], du_id: int) -> bytes:
     """The F1 Setup Request a gNB-DU serving ``cells`` sends (TS 38.473 9.2.1.4: its gNB-DU
     Served Cells List, each with its NR CGI; the other mandatory fields with test values)."""
     from pycrate_asn1dir import F1AP
 
-    def served(cell: kpm.CellId) -> dict:
+    def served(cell: kpm.CellGlobalId) -> dict:
         return {"id": 43, "criticality": "reject", "value": ("GNB-DU-Served-Cells-Item", {
             "served-Cell-Information": {
                 "nRCGI": {"pLMN-Identity": cell.plmn, "nRCellIdentity": (cell.nr_cell, 36)},

@@ -21,6 +21,7 @@ from prometheus_client import Counter, Gauge, Histogram, Info
 from kpi_forecast.cli.schema_files import generator_main
 from kpi_forecast.xapp.app import create_app
 from kpi_forecast.xapp.descriptor.config_file import CONFIG_FILE_NAME, DEFAULT_DIR, load_descriptor
+from kpi_forecast.xapp.descriptor.fields import APPLIES
 from kpi_forecast.xapp.descriptor.schema import controls_schema
 from kpi_forecast.xapp.metrics import Metrics
 
@@ -59,16 +60,18 @@ def _bounds(node: dict[str, Any]) -> str:
     return ", ".join(f"{word} `{node[key]}`" for key, word in words.items() if key in node)
 
 
-def _rows(node: dict[str, Any], path: str) -> list[str]:
+def _rows(node: dict[str, Any], path: str, inherited: str = "live") -> list[str]:
     rows = []
     for name, sub in node.get("properties", {}).items():
         key = f"{path}.{name}" if path else name
+        applies = sub.get(APPLIES, inherited)
         if "properties" in sub:
-            rows.append(f"| `{key}` | object | | | {_cell(sub.get('description', ''))} |")
-            rows += _rows(sub, key)
+            rows.append(f"| `{key}` | object | {applies} | | | "
+                        f"{_cell(sub.get('description', ''))} |")
+            rows += _rows(sub, key, applies)
             continue
         default = f"`{json.dumps(sub['default'])}`" if "default" in sub else "required"
-        rows.append(f"| `{key}` | {_type(sub)} | {default} | {_bounds(sub)} | "
+        rows.append(f"| `{key}` | {_type(sub)} | {applies} | {default} | {_bounds(sub)} | "
                     f"{_cell(sub.get('description', ''))} |")
     return rows
 
@@ -80,9 +83,12 @@ def configuration_page() -> str:
         "The xApp's settings: the `controls` of its O-RAN SC descriptor (`config-file.json`,",
         "checked against the `schema.json` beside it, both generated from the same models).",
         "The chart sets them from `values.yaml`'s `xapp`; `kpi-forecast serve`'s flags override",
-        "some. A valid change of the mounted file applies without a restart, unless a row says",
-        "otherwise; an invalid one is logged and the old configuration stays.", "",
-        "| key | type | default | bounds | what |", "|---|---|---|---|---|",
+        "some. A valid change of the mounted file applies as its row says: live, at once;",
+        "reload, once the models are reloaded, which the change starts; restart, at the next",
+        "start only: the change is refused while the xApp runs (the chart's",
+        "`rollOnConfigChange` restarts it). An invalid change is logged and the old",
+        "configuration stays.", "",
+        "| key | type | applies | default | bounds | what |", "|---|---|---|---|---|---|",
         *_rows(schema, ""), ""])
 
 

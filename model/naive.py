@@ -49,20 +49,45 @@ def seasonal_error(history: np.ndarray, season: int) -> np.ndarray:
     return np.divide(total, count, out=np.full(total.shape, np.nan), where=usable)
 
 
-def last_season(history: np.ndarray, horizon: int, season: int,
-                sources: np.ndarray | None = None) -> np.ndarray:
-    """Seasonal naive: each step repeats the value one ``season`` (in steps) before it, the
-    last season again for a longer horizon (NaN where that is missing, or the history is
-    shorter than a season); or, with ``sources`` [B, horizon], the value that many steps
-    back from the history's end (-1: its last step; ``naive_sources``)."""
+def seasonal_naive(history: np.ndarray, horizon: int, season: int,
+                   sources: np.ndarray | None = None) -> np.ndarray:
+    """The seasonal naive [B, horizon] after ``history`` [B, T] (NaN = missing): each step
+    repeats the value one ``season`` (in steps) before it, the last season again for a longer
+    horizon; or, with ``sources`` [B, horizon], the value that many steps back from the
+    history's end (-1: its last step; ``naive_sources``).
+
+    The one rule for a missing value, wherever a seasonal naive is used (the recalibration's
+    simple forecasts, the training's baselines, the xApp's fallback): the same phase one season
+    further back, and so on; NaN only where no season of the history has it, or the history
+    is shorter than the step needs (no wrap-around). In the history's float type.
+    """
+    history = np.asarray(history)
+    if history.ndim != 2:
+        raise ValueError(f"history must be [n_series, T], got shape {history.shape}")
+    if horizon < 1:
+        raise ValueError(f"horizon must be >= 1, got {horizon}")
+    if season < 1:
+        raise ValueError(f"season must be >= 1, got {season}")
+    if not np.issubdtype(history.dtype, np.floating):
+        history = history.astype(np.float64)
     batch, n_steps = history.shape
-    if season < 1 or n_steps < season:
-        return np.full((batch, horizon), np.nan, np.float32)
-    if sources is None:
-        return history[:, n_steps - season + np.arange(horizon) % season].astype(np.float32)
-    index = n_steps + sources
-    values = np.take_along_axis(history, np.clip(index, 0, None), axis=1)
-    return np.where(index >= 0, values, np.nan).astype(np.float32)
+    back = np.arange(horizon) % season - season if sources is None else sources
+    index = np.broadcast_to(n_steps + back, (batch, horizon))
+    if n_steps == 0:
+        return np.full((batch, horizon), np.nan, history.dtype)
+    values = np.where(index >= 0, np.take_along_axis(history, np.clip(index, 0, None), axis=1),
+                      np.nan).astype(history.dtype, copy=False)
+    missing = np.isnan(values)
+    # Walk back a season at a time for the steps still missing: on dense data, never.
+    while missing.any():
+        index = np.where(missing, index - season, index)
+        reachable = missing & (index >= 0)
+        if not reachable.any():
+            break
+        found = np.take_along_axis(history, np.clip(index, 0, None), axis=1)
+        values = np.where(reachable, found, values)
+        missing = reachable & np.isnan(values)
+    return values
 
 
 def weekly_profile(history: np.ndarray, horizon: int, steps_per_day: int,
@@ -124,11 +149,11 @@ def weekly_profile(history: np.ndarray, horizon: int, steps_per_day: int,
 def _naive(name: str, history: np.ndarray, horizon: int, steps_per_day: int,
            sources: NaiveSources | None) -> np.ndarray:
     if name == "last_day":
-        return last_season(history, horizon, steps_per_day,
-                           None if sources is None else sources.day)
+        return seasonal_naive(history, horizon, steps_per_day,
+                              None if sources is None else sources.day)
     if name == "last_week":
-        return last_season(history, horizon, 7 * steps_per_day,
-                           None if sources is None else sources.week)
+        return seasonal_naive(history, horizon, 7 * steps_per_day,
+                              None if sources is None else sources.week)
     if name == "weekly_profile":
         return weekly_profile(history, horizon, steps_per_day, sources=sources)
     raise ValueError(f"no naive forecast {name!r}: one of {', '.join(NAIVES)}")

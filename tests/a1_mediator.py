@@ -17,8 +17,8 @@ from kpi_forecast.xapp.ric.a1.policy_type import (
     A1_POLICY_RESP,
     POLICY_TYPE_ID,
 )
-from kpi_forecast.xapp.ric.e2.rmr import RmrTransport
-from kpi_forecast.xapp.ric.e2.transport import Frame
+from kpi_forecast.xapp.ric.rmr import RmrTransport
+from kpi_forecast.xapp.ric.transport import Frame
 
 
 class Mediator:

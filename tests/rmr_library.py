@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks.ports import free_port
-from kpi_forecast.xapp.ric.e2 import rmr
-from kpi_forecast.xapp.ric.e2.rmr import RmrTransport
+from kpi_forecast.xapp.ric import rmr
+from kpi_forecast.xapp.ric.rmr import RmrTransport
 
 RMR = Path(__file__).resolve().parents[1].parent / "shared" / "rmr"
 

@@ -11,8 +11,8 @@ import asyncio
 import sys
 
 from kpi_forecast.xapp.ric.e2 import e2ap
-from kpi_forecast.xapp.ric.e2.rmr import RmrTransport
-from kpi_forecast.xapp.ric.e2.transport import RIC_INDICATION, Frame
+from kpi_forecast.xapp.ric.rmr import RmrTransport
+from kpi_forecast.xapp.ric.transport import RIC_INDICATION, Frame
 
 
 async def receive(port: int) -> None:

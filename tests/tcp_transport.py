@@ -16,7 +16,7 @@ import struct
 from collections.abc import Callable, Sequence
 
 from kpi_forecast.xapp.failures import describe
-from kpi_forecast.xapp.ric.e2.transport import Frame, Handler
+from kpi_forecast.xapp.ric.transport import Frame, Handler
 
 log = logging.getLogger(__name__)
 

@@ -163,7 +163,7 @@ def test_a1_create_update_delete_and_query_over_rmr_change_what_the_forecasts_us
             service = client.app.state.service  # type: ignore[attr-defined]
             off = descriptor(tmp_path / "off", model_dir, a1={"enabled": False},
                              e2={"enabled": False, "port": rmr_port})
-            with pytest.raises(ValueError, match="controls.a1 changes take effect"):
+            with pytest.raises(ValueError, match="controls.a1.enabled changes take effect"):
                 service.apply_descriptor(off)
             assert service.state.now.controls.a1.enabled
         await mediator.transport.close()
@@ -242,9 +242,9 @@ def test_the_instances_in_force_stay_when_a_model_on_another_grid_gets_its_histo
 
 
 def test_an_instance_steers_the_model_it_names_or_every_model() -> None:
-    from kpi_forecast.xapp.http.errors import ClientError
     from kpi_forecast.xapp.ric.a1.policies import Policies
     from kpi_forecast.xapp.ric.a1.policy_type import ForecastPolicy
+    from kpi_forecast.xapp.serving.errors import Excluded
 
     def model(horizon: int, quantiles: list[float]) -> SimpleNamespace:
         return SimpleNamespace(metadata=SimpleNamespace(horizon=horizon, quantiles=quantiles))
@@ -264,7 +264,7 @@ def test_an_instance_steers_the_model_it_names_or_every_model() -> None:
     assert [s.horizon for s in policies.for_cells(["c1", "c2", "c3"], "prb")] == [18, 6, None]
     assert [s.horizon for s in policies.for_cells(["c1", "c2", "c3"], "traffic")] == [
         None, 6, None]
-    with pytest.raises(ClientError, match="excluded from forecasting by A1 policy instance "
+    with pytest.raises(Excluded, match="excluded from forecasting by A1 policy instance "
                                           "'quiet'"):
         policies.for_cells(["c5"], "traffic")
     assert policies.for_cells(["c5"], "prb")[0].instance_id is None

@@ -64,7 +64,7 @@ def shown(octets: bytes) -> str:
 
 
 def test_an_f1_setup_request_names_the_du_cells() -> None:
-    cells = [kpm.CellId(PLMN, nr_cell=n) for n in (0x123456789, 2**36 - 1, 7)]
+    cells = [kpm.CellGlobalId(PLMN, nr_cell=n) for n in (0x123456789, 2**36 - 1, 7)]
     octets = mock_ric.f1_setup_request(cells, du_id=3)
     assert f1ap.request_part_octets(shown(octets)) == octets
     assert f1ap.request_part_octets(base64.b64encode(octets).decode()) == octets  # raw octets
@@ -78,7 +78,7 @@ def test_a_du_configuration_update_names_the_cells_it_adds() -> None:
     from pycrate_asn1dir import F1AP
 
     setup = F1AP.F1AP_PDU_Descriptions.F1AP_PDU
-    cells = [kpm.CellId(PLMN, nr_cell=n) for n in (10, 11)]
+    cells = [kpm.CellGlobalId(PLMN, nr_cell=n) for n in (10, 11)]
     setup.from_aper(mock_ric.f1_setup_request(cells, du_id=1))
     served = next(ie for ie in setup.get_val()[1]["value"][1]["protocolIEs"] if ie["id"] == 44)
     items = [{"id": 57, "criticality": "reject",
@@ -130,13 +130,14 @@ def test_a_duplicate_cell_and_an_unreadable_f1_component_are_counted_the_rest_se
                                     cells_per_node=2, cells_from="f1"), "gnb-000")
     configs = raw["gnb"]["nodeConfigs"]
     broken = {**configs[1], "e2nodeComponentRequestPart": shown(b"\xff\xfe not F1AP")}
-    extra = mock_ric.f1_setup_request([kpm.CellId(PLMN, nr_cell=9),
-                                       kpm.CellId(bytes.fromhex("00f110"), nr_cell=1)], du_id=9)
+    extra = mock_ric.f1_setup_request(
+        [kpm.CellGlobalId(PLMN, nr_cell=9),
+         kpm.CellGlobalId(bytes.fromhex("00f110"), nr_cell=1)], du_id=9)
     second = {**configs[1], "e2nodeComponentRequestPart": shown(extra)}
     raw["gnb"]["nodeConfigs"] = [configs[0], broken, configs[1], second]
     node, skipped = subscribable(NodebResponse.model_validate(raw), [MEASUREMENT])
     assert [c.cell_id for c in node.cells] == [
-        "00f110:0000000000", "00f110:0000000010", format_cell_id(kpm.CellId(PLMN, nr_cell=9))]
+        "00f110:0000000000", "00f110:0000000010", format_cell_id(kpm.CellGlobalId(PLMN, nr_cell=9))]
     assert skipped == Counter({"f1-unreadable": 1, "cell-id-duplicate": 1})
 
 

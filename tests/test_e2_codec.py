@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from kpi_forecast.xapp.ric.e2 import e2ap, kpm
 from kpi_forecast.xapp.ric.e2.kpm import (
     ActionDefinition,
-    CellId,
+    CellGlobalId,
     DecodeError,
     IndicationMessage,
     Measurement,
@@ -111,10 +111,10 @@ def test_event_trigger_outside_the_standard_range_is_refused(period_ms: int) -> 
 
 @pytest.mark.parametrize(
     "cell",
-    [None, CellId(PLMN, nr_cell=2**36 - 1), CellId(PLMN, eutra_cell=0x1234567)],
+    [None, CellGlobalId(PLMN, nr_cell=2**36 - 1), CellGlobalId(PLMN, eutra_cell=0x1234567)],
     ids=["no-cell", "nr", "eutra"],
 )
-def test_action_definition_round_trips(cell: CellId | None) -> None:
+def test_action_definition_round_trips(cell: CellGlobalId | None) -> None:
     defn = ActionDefinition(list(kpm.MEASUREMENTS), granularity_ms=1000, cell=cell)
     assert kpm.decode_action_definition(kpm.encode_action_definition(defn)) == defn
 
@@ -146,7 +146,7 @@ def test_action_definition_the_standard_cannot_carry_is_refused(defn: ActionDefi
 )
 def test_cell_id_checks_itself(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
-        CellId(**kwargs)
+        CellGlobalId(**kwargs)
 
 
 @pytest.mark.parametrize(
@@ -239,11 +239,11 @@ def test_event_trigger_matches_the_reference(ref: Any, period_ms: int) -> None:
     [
         (None, None),
         (
-            CellId(PLMN, nr_cell=0x123456789),
+            CellGlobalId(PLMN, nr_cell=0x123456789),
             ("nR-CGI", {"pLMNIdentity": PLMN, "nRCellIdentity": (bytes.fromhex("1234567890"), 36)}),
         ),
         (
-            CellId(PLMN, eutra_cell=0xABCDEF1),
+            CellGlobalId(PLMN, eutra_cell=0xABCDEF1),
             (
                 "eUTRA-CGI",
                 {"pLMNIdentity": PLMN, "eUTRACellIdentity": (bytes.fromhex("abcdef10"), 28)},
@@ -252,7 +252,8 @@ def test_event_trigger_matches_the_reference(ref: Any, period_ms: int) -> None:
     ],
     ids=["no-cell", "nr", "eutra"],
 )
-def test_action_definition_matches_the_reference(ref: Any, cell: CellId | None, cgi: Any) -> None:
+def test_action_definition_matches_the_reference(ref: Any, cell: CellGlobalId | None,
+                                                 cgi: Any) -> None:
     names = ["RRU.PrbUsedDl", "RRU.PrbAvailDl", "DRB.UEThpDl"]
     format1: dict[str, Any] = {"measInfoList": ref_meas_info(*names), "granulPeriod": 500}
     if cgi is not None:
@@ -603,7 +604,7 @@ def test_ran_function_description_matches_the_reference(ref: Any) -> None:
 
 
 def test_kpm_v2_ran_function_description_is_read_with_its_cells(ref_kpm_v2: Any) -> None:
-    cells = [CellId(PLMN, nr_cell=2**36 - 1), CellId(PLMN, eutra_cell=5)]
+    cells = [CellGlobalId(PLMN, nr_cell=2**36 - 1), CellGlobalId(PLMN, eutra_cell=5)]
     value = ref_description(**{"ric-KPM-Node-List": [{
         "ric-KPMNode-Type": ("gNB", {"global-gNB-ID": {
             "pLMNIdentity": PLMN, "gNB-ID": ("gNB-ID", (b"\x00\x00\x01", 22))},
@@ -808,7 +809,7 @@ SEEDS: dict[str, list[bytes]] = {
     "action": [
         ACTION,
         kpm.encode_action_definition(
-            ActionDefinition(list(kpm.MEASUREMENTS), 100, CellId(PLMN, nr_cell=99))
+            ActionDefinition(list(kpm.MEASUREMENTS), 100, CellGlobalId(PLMN, nr_cell=99))
         ),
     ],
     "header": [HEADER, b"\x00" + (1_714_564_800).to_bytes(4, "big")],
@@ -829,7 +830,7 @@ SEEDS: dict[str, list[bytes]] = {
             kpm.SHORT_NAME, kpm.OID_V3, {1: list(kpm.MEASUREMENTS)})),
         kpm.encode_ran_function_description(kpm.RanFunctionDescription(
             kpm.SHORT_NAME, kpm.OID_V2, {1: ["RRU.PrbUsedDl"]}, 2,
-            [kpm.CellObject("c", CellId(PLMN, nr_cell=3))])),
+            [kpm.CellObject("c", CellGlobalId(PLMN, nr_cell=3))])),
     ],
     "e2ap": list(PDUS.values()),
 }

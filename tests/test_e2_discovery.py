@@ -32,7 +32,7 @@ from kpi_forecast.xapp.ric.e2.discovery import (
     subscribable,
 )
 from kpi_forecast.xapp.ric.e2.subscription import Subscriber
-from kpi_forecast.xapp.ric.e2.transport import Frame
+from kpi_forecast.xapp.ric.transport import Frame
 from tests import oran_api
 from tests.waiting import until_async
 
@@ -87,10 +87,10 @@ def nodeb(node: MockE2Node, meid: str = "gnb-000") -> NodebResponse:
 
 
 def test_cell_ids_read_as_e2mgr_writes_them() -> None:
-    cell = kpm.CellId(bytes.fromhex("02f829"), nr_cell=2**36 - 1)
+    cell = kpm.CellGlobalId(bytes.fromhex("02f829"), nr_cell=2**36 - 1)
     assert format_cell_id(cell) == "02f829:fffffffff0"
     assert parse_cell_id("02f829:fffffffff0") == cell
-    assert parse_cell_id("00F110:0000000010") == kpm.CellId(bytes.fromhex(PLMN), nr_cell=1)
+    assert parse_cell_id("00F110:0000000010") == kpm.CellGlobalId(bytes.fromhex(PLMN), nr_cell=1)
     for bad in ("cell-000", "00f110-0000000010", "00f110:000000001", "00f110:00000000zz",
                 "00f110:0000000011"):  # the last: bits beyond the identity's 36
         with pytest.raises(ValueError, match="cellId"):
@@ -102,7 +102,7 @@ def test_the_kpm_description_says_which_cells_are_subscribed(panel) -> None:
     assert node is not None and not skipped
     assert node.ran_function_id == RAN_FUNCTION_ID
     assert [c.cell_id for c in node.cells] == ["00f110:0000000000", "00f110:0000000010"]
-    assert node.cells[1].global_id == kpm.CellId(bytes.fromhex(PLMN), nr_cell=1)
+    assert node.cells[1].global_id == kpm.CellGlobalId(bytes.fromhex(PLMN), nr_cell=1)
     assert node.measurements == (MEASUREMENT,)
     # Several measurements asked for (the models of a repository): the node is asked for
     # those it reports, the others left out.

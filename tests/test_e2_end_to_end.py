@@ -29,7 +29,7 @@ from kpi_forecast.xapp.ric.e2 import e2ap, kpm, kpm_indication
 from kpi_forecast.xapp.ric.e2.discovery import parse_cell_id
 from kpi_forecast.xapp.ric.e2.ingest import Ingestor, Route
 from kpi_forecast.xapp.ric.e2.submgr_api import SubscriptionDetail
-from kpi_forecast.xapp.ric.e2.transport import RIC_INDICATION, RIC_SUB_FAILURE, RIC_SUB_RESP, Frame
+from kpi_forecast.xapp.ric.transport import RIC_INDICATION, RIC_SUB_FAILURE, RIC_SUB_RESP, Frame
 from kpi_forecast.xapp.store.cell_history import MemoryCellHistory
 from tests.processes import ROOT
 from tests.rmr_library import rmr_transport

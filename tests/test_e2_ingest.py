@@ -17,7 +17,7 @@ from kpi_forecast.xapp.descriptor.controls import KpiSource
 from kpi_forecast.xapp.metrics import Metrics
 from kpi_forecast.xapp.ric.e2 import e2ap, kpm, kpm_indication
 from kpi_forecast.xapp.ric.e2.ingest import Ingestor, Route
-from kpi_forecast.xapp.ric.e2.transport import RIC_INDICATION, RIC_SUB_RESP, Frame
+from kpi_forecast.xapp.ric.transport import RIC_INDICATION, RIC_SUB_RESP, Frame
 from kpi_forecast.xapp.store.cell_history import HistoryUnavailable, MemoryCellHistory
 from tests.rmr_library import rmr_transport
 from tests.tolerance import answer_tolerance

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from kpi_forecast.xapp.ric.e2.transport import RIC_INDICATION, RIC_SUB_RESP, Frame
+from kpi_forecast.xapp.ric.transport import RIC_INDICATION, RIC_SUB_RESP, Frame
 from tests.tcp_transport import (
     HEADER,
     MAX_PAYLOAD,

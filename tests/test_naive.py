@@ -7,9 +7,9 @@ import pytest
 from kpi_forecast.model.naive import (
     NAIVES,
     NaiveSources,
-    last_season,
     naive_forecasts,
     naive_sources,
+    seasonal_naive,
     weekly_profile,
 )
 from tests.tolerance import rounding_tolerance
@@ -35,7 +35,7 @@ def test_on_weeks_that_repeat_the_profile_is_the_next_week() -> None:
     # Means, quotients and products of a few dozen float32 values, in float64.
     np.testing.assert_allclose(profile, history[:, :2 * DAY], rtol=0,
                                atol=rounding_tolerance(WEEK, history.max()))
-    np.testing.assert_array_equal(last_season(history, 2 * DAY, WEEK), history[:, :2 * DAY])
+    np.testing.assert_array_equal(seasonal_naive(history, 2 * DAY, WEEK), history[:, :2 * DAY])
 
 
 def test_the_profile_follows_the_last_days_level_and_averages_the_noise_away() -> None:
@@ -45,7 +45,7 @@ def test_the_profile_follows_the_last_days_level_and_averages_the_noise_away() -
     # The whole last day 20 % busier, as after a change of level that lasts.
     noisy[:, -DAY:] *= 1.2
     ahead = clean[:, :DAY] * 1.2
-    profile, week = weekly_profile(noisy, DAY, DAY), last_season(noisy, DAY, WEEK)
+    profile, week = weekly_profile(noisy, DAY, DAY), seasonal_naive(noisy, DAY, WEEK)
     assert np.abs(profile - ahead).mean() < 0.5 * np.abs(week - ahead).mean()
 
 

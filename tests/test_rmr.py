@@ -16,15 +16,16 @@ import pytest
 from benchmarks.ports import free_port
 from kpi_forecast.model.errors import UserError
 from kpi_forecast.xapp.descriptor.config_file import ConfigError
+from kpi_forecast.xapp.ric import rmr
 from kpi_forecast.xapp.ric.a1.policy_type import A1_POLICY_QUERY, POLICY_TYPE_ID
-from kpi_forecast.xapp.ric.e2 import e2ap, kpm, rmr
+from kpi_forecast.xapp.ric.e2 import e2ap, kpm
 from kpi_forecast.xapp.ric.e2.ingest import Route
 from kpi_forecast.xapp.ric.e2.kpm_indication import (
     encode_indication_header,
     encode_indication_message,
 )
-from kpi_forecast.xapp.ric.e2.rmr import RIC_HEALTH_CHECK_REQ, RmrError, RmrTransport
-from kpi_forecast.xapp.ric.e2.transport import (
+from kpi_forecast.xapp.ric.rmr import RIC_HEALTH_CHECK_REQ, RmrError, RmrTransport
+from kpi_forecast.xapp.ric.transport import (
     RIC_INDICATION,
     RIC_SUB_DEL_RESP,
     RIC_SUB_FAILURE,

@@ -259,7 +259,7 @@ def test_held_cells_beyond_the_limit_get_a_422_and_the_store_cannot_change_live(
                 service = client.app.state.service
                 other = descriptor(tmp_path / "other", model_dir,
                                    historyStore={**store, "namespace": "elsewhere"})
-                with pytest.raises(ValueError, match="historyStore changes take effect"):
+                with pytest.raises(ValueError, match="historyStore.namespace changes take effect"):
                     service.apply_descriptor(other)
                 assert service.state.now.controls.history_store.namespace == "limit"
 

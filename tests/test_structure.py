@@ -18,7 +18,7 @@ from tests.xapp_helpers import descriptor, make_model, running
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ("cli", "data", "model", "training", "xapp")
-MAX_MODULES_PER_FORECAST = 12
+MAX_MODULES_PER_FORECAST = 13
 MAX_XAPP_ENTRIES = 12
 MAX_MODULE_LINES = 400
 
@@ -37,12 +37,21 @@ def project_module(filename: str) -> str | None:
     return str(relative) if relative.parts[0] in SHIPPED else None
 
 
-def test_one_forecast_request_runs_code_in_at_most_twelve_project_modules(
+def below_http(module: str | None) -> bool:
+    return module is not None and module.startswith("xapp/") and not module.startswith(
+        ("xapp/http/", "xapp/app.py", "xapp/server.py"))
+
+
+def test_one_forecast_request_runs_code_in_few_modules_and_crosses_http_once(
         tmp_path: Path) -> None:
     """Traced in the running app, its worker threads included, between the request's start
     and its answer (a first request before, so nothing is loaded or warmed up on the way),
-    with recalibration offsets in force that blend the median with every simple forecast."""
+    with recalibration offsets in force that blend the median with every simple forecast:
+    the modules it runs code in (the route's handler, the serving core's answer with its
+    admission, the model) and every call from below ``http/`` back up into it (none: the
+    handler calls the serving core, which answers without calling up)."""
     modules: set[str] = set()
+    upward: set[tuple[str, str]] = set()
     tracing = threading.Event()
 
     def profile(frame, event, arg) -> None:
@@ -50,6 +59,9 @@ def test_one_forecast_request_runs_code_in_at_most_twelve_project_modules(
             module = project_module(frame.f_code.co_filename)
             if module is not None:
                 modules.add(module)
+                caller = frame.f_back and project_module(frame.f_back.f_code.co_filename)
+                if module.startswith("xapp/http/") and below_http(caller):
+                    upward.add((caller, module))
 
     async def go() -> None:
         async with running(descriptor(tmp_path, make_model(tmp_path / "model"))) as client:
@@ -79,6 +91,7 @@ def test_one_forecast_request_runs_code_in_at_most_twelve_project_modules(
     # The trace saw the model's call, in the batcher's thread, and its recalibration.
     assert {"xapp/serving/batcher.py", "model/recalibration.py", "model/naive.py"} <= modules
     assert len(modules) <= MAX_MODULES_PER_FORECAST, " ".join(sorted(modules))
+    assert "xapp/serving/forecasting.py" in modules and not upward, upward
 
 
 def test_the_serving_package_has_few_entries_at_its_top() -> None:

@@ -18,7 +18,7 @@ import pytest
 from kpi_forecast.model.config import ModelConfig
 from kpi_forecast.model.runtime import OnnxForecaster
 from kpi_forecast.xapp.http import arrow_ipc
-from kpi_forecast.xapp.serving.budget import WINDOW_ANSWERS
+from kpi_forecast.xapp.serving.admission import WINDOW_ANSWERS
 from tests.tolerance import ANSWER_ROUNDING, answer_tolerance, network_tolerance
 from tests.waiting import unready_saying
 from tests.xapp_helpers import CONTEXT, HORIZON, descriptor, make_model, running

@@ -8,6 +8,7 @@ import copy
 import json
 import logging
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -21,15 +22,17 @@ from kpi_forecast.xapp.descriptor.config_file import (
     Descriptor,
     descriptor_path,
     load_descriptor,
-    model_fields_changed,
 )
 from kpi_forecast.xapp.descriptor.controls import (
     DEFAULT_CLIENT_HOST,
     E2,
     Batching,
     Controls,
+    HistoryStore,
+    KpiSource,
     Registration,
 )
+from kpi_forecast.xapp.descriptor.fields import APPLIES, changed
 
 PACKAGED = DEFAULT_DIR / CONFIG_FILE_NAME
 SCHEMA = json.loads((DEFAULT_DIR / SCHEMA_FILE_NAME).read_text())
@@ -286,16 +289,47 @@ def test_an_invalid_schema_beside_the_file_names_the_schema(tmp_path: Path) -> N
     assert caught.value.path == schema
 
 
-# --- model_fields_changed ----------------------------------------------------------------------
+# --- when a change applies --------------------------------------------------------------------
 
 
-def test_model_fields_changed_lists_what_needs_a_model_reload() -> None:
+def test_each_setting_says_when_a_change_applies_and_changes_are_sorted_by_it() -> None:
     old = Controls(model_dir="/a")
-    assert model_fields_changed(old, old.model_copy(update={"latency_budget_ms": 5})) == []
-    new = old.model_copy(update={"model_dir": "/b", "intra_op_threads": 4})
-    assert model_fields_changed(old, new) == ["model_dir", "intra_op_threads"]
-    cuda = old.model_copy(update={"execution_provider": "cuda"})
-    assert model_fields_changed(old, cuda) == ["execution_provider"]
+    live = old.model_copy(update={
+        "latency_budget_ms": 5, "batching": Batching(max_batch_size=8),
+        "e2": old.e2.model_copy(update={"kpis": {"kpi": KpiSource(measurement="m")}})})
+    assert [changed(old, live, when) for when in ("live", "reload", "restart")] == [
+        ["latencyBudgetMs", "batching.maxBatchSize", "e2.kpis"], [], []]
+    new = old.model_copy(update={"model_dir": "/b", "intra_op_threads": 4,
+                                 "execution_provider": "cuda"})
+    assert changed(old, new, "reload") == ["modelDir", "executionProvider", "intraOpThreads"]
+    # A setting without its own declaration takes its parent's: every historyStore field
+    # is the store opened at start.
+    later = old.model_copy(update={
+        "history_length": 10, "history_store": HistoryStore(namespace="n"),
+        "e2": old.e2.model_copy(update={"port": 4561}),
+        "registration": Registration(retry_seconds=1)})
+    assert changed(old, later, "restart") == [
+        "historyLength", "historyStore.namespace", "registration.retrySeconds", "e2.port"]
+    assert changed(old, later, "live") == []
+
+
+def test_the_schema_and_the_reference_show_when_a_change_applies() -> None:
+    properties = SCHEMA["properties"]
+    assert properties["modelDir"][APPLIES] == "reload"
+    assert properties["historyStore"][APPLIES] == "restart"
+    assert properties["e2"]["properties"]["port"][APPLIES] == "restart"
+    assert APPLIES not in properties["latencyBudgetMs"]  # live, as the controls are
+    page = (Path(__file__).resolve().parents[1] / "docs" / "reference"
+            / "configuration.md").read_text()
+    cells = [re.split(r"(?<!\\)\|", line) for line in page.splitlines()
+             if line.startswith("| `")]  # a type's own | is escaped
+    rows = {row[1].strip(" `"): row for row in cells}
+    assert rows["historyStore.namespace"][3].strip() == "restart"
+    assert rows["intraOpThreads"][3].strip() == "reload"
+    assert rows["latencyBudgetMs"][3].strip() == "live"
+    # Fields with a default show it, not "required".
+    assert rows["perModel"][4].strip() == "`{}`"
+    assert rows["e2.kpis"][4].strip().startswith('`{"prb_util": ')
 
 
 # --- the watcher -------------------------------------------------------------------------------

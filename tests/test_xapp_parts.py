@@ -13,7 +13,7 @@ import pytest
 from kpi_forecast.model.recalibration import Recalibration
 from kpi_forecast.xapp.metrics import Metrics
 from kpi_forecast.xapp.serving.batcher import DynamicBatcher, QueueFull
-from kpi_forecast.xapp.serving.fallback import seasonal_naive
+from kpi_forecast.xapp.serving.fallback import fallback_forecast
 from tests.tolerance import UNIT_ROUNDOFF_32
 from tests.xapp_helpers import serving_state
 
@@ -24,7 +24,7 @@ def test_fallback_repeats_last_week_with_a_band_from_its_own_errors() -> None:
     rng = np.random.default_rng(0)
     hours = np.arange(21 * 24)
     history = 50 + 20 * np.sin(2 * np.pi * hours / 24) + rng.normal(0, 2, hours.size)
-    forecast = seasonal_naive(history, 24, [0.1, 0.5, 0.9], steps_per_day=24)
+    [forecast] = fallback_forecast(history[None], 24, [0.1, 0.5, 0.9], steps_per_day=24)
     # Last week's values, stored as float32: one rounding each.
     np.testing.assert_allclose(forecast[:, 1], history[-168:-144], rtol=2 * UNIT_ROUNDOFF_32)
     assert (forecast[:, 0] < forecast[:, 1]).all() and (forecast[:, 1] < forecast[:, 2]).all()
@@ -34,12 +34,16 @@ def test_fallback_repeats_last_week_with_a_band_from_its_own_errors() -> None:
 
 def test_fallback_with_short_or_gappy_history() -> None:
     day = np.arange(30, dtype=float)  # longer than a day, shorter than a week
-    np.testing.assert_allclose(seasonal_naive(day, 3, [0.5], 24)[:, 0], day[6:9])
-    gappy = np.full(200, np.nan)
-    gappy[-1] = 7.0
-    np.testing.assert_allclose(seasonal_naive(gappy, 4, [0.1, 0.9], 24), 7.0)
+    np.testing.assert_allclose(fallback_forecast(day[None], 3, [0.5], 24)[0, :, 0], day[6:9])
+    gappy = np.full((1, 200), np.nan)
+    gappy[0, -1] = 7.0
+    np.testing.assert_allclose(fallback_forecast(gappy, 4, [0.1, 0.9], 24), 7.0)
+    # A value missing a week back is the same hour a week before that (model.naive's rule).
+    weeks = np.tile(np.arange(168, dtype=float), 3)[None]
+    weeks[0, -168] = np.nan
+    np.testing.assert_allclose(fallback_forecast(weeks, 2, [0.5], 24)[0, :, 0], [0.0, 1.0])
     with pytest.raises(ValueError, match="no observed"):
-        seasonal_naive(np.full(10, np.nan), 4, [0.5], 24)
+        fallback_forecast(np.vstack([weeks, np.full((1, 504), np.nan)]), 4, [0.5], 24)
 
 
 class CountingModel:
@@ -118,7 +122,7 @@ def test_the_batcher_bounds_its_queue_and_skips_abandoned_requests() -> None:
 
 
 def test_the_concurrency_limit_follows_queueing_delay_against_the_allowance() -> None:
-    from kpi_forecast.xapp.serving.budget import (
+    from kpi_forecast.xapp.serving.admission import (
         MAX_GRADIENT,
         MIN_GRADIENT,
         MIN_LIMIT,
@@ -174,7 +178,7 @@ def test_the_concurrency_limit_follows_queueing_delay_against_the_allowance() ->
 
 
 def test_admission_off_admits_everything_and_still_measures() -> None:
-    from kpi_forecast.xapp.serving.budget import WINDOW_ANSWERS, ConcurrencyLimit
+    from kpi_forecast.xapp.serving.admission import WINDOW_ANSWERS, ConcurrencyLimit
 
     limit = ConcurrencyLimit(maximum=4, enabled=False)
     assert all(limit.try_acquire() for _ in range(50))

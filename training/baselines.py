@@ -1,4 +1,6 @@
-"""Seasonal baseline forecasters (pure numpy) that the learned model must beat.
+"""Seasonal baseline forecasters (pure numpy) that the learned model must beat: the seasonal
+naive of a day and of a week (``model.naive.seasonal_naive``, the one the xApp's fallback and
+the recalibration use, with its rule for missing values) and the mean of the last four weeks.
 
 Every baseline maps a history ``[n_series, T]`` (NaN = missing) to a point forecast
 ``[n_series, horizon]`` for steps ``T, T+1, ...`` right after the history ends. All are
@@ -13,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+
+from kpi_forecast.model.naive import seasonal_naive
 
 # (history, horizon, steps_per_day) -> forecast [n_series, horizon]
 BaselineFn = Callable[[np.ndarray, int, int], np.ndarray]
@@ -39,30 +43,6 @@ def _repeat_last_season(per_phase: np.ndarray, horizon: int) -> np.ndarray:
     """Lay a ``[n_series, season]`` per-phase table out over ``horizon`` steps."""
     season = per_phase.shape[1]
     return per_phase[:, np.arange(horizon) % season]
-
-
-def seasonal_naive(history: np.ndarray, horizon: int, season: int) -> np.ndarray:
-    """Repeat the last observed season: ``y_hat[T+h] = y[T+h - k*season]``.
-
-    ``k`` is the smallest ``k >= 1`` landing inside the history, so a horizon longer
-    than a season repeats the last season. Where that value is NaN the same phase one
-    season further back is used, and so on; the forecast is NaN only if no season in the
-    history has a value at that phase (or the history is shorter than the phase needs).
-    """
-    h = _as_history(history)
-    _check(horizon, season)
-    n, t = h.shape
-    last = np.full((n, season), np.nan, dtype=h.dtype)
-    # Walk back one season at a time, filling only the phases still missing, and stop
-    # once none is: on dense data this reads just the final season.
-    for start in range(t - season, -season, -season):
-        lo = max(start, 0)
-        target = last[:, lo - start :]  # a view: a partial first season covers late phases
-        missing = np.isnan(target)
-        np.copyto(target, h[:, lo : start + season], where=missing)
-        if not np.isnan(last).any():
-            break
-    return _repeat_last_season(last, horizon)
 
 
 def seasonal_mean(history: np.ndarray, horizon: int, season: int, n_seasons: int = 4) -> np.ndarray:

@@ -11,18 +11,25 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from kpi_forecast.xapp.descriptor.config_file import Descriptor, model_fields_changed
-from kpi_forecast.xapp.descriptor.controls import E2, Controls
+from kpi_forecast.xapp.descriptor.config_file import Descriptor
+from kpi_forecast.xapp.descriptor.controls import E2
+from kpi_forecast.xapp.descriptor.fields import changed
 from kpi_forecast.xapp.metrics import Metrics
 from kpi_forecast.xapp.ric.a1.handler import PolicyHandler
 from kpi_forecast.xapp.ric.a1.policies import Policies
 from kpi_forecast.xapp.ric.e2.ingest import Ingestor
 from kpi_forecast.xapp.ric.e2.link import E2Link
 from kpi_forecast.xapp.ric.e2.ownership import Ownership
-from kpi_forecast.xapp.ric.e2.rmr import RmrTransport
-from kpi_forecast.xapp.ric.e2.transport import Transport
+from kpi_forecast.xapp.ric.rmr import RmrTransport
+from kpi_forecast.xapp.ric.transport import Transport
 from kpi_forecast.xapp.serving import repository
-from kpi_forecast.xapp.serving.budget import Admission, ConcurrencyLimit, LoopLag, latency_budget_s
+from kpi_forecast.xapp.serving.admission import (
+    Admission,
+    ConcurrencyLimit,
+    LoopLag,
+    latency_budget_s,
+)
+from kpi_forecast.xapp.serving.forecasting import Forecasting
 from kpi_forecast.xapp.serving.model_holder import check_controls
 from kpi_forecast.xapp.serving.repository import ModelSlot
 from kpi_forecast.xapp.serving.state import ServingState
@@ -33,11 +40,6 @@ log = logging.getLogger(__name__)
 # finishing queued forecasts) is cut off after this long: four of them stay within the 5 s
 # every command gets from SIGTERM to its exit.
 STOP_STEP_S = 1.0
-
-
-# Controls that take effect at the next start only.
-RESTART_FIELDS = ("history_store", "a1", "model_url", "model_repository", "models",
-                  "default_model")
 
 
 # Builds the rmr-data transport from the E2 controls and a counter of broken messages (by
@@ -71,6 +73,7 @@ class Service:
         self.policies = Policies()
         self.a1 = (PolicyHandler(self.policies, transport, self.state, self.metrics)
                    if controls.a1.enabled and transport is not None else None)
+        self.forecasting = Forecasting(self.state, self.policies, self.admission, self.metrics)
         self.e2 = E2Link(self.state, transport, self.ingestor, http_port, Ownership(self.state),
                          self.metrics, self.a1)
         # Each model's serving parts, by name.
@@ -124,11 +127,10 @@ class Service:
             raise ValueError(f"controls.perModel names {', '.join(sorted(unheld))}, which the "
                              "repository does not hold")
         old = self.state.controls
-        for field in RESTART_FIELDS:
-            if getattr(new.controls, field) != getattr(old, field):
-                alias = Controls.model_fields[field].alias
-                raise ValueError(f"controls.{alias} changes take effect at the next start: "
-                                 "restart the xApp (the chart's rollOnConfigChange does it)")
+        at_start = changed(old, new.controls, "restart")
+        if at_start:
+            raise ValueError(f"controls.{at_start[0]} changes take effect at the next start: "
+                             "restart the xApp (the chart's rollOnConfigChange does it)")
         self.descriptor = new
         self.state.swap(controls=new.controls)
         for name, slot in self.models.items():
@@ -142,9 +144,9 @@ class Service:
         for name, served in self.state.models.items():
             if served.model is not None:  # recalibration turned on or off
                 self.models[name].recalibrator.put_in_force(served.model)
-        changed = model_fields_changed(old, new.controls)
-        if changed:
-            log.info("config: %s changed, reloading the models", ", ".join(changed))
+        on_reload = changed(old, new.controls, "reload")
+        if on_reload:
+            log.info("config: %s changed, reloading the models", ", ".join(on_reload))
             for slot in self.models.values():
                 asyncio.get_running_loop().create_task(slot.holder.reload_logged())
 

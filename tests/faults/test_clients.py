@@ -21,8 +21,8 @@ import pytest
 from benchmarks.ports import free_port
 from kpi_forecast.xapp.descriptor.controls import Controls
 from kpi_forecast.xapp.http.connections import READ_TIMEOUT_S, RESERVED_DESCRIPTORS
-from kpi_forecast.xapp.ric.e2.rmr import RmrTransport
-from kpi_forecast.xapp.ric.e2.transport import RIC_INDICATION, Frame
+from kpi_forecast.xapp.ric.rmr import RmrTransport
+from kpi_forecast.xapp.ric.transport import RIC_INDICATION, Frame
 from tests.faults.conftest import Report
 from tests.processes import BIN, answers, running
 from tests.xapp_helpers import CONTEXT, make_model, write_descriptor

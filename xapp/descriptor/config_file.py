@@ -25,9 +25,6 @@ DEFAULT_DIR = Path(__file__).parent
 CONFIG_FILE_NAME = "config-file.json"
 SCHEMA_FILE_NAME = "schema.json"
 
-# Changing any of these means building a new ONNX Runtime session, i.e. reloading the model.
-MODEL_FIELDS = ("model_dir", "execution_provider", "precision", "intra_op_threads")
-
 log = logging.getLogger(__name__)
 
 
@@ -49,11 +46,6 @@ class Descriptor:
     version: str
     controls: Controls
     raw: dict
-
-
-def model_fields_changed(old: Controls, new: Controls) -> list[str]:
-    """The fields among MODEL_FIELDS that differ: if any, the model must be reloaded."""
-    return [name for name in MODEL_FIELDS if getattr(old, name) != getattr(new, name)]
 
 
 # --- finding and loading -----------------------------------------------------------------------

@@ -15,38 +15,22 @@ import urllib.parse
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import BaseModel, Field, field_validator, model_validator
+
+from kpi_forecast.xapp.descriptor.fields import (
+    MODEL_CONFIG,
+    ON_RELOAD,
+    ON_RESTART,
+    ModelName,
+    Quantile,
+    unique_items,
+)
 
 DEFAULT_APPMGR_URL = "http://service-ricplt-appmgr-http.ricplt:8080/ric/v1/register"
 # The O-RAN SC convention for ClientEndpoint.Host: the xApp's HTTP Service, where submgr posts
 # the subscriptions' outcomes; submgr makes the RMR endpoint of it by turning "http" into "rmr".
 DEFAULT_CLIENT_HOST = "service-ricxapp-kpi-forecast-http.ricxapp"
 DEFAULT_E2MGR_URL = "http://service-ricplt-e2mgr-http.ricplt:3800/v1"
-
-MODEL_CONFIG = ConfigDict(
-    populate_by_name=True,
-    alias_generator=to_camel,
-    extra="forbid",
-    frozen=True,
-    allow_inf_nan=False,  # JSON Schema bounds let NaN through (every comparison is false)
-    use_attribute_docstrings=True,
-)
-
-Quantile = Annotated[float, Field(gt=0, lt=1)]
-Port = Annotated[int, Field(ge=1, le=65535)]
-# A model's name: its directory's in the repository, and a segment of its routes' paths.
-ModelName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
-MessageTypes = list[Annotated[str, Field(min_length=1)]]
-
-
-
-def unique_items(values: list | None, what: str = "the items") -> list | None:
-    """The schema's uniqueItems; pydantic has no list-uniqueness constraint of its own."""
-    if values is not None and len(set(values)) != len(values):
-        raise ValueError(f"{what} must be unique")
-    return values
-
 
 class Batching(BaseModel):
     """How requests are gathered into one model call."""
@@ -135,20 +119,21 @@ class E2(BaseModel):
 
     model_config = MODEL_CONFIG
 
-    enabled: bool = False
+    enabled: bool = Field(False, json_schema_extra=ON_RESTART)
     """Ingest E2SM-KPM indications on the rmr-data port."""
-    port: int = Field(4560, ge=1, le=65535)
+    port: int = Field(4560, ge=1, le=65535, json_schema_extra=ON_RESTART)
     """The rmr-data port RMR listens on, for E2 and A1 (librmr: librmr_si.so.4 on the library
     path)."""
-    submgr_url: str | None = Field(None, min_length=1, pattern=r"^https?://.+")
+    submgr_url: str | None = Field(None, min_length=1, pattern=r"^https?://.+",
+                                   json_schema_extra=ON_RESTART)
     """The subscription manager's REST base, its API's base path included (on an O-RAN SC
     RIC http://service-ricplt-submgr-http.ricplt:8088/ric/v1); null: do not subscribe
     (frames may still arrive)."""
     e2mgr_url: str = Field(DEFAULT_E2MGR_URL, alias="e2mgrUrl", min_length=1,
-                           pattern=r"^https?://.+")
+                           pattern=r"^https?://.+", json_schema_extra=ON_RESTART)
     """The E2 Manager's REST base, its /v1 included: where the E2 nodes, their cells and RAN
     functions are listed."""
-    client_host: str | None = Field(None, min_length=1)
+    client_host: str | None = Field(None, min_length=1, json_schema_extra=ON_RESTART)
     """The subscription's ClientEndpoint.Host: where the subscription manager posts each
     subscription's outcome (HTTP) and, with "http" in it turned into "rmr", where the E2 side
     sends this xApp's frames (the chart leaves it null and passes each pod's IP with
@@ -156,7 +141,7 @@ class E2(BaseModel):
     HTTP Service (service-ricxapp-kpi-forecast-http.ricxapp, the O-RAN SC convention)."""
     reporting_period_ms: int | None = Field(None, ge=1)
     """E2SM-KPM reporting period; null: the model's step."""
-    kpis: dict[str, KpiSource] = Field(default_factory=lambda: dict(DEFAULT_KPIS), min_length=1)
+    kpis: dict[str, KpiSource] = Field(DEFAULT_KPIS, min_length=1)
     """The E2SM-KPM measurement behind each KPI."""
 
     def endpoint_host(self) -> str:
@@ -277,19 +262,19 @@ class Controls(BaseModel):
 
     model_config = MODEL_CONFIG
 
-    model_dir: str | None = Field(None, min_length=1)
+    model_dir: str | None = Field(None, min_length=1, json_schema_extra=ON_RELOAD)
     """Directory holding model.onnx and metadata.json: the one model served, named by the
     directory's name; null: the models of modelRepository."""
-    model_repository: str | None = Field(None, min_length=1)
+    model_repository: str | None = Field(None, min_length=1, json_schema_extra=ON_RESTART)
     """Directory of models, one subdirectory each, named by it (kpi-forecast train --target
     a,b writes one); each model is loaded, reloaded and unloaded on its own; null: modelDir."""
     models: list[ModelName] | None = Field(None, min_length=1, json_schema_extra={
-        "uniqueItems": True})
+        "uniqueItems": True, **ON_RESTART})
     """The repository's models loaded at start; null: every subdirectory holding a model."""
-    default_model: ModelName | None = None
+    default_model: ModelName | None = Field(None, json_schema_extra=ON_RESTART)
     """The model the routes without a model name (/v1/forecast, /v1/cells/...) answer for;
     null: the first of models, else the first subdirectory by name."""
-    model_url: str | None = Field(None, min_length=1)
+    model_url: str | None = Field(None, min_length=1, json_schema_extra=ON_RESTART)
     """Where the model comes from when the pod mounts none (as in the chart dms_cli builds): an
     http(s) URL or a file path of a .tar.gz of a model directory (kpi-forecast k8s package
     writes one), unpacked into modelDir at start unless the model there came from this URL;
@@ -300,7 +285,7 @@ class Controls(BaseModel):
     latency_budget_ms: float = Field(100.0, gt=0, le=60_000)
     """Per-request latency target in milliseconds."""
     per_model: dict[ModelName, ModelControls] = Field(
-        default_factory=dict, json_schema_extra={"additionalProperties": False})
+        {}, json_schema_extra={"additionalProperties": False})
     """Settings of a model, by its name, in place of these (latencyBudgetMs, batching,
     defaultHorizon, quantiles)."""
     default_horizon: Annotated[int, Field(ge=1)] | None = None
@@ -309,25 +294,27 @@ class Controls(BaseModel):
         "uniqueItems": True})
     """Quantiles returned when a request names none; null: all the model has."""
     batching: Batching = Batching()
-    history_length: int = Field(672, ge=1, le=1_000_000)
+    history_length: int = Field(672, ge=1, le=1_000_000, json_schema_extra=ON_RESTART)
     """KPI samples kept per cell."""
-    history_store: HistoryStore = HistoryStore()
+    history_store: HistoryStore = Field(HistoryStore(), json_schema_extra=ON_RESTART)
     recalibration: RecalibrationControls = RecalibrationControls()
-    execution_provider: Literal["auto", "cuda", "cpu"] = "auto"
+    execution_provider: Literal["auto", "cuda", "cpu"] = Field(
+        "auto", json_schema_extra=ON_RELOAD)
     """ONNX Runtime execution provider; auto: CUDA when available."""
-    precision: Literal["auto", "float32", "float16", "int8"] = "auto"
+    precision: Literal["auto", "float32", "float16", "int8"] = Field(
+        "auto", json_schema_extra=ON_RELOAD)
     """Which of the model's graphs to serve; auto: the float16 one when CUDA is the active
     provider and the model has it (fused attention kernels take only 16-bit floats), else
     float32; int8: the quantised graph, on the CPU (executionProvider auto or cpu)."""
-    intra_op_threads: int = Field(0, ge=0, le=256)
+    intra_op_threads: int = Field(0, ge=0, le=256, json_schema_extra=ON_RELOAD)
     """ONNX Runtime intra-op threads per model call; 0: one per call, and a large batch split
     across the CPUs the process may use."""
     max_request_bytes: int = Field(4 * 2**20, ge=1024, le=2**30)
     """Largest REST request body."""
-    registration: Registration = Registration()
+    registration: Registration = Field(Registration(), json_schema_extra=ON_RESTART)
     api: Api = Api()
     e2: E2 = E2()
-    a1: A1 = A1()
+    a1: A1 = Field(A1(), json_schema_extra=ON_RESTART)
 
     @field_validator("quantiles", "models")
     @classmethod

@@ -9,7 +9,8 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
-from kpi_forecast.xapp.descriptor.controls import MODEL_CONFIG, Controls, MessageTypes, Port
+from kpi_forecast.xapp.descriptor.controls import Controls
+from kpi_forecast.xapp.descriptor.fields import MODEL_CONFIG, MessageTypes, Port
 
 # The descriptor's envelope belongs to the RIC platform (appmgr, dms_cli): keys this xApp does
 # not use are kept, not refused.

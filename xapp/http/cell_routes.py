@@ -8,7 +8,6 @@ from fastapi import APIRouter
 
 from kpi_forecast.xapp.http.edge import facts
 from kpi_forecast.xapp.http.errors import ERRORS, ClientError
-from kpi_forecast.xapp.http.forecast_routes import held_store
 from kpi_forecast.xapp.http.schemas import (
     CellIdPath,
     CellOut,
@@ -21,6 +20,7 @@ from kpi_forecast.xapp.http.schemas import (
     span,
 )
 from kpi_forecast.xapp.service import Service
+from kpi_forecast.xapp.serving.forecasting import check_step, held_store
 from kpi_forecast.xapp.serving.repository import ModelSlot
 from kpi_forecast.xapp.store.cell_history import HistoryError
 
@@ -95,7 +95,8 @@ async def _add_history(service: Service, slot: ModelSlot, cell_id: str, body: Se
                        ) -> HistoryAccepted:
     served = service.state.served(slot.name)
     store = held_store(served)
-    model, _ = slot.decider.check_request(served, body.freq, None)
+    model = service.forecasting.model(served)
+    check_step(model, body.freq)
     try:
         kept = await store.put_series(cell_id, span(body, model)[0], body.values, "rest")
     except HistoryError as exc:
@@ -107,8 +108,9 @@ async def _add_histories(service: Service, slot: ModelSlot, body: CellsHistoryRe
                          ) -> CellsHistoryAccepted:
     served = service.state.served(slot.name)
     store = held_store(served)
+    model = service.forecasting.model(served)
     for freq in {item.freq for item in body.items}:
-        model, _ = slot.decider.check_request(served, freq, None)
+        check_step(model, freq)
     starts = [span(item, model)[0] for item in body.items]
     kept = await store.put_cells([
         (item.cell_id, [(start + k * store.step, value)

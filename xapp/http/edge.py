@@ -25,9 +25,10 @@ from fastapi.routing import APIRoute
 from starlette.routing import BaseRoute
 
 from kpi_forecast.xapp.descriptor.controls import API_KEY_ENV, API_KEY_HEADER, Api
-from kpi_forecast.xapp.http.errors import Shed, shed_response, too_large
+from kpi_forecast.xapp.http.errors import shed_response, too_large
 from kpi_forecast.xapp.metrics import Metrics
-from kpi_forecast.xapp.serving.budget import Admission, LoopLag
+from kpi_forecast.xapp.serving.admission import Admission, LoopLag
+from kpi_forecast.xapp.serving.errors import Shed
 from kpi_forecast.xapp.serving.state import ServingState
 
 Series = Literal["none", "one", "many"]
@@ -182,7 +183,7 @@ class Boundary:
             await self.app(scope, receive, send)
             return
         # The request reached the socket about one loop lag before the app reads it: from
-        # there its budget runs, and its wait counts (serving/budget.py).
+        # there its budget runs, and its wait counts (serving/admission.py).
         request_state = scope.setdefault("state", {})
         request_state["arrival"] = time.monotonic() - self.loop_lag.seconds
         route: Route | None = request_state.get("edge_route")

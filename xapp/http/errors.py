@@ -13,7 +13,16 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from kpi_forecast.xapp.metrics import Metrics
-from kpi_forecast.xapp.serving.state import ServingState, UnknownModel
+from kpi_forecast.xapp.serving.errors import (
+    Excluded,
+    InvalidRequest,
+    NotHeld,
+    RequestError,
+    Shed,
+    TooLittleHistory,
+    UnknownModel,
+)
+from kpi_forecast.xapp.serving.state import ServingState
 from kpi_forecast.xapp.store.cell_history import HistoryUnavailable
 
 
@@ -36,13 +45,14 @@ class ClientError(Exception):
         self.status = status
 
 
-class Shed(Exception):
-    """Refused to protect the budget: 503 with Retry-After."""
+# The status of each error of the serving core a client can fix.
+STATUS: dict[type[RequestError], int] = {
+    InvalidRequest: 422, UnknownModel: 404, NotHeld: 404, TooLittleHistory: 409, Excluded: 409,
+}
 
-    def __init__(self, reason: str, message: str, retry_after_s: float = 1.0) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.retry_after_s = retry_after_s
+
+def status_of(exc: RequestError) -> int:
+    return next(code for kind, code in STATUS.items() if isinstance(exc, kind))
 
 
 def too_large(limit: int) -> JSONResponse:
@@ -87,9 +97,9 @@ def add_error_handlers(app: FastAPI, metrics: Metrics, state: ServingState) -> N
     async def client_error(request: Request, exc: ClientError) -> JSONResponse:
         return JSONResponse({"error": str(exc)}, status_code=exc.status)
 
-    @app.exception_handler(UnknownModel)
-    async def unknown_model(request: Request, exc: UnknownModel) -> JSONResponse:
-        return JSONResponse({"error": str(exc)}, status_code=404)
+    @app.exception_handler(RequestError)
+    async def request_error(request: Request, exc: RequestError) -> JSONResponse:
+        return JSONResponse({"error": str(exc)}, status_code=status_of(exc))
 
     @app.exception_handler(Shed)
     async def shed(request: Request, exc: Shed) -> JSONResponse:

@@ -12,16 +12,18 @@ from fastapi import APIRouter
 
 from kpi_forecast.model.artifact import ArtifactError
 from kpi_forecast.xapp.http.edge import facts
-from kpi_forecast.xapp.http.errors import ERRORS, ClientError, Shed
+from kpi_forecast.xapp.http.errors import ERRORS, ClientError
 from kpi_forecast.xapp.http.schemas import (
     ModelNamePath,
     ModelOut,
     ModelsOut,
     ModelState,
+    RecalibrationOut,
     ReloadRequest,
 )
 from kpi_forecast.xapp.service import Service
 from kpi_forecast.xapp.serving import repository
+from kpi_forecast.xapp.serving.errors import Shed
 from kpi_forecast.xapp.serving.repository import ModelSlot
 
 
@@ -132,5 +134,5 @@ def _model_out(service: Service, slot: ModelSlot) -> ModelOut:
         quantiles=meta.quantiles, calendar_tz=meta.calendar_tz, holidays=meta.holidays,
         holiday_reading=meta.holiday_reading,
         load_seconds=round(slot.holder.load_seconds, 3), runtime=model.describe(),
-        recalibration=slot.recalibrator.describe(model),
+        recalibration=RecalibrationOut(**slot.recalibrator.describe(model)),
     )

@@ -1,11 +1,12 @@
 """Request and response bodies of the REST API: the service boundary, validated by pydantic;
-a body's series as the forecaster takes it (``series``); and the forecasts' answers, built as
-plain dicts of the response models' shape (``cell_response``, ``batch_response``)."""
+and the forecasts' answers, built as plain dicts of the response models' shape
+(``cell_response``, ``batch_response``)."""
 
 from __future__ import annotations
 
 import datetime as dt
 import functools
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, Literal
 
 import numpy as np
@@ -25,14 +26,14 @@ from pydantic import (
 from kpi_forecast.model.artifact import HolidayReading
 from kpi_forecast.model.kpi import MAX_KPI_VALUE
 from kpi_forecast.model.runtime import OnnxForecaster
-from kpi_forecast.xapp.http.errors import ClientError
+from kpi_forecast.xapp.descriptor.fields import CELL_ID_PATTERN, MAX_CELL_ID, CellId
+from kpi_forecast.xapp.serving.forecasting import check_end
 
 if TYPE_CHECKING:
-    from kpi_forecast.xapp.serving.budget import Answer
+    from kpi_forecast.xapp.serving.forecasting import Forecast
 
 MAX_VALUES = 100_000  # steps in one series: a year of 5-minute samples
 MAX_BATCH_ITEMS = 100_000
-MAX_CELL_ID = 256
 
 # Years a series may start in, as written with its own offset. Far enough from both ends of
 # what pandas' nanosecond timestamps hold (1677 to 2262) that a series and its forecast fit.
@@ -67,9 +68,6 @@ Start = Annotated[
 ]
 # Strict: a JSON true is not the number 1, nor "12" the number 12.
 Kpi = Annotated[float, Field(ge=0.0, le=MAX_KPI_VALUE, allow_inf_nan=False, strict=True)]
-# No "/": a cell is addressed in paths (/v1/cells/{id}/forecast), where one could not be.
-CELL_ID_PATTERN = r"^[^/]+$"
-CellId = Annotated[str, Field(min_length=1, max_length=MAX_CELL_ID, pattern=CELL_ID_PATTERN)]
 # The same rule for a cell id in a route's path.
 CellIdPath = Annotated[str, Path(min_length=1, max_length=MAX_CELL_ID, pattern=CELL_ID_PATTERN)]
 ModelNamePath = Annotated[str, Path(
@@ -254,50 +252,12 @@ class ModelsOut(BaseModel):
     models: list[ModelState]
 
 
-# A JSON body's series as the forecaster takes it: values (None = NaN) and the time of the
-# last step, checked to end, with the model's horizon after it, within what timestamps hold.
-
-EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-MICROSECOND = dt.timedelta(microseconds=1)
-
-
-def epoch_ns(stamp: dt.datetime) -> int:
-    """An aware datetime as nanoseconds since 1970 UTC (what pandas' ``Timestamp.value``
-    is), in integers: a Timestamp per request cost more than the rest of the series' checks."""
-    return (stamp - EPOCH) // MICROSECOND * 1000
-
-
-def _check_end(body: SeriesIn, model: OnnxForecaster, start_ns: int) -> None:
-    """A series whose forecast would end past what timestamps hold (April 2262) is the
-    client's error, not an overflow inside."""
-    if not fits(start_ns, len(body.values) - 1 + model.metadata.horizon, model.step.value):
-        raise ClientError(422, f"values: {len(body.values)} steps of {body.freq} from "
-                          f"{body.start.isoformat()}, and the model's horizon after them, end "
-                          f"past {pd.Timestamp.max.date()}")
-
-
 def span(body: SeriesIn, model: OnnxForecaster) -> tuple[pd.Timestamp, pd.Timestamp]:
-    """The series' first and last steps (history to store)."""
+    """The series' first and last steps (history to store); InvalidRequest for one whose
+    forecast would end past what timestamps hold."""
+    check_end(body.start, len(body.values), body.freq, model)
     start = pd.Timestamp(body.start)
-    _check_end(body, model, start.value)
     return start, start + (len(body.values) - 1) * model.step
-
-
-def fits(start_ns: int | np.ndarray, steps: int | np.ndarray, step_ns: int) -> bool | np.ndarray:
-    """Whether ``steps`` steps after ``start_ns`` (ns since 1970, not before it) are still a
-    timestamp; arranged so that int64 arrays do not overflow on the way."""
-    return steps <= (pd.Timestamp.max.value - start_ns) // step_ns
-
-
-def series(body: SeriesIn, model: OnnxForecaster) -> tuple[np.ndarray, dt.datetime, int]:
-    """The values, and the last step: in the zone the series came in (what the answer's
-    timestamps follow) and as nanoseconds since 1970 UTC (what the batcher takes)."""
-    values = np.array(body.values, np.float32)  # None becomes NaN
-    start_ns = epoch_ns(body.start)
-    _check_end(body, model, start_ns)
-    last_ns = start_ns + (len(values) - 1) * model.step.value
-    last = (EPOCH + dt.timedelta(microseconds=last_ns // 1000)).astimezone(body.start.tzinfo)
-    return values, last, last_ns
 
 
 # --- the forecasts' answers, built as dicts ------------------------------------------------------
@@ -311,13 +271,14 @@ def series(body: SeriesIn, model: OnnxForecaster) -> tuple[np.ndarray, dt.dateti
 DECIMALS = 4  # of the quantiles answered in JSON: a tenth of a thousandth of any KPI unit
 
 
-def _points(answer: Answer, row: int, last: dt.datetime, step: dt.timedelta,
-            horizon: int | None, names: tuple[str, ...] | None) -> list[dict]:
-    quantiles = answer.quantiles[row, :horizon]
+def _points(forecast: Forecast, row: int, last: dt.datetime) -> list[dict]:
+    answer, names = forecast.answer, forecast.names[row]
+    quantiles = answer.quantiles[row, :forecast.horizons[row]]
     if names is not None and list(names) != answer.names:
         quantiles = quantiles[:, [answer.names.index(name) for name in names]]
     rows = np.round(quantiles.astype(np.float64), DECIMALS).tolist()
-    stamps = _timestamps(last.astimezone(dt.UTC), last.tzinfo, step, len(rows))
+    stamps = _timestamps(last.astimezone(dt.UTC), last.tzinfo, forecast.step.to_pytimedelta(),
+                         len(rows))
     keys = ("timestamp", *(names or answer.names))
     return [dict(zip(keys, (stamp, *values), strict=True))
             for stamp, values in zip(stamps, rows, strict=True)]
@@ -336,21 +297,23 @@ def _timestamps(last: dt.datetime, zone: dt.tzinfo, step: dt.timedelta, horizon:
     return tuple((last + (k + 1) * step).astimezone(zone).isoformat() for k in range(horizon))
 
 
-def cell_response(cell_id: str, answer: Answer, row: int, last: dt.datetime,
-                  step: dt.timedelta, latency_ms: float, horizon: int | None = None,
-                  names: tuple[str, ...] | None = None) -> dict:
-    """One cell's answer (a ``ForecastResponse``): its first ``horizon`` steps and its
-    quantiles ``names`` (default: all the answer holds)."""
+def cell_response(cell_id: str, forecast: Forecast, row: int, last: dt.datetime) -> dict:
+    """The answer of ``forecast``'s row ``row`` (a ``ForecastResponse``), whose last step is
+    ``last``: its horizon's steps and its quantiles."""
+    answer = forecast.answer
     return {
-        "cell_id": cell_id, "forecasts": _points(answer, row, last, step, horizon, names),
+        "cell_id": cell_id, "forecasts": _points(forecast, row, last),
         "model_version": answer.model_version, "source": answer.source,
-        "reason": answer.reason, "latency_ms": round(latency_ms, 3),
+        "reason": answer.reason, "latency_ms": round(forecast.latency_ms, 3),
     }
 
 
-def batch_response(items: list[dict], latency_ms: float) -> dict:
-    """Many cells' answers (a ``BatchResponse``)."""
-    return {"items": items, "latency_ms": round(latency_ms, 3)}
+def batch_response(forecast: Forecast, cell_ids: Sequence[str]) -> dict:
+    """Many cells' answers (a ``BatchResponse``), row by row."""
+    last = forecast.last_steps()
+    return {"items": [cell_response(cell_id, forecast, row, last[row])
+                      for row, cell_id in enumerate(cell_ids)],
+            "latency_ms": round(forecast.latency_ms, 3)}
 
 
 def json_response(payload: dict) -> Response:

@@ -12,7 +12,6 @@ holds those asked for, by level ("0.1"). A1 policies steer cells and do not appl
 
 from __future__ import annotations
 
-import datetime as dt
 import time
 import uuid
 from typing import Literal
@@ -23,18 +22,13 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from kpi_forecast.model.runtime import OnnxForecaster
 from kpi_forecast.xapp.http import openapi
 from kpi_forecast.xapp.http.edge import facts
-from kpi_forecast.xapp.http.errors import ClientError, Shed
-from kpi_forecast.xapp.http.schemas import (
-    MAX_BATCH_ITEMS,
-    ForecastRequest,
-    json_response,
-    series,
-)
+from kpi_forecast.xapp.http.errors import ClientError, status_of
+from kpi_forecast.xapp.http.schemas import MAX_BATCH_ITEMS, ForecastRequest, json_response
 from kpi_forecast.xapp.service import Service
-from kpi_forecast.xapp.serving.state import UnknownModel
+from kpi_forecast.xapp.serving.errors import RequestError, Shed, UnknownModel
+from kpi_forecast.xapp.serving.forecasting import parse_step
 from kpi_forecast.xapp.store.cell_history import HistoryUnavailable
 
 UNIVARIATE = "univariate_time_series"
@@ -138,6 +132,8 @@ def add_timeseries_routes(router: APIRouter, service: Service) -> None:
             return kserve_error(exc.status, str(exc), "BadRequestError")
         except UnknownModel as exc:
             return kserve_error(404, str(exc), "NotFoundError", "model")
+        except RequestError as exc:
+            return kserve_error(status_of(exc), str(exc), "BadRequestError")
         except Shed as exc:
             return kserve_error(503, str(exc), "ServiceUnavailableError",
                                 headers={"Retry-After": f"{max(1, round(exc.retry_after_s))}"})
@@ -159,7 +155,6 @@ def kserve_error(status: int, message: str, kind: str, param: str | None = None,
 
 
 async def _forecast(service: Service, request: Request) -> Response:
-    arrival = request.state.arrival
     try:
         body = TimeSeriesRequest.model_validate_json(await request.body())
     except ValidationError as exc:
@@ -168,9 +163,7 @@ async def _forecast(service: Service, request: Request) -> Response:
         return kserve_error(422, f"{where}: {first['msg']}", "BadRequestError", where)
     slot = service.slot(body.model)
     served = service.state.served(slot.name)
-    decider = slot.decider
-    model = decider.served(served)
-    meta = model.metadata
+    meta = service.forecasting.model(served).metadata
     horizon = body.options.horizon
     if not 1 <= horizon <= meta.horizon:
         raise ClientError(422, f"options.horizon {horizon}: from 1 to the model's "
@@ -182,52 +175,47 @@ async def _forecast(service: Service, request: Request) -> Response:
                           f"{meta.quantiles}")
     median = 0.5 if 0.5 in meta.quantiles else meta.quantiles[len(meta.quantiles) // 2]
     columns = tuple(q for q in meta.quantiles if q in {*asked, median})
-    rows = [_series(row, item, model) for row, item in enumerate(body.inputs)]
-    history = np.full((len(rows), max(len(v) for v, _, _ in rows)), np.nan, np.float32)
-    for row, (values, _, _) in enumerate(rows):
-        history[row, history.shape[1] - len(values):] = values
-    last_ns = np.array([stamp_ns for _, _, stamp_ns in rows], np.int64)
-    answer = await decider.forecast(served, history, last_ns, horizon, arrival, meta.freq,
-                                    columns)
-    latency = service.admission.observe(request.scope["route"], arrival, answer, len(rows))
-    forecasts = np.round(answer.quantiles.astype(np.float64), 4)
+    items = [_series(row, item, meta.freq, horizon) for row, item in enumerate(body.inputs)]
+    forecast = await service.forecasting.given(slot, items, request.state.arrival,
+                                               request.scope["route"], quantiles=columns)
+    answer = forecast.answer
+    values = np.round(answer.quantiles.astype(np.float64), 4)
     where = {q: columns.index(q) for q in columns}
-    step = model.step.to_pytimedelta()
+    step = forecast.step.to_pytimedelta()
     content = [{
         "type": UNIVARIATE, "name": item.name, "frequency": item.frequency,
         "start_timestamp": (last + step).isoformat(),
-        "mean_forecast": forecasts[row, :, where[median]].tolist(),
-        "quantiles": {str(q): forecasts[row, :, where[q]].tolist() for q in asked},
-    } for row, (item, (_, last, _)) in enumerate(zip(body.inputs, rows, strict=True))]
+        "mean_forecast": values[row, :, where[median]].tolist(),
+        "quantiles": {str(q): values[row, :, where[q]].tolist() for q in asked},
+    } for row, (item, last) in enumerate(zip(body.inputs, forecast.last_steps(), strict=True))]
     return json_response({
         "id": uuid.uuid4().hex, "created_at": int(time.time()), "status": "completed",
         "model": slot.name, "model_version": answer.model_version, "source": answer.source,
-        "reason": answer.reason, "latency_ms": round(latency, 3),
+        "reason": answer.reason, "latency_ms": round(forecast.latency_ms, 3),
         "outputs": [{"type": "forecast", "id": uuid.uuid4().hex, "status": "completed",
                      "content": content}],
     })
 
 
-def _series(row: int, item: TimeSeriesInput, model: OnnxForecaster
-            ) -> tuple[np.ndarray, dt.datetime, int]:
-    """One input as the model takes it, or the client's error naming the input."""
+def _series(row: int, item: TimeSeriesInput, freq: str, horizon: int) -> ForecastRequest:
+    """One input as a series on the model's grid (``freq``), or the client's error naming the
+    input."""
     if item.type != UNIVARIATE:
         raise ClientError(422, f"inputs.{row}: only univariate_time_series is forecast")
     step = FREQUENCIES.get(item.frequency)
-    if step is None or pd.Timedelta(step) != model.step:
+    if step is None or pd.Timedelta(step) != parse_step(freq):
         raise ClientError(422, f"inputs.{row}.frequency {item.frequency!r}: the model's step "
-                          f"is {model.metadata.freq} (S, T, H, D or W, one step of it)")
+                          f"is {freq} (S, T, H, D or W, one step of it)")
     if item.start_timestamp is None:
         raise ClientError(422, f"inputs.{row}.start_timestamp: needed, the model reads the "
                           "calendar")
     try:
-        parsed = ForecastRequest.model_validate({
-            "cell_id": item.name or "-", "start": item.start_timestamp,
-            "freq": model.metadata.freq, "values": item.series})
+        return ForecastRequest.model_validate({
+            "cell_id": item.name or "-", "start": item.start_timestamp, "freq": freq,
+            "values": item.series, "horizon": horizon})
     except ValidationError as exc:
         first = exc.errors()[0]
         field = {"cell_id": "name", "start": "start_timestamp", "values": "series"}.get(
             str(first["loc"][0]), str(first["loc"][0]))
         rest = "".join(f".{part}" for part in first["loc"][1:])
         raise ClientError(422, f"inputs.{row}.{field}{rest}: {first['msg']}") from None
-    return series(parsed, model)

@@ -26,7 +26,6 @@ import pandas as pd
 from kpi_forecast.model.recalibration import Recalibration, recalibration, week_of_windows
 from kpi_forecast.model.runtime import InputError, OnnxForecaster
 from kpi_forecast.xapp.failures import describe
-from kpi_forecast.xapp.http.schemas import RecalibrationOut
 from kpi_forecast.xapp.metrics import Metrics
 from kpi_forecast.xapp.serving.state import ServingState
 from kpi_forecast.xapp.store.cell_history import HistoryUnavailable
@@ -92,13 +91,14 @@ class Recalibrator:
             return None
         return offsets
 
-    def describe(self, model: OnnxForecaster) -> RecalibrationOut:
-        """What ``model``'s forecasts get now, for GET /v1/model."""
+    def describe(self, model: OnnxForecaster) -> dict:
+        """What ``model``'s forecasts get now, for GET /v1/models/{name} (the fields of
+        ``http.schemas.RecalibrationOut``)."""
         offsets = self._for(model)
         applied = Recalibration() if offsets is None else offsets.recalibration
         names = model.metadata.quantile_names()
         values = applied.offsets if applied.windows else np.zeros(len(names))
-        return RecalibrationOut(
+        return dict(
             model_weight=applied.weight, naive_weights=applied.naive_shares(),
             offsets={n: round(float(k), 6) for n, k in zip(names, values, strict=True)},
             read_at=dict(zip(names, applied.read_at or model.metadata.quantiles, strict=True)),

@@ -1,7 +1,7 @@
 """The models served, by name, as Triton serves a model repository: the directory of each
 (a subdirectory of ``controls.modelRepository`` named as the model, or the one ``modelDir``),
 which are loaded at start, and each model's own serving parts (``ModelSlot``: its holder,
-batcher, decider and recalibrator), so that each loads, reloads, unloads and fails on its own.
+batcher and recalibrator), so that each loads, reloads, unloads and fails on its own.
 
 What can be told before anything loads is checked at start, each in one line: a repository
 that holds no model, a model named that it does not hold, two models that forecast one KPI
@@ -21,11 +21,12 @@ from kpi_forecast.model.runtime import OnnxForecaster
 from kpi_forecast.xapp.descriptor.controls import Controls
 from kpi_forecast.xapp.failures import describe
 from kpi_forecast.xapp.metrics import Metrics
+from kpi_forecast.xapp.serving.admission import latency_budget_s
 from kpi_forecast.xapp.serving.batcher import DynamicBatcher
-from kpi_forecast.xapp.serving.budget import Decider, latency_budget_s
+from kpi_forecast.xapp.serving.errors import UnknownModel
 from kpi_forecast.xapp.serving.model_holder import ModelHolder
 from kpi_forecast.xapp.serving.recalibrator import Recalibrator
-from kpi_forecast.xapp.serving.state import ServingState, UnknownModel
+from kpi_forecast.xapp.serving.state import ServingState
 from kpi_forecast.xapp.store.cell_history import HistoryUnavailable
 from kpi_forecast.xapp.store.shared_state import SharedState
 
@@ -105,8 +106,8 @@ def claim_kpis(kpis: dict[str, str | None]) -> None:
 
 
 class ModelSlot:
-    """One model's serving parts: its holder (load, verify, swap in), its batcher and the
-    decider over it, and its recalibrator. The A1 policies, when on (``a1``), are checked
+    """One model's serving parts: its holder (load, verify, swap in), its batcher, and its
+    recalibrator. The A1 policies, when on (``a1``), are checked
     again whenever a model is swapped in."""
 
     def __init__(self, name: str, state: ServingState, metrics: Metrics,
@@ -119,7 +120,6 @@ class ModelSlot:
         self.batcher = DynamicBatcher(state, metrics, name, batching.max_batch_size,
                                       batching.max_queue_delay_ms / 1000.0,
                                       batching.max_queue_size)
-        self.decider = Decider(self.batcher, metrics)
         metrics.model_ready.labels(model=name).set(0)  # a series from the start, for alerts
         metrics.budget.labels(model=name).set(latency_budget_s(state.served(name).controls))
 

@@ -15,12 +15,9 @@ from types import MappingProxyType
 from kpi_forecast.model.recalibration import Recalibration
 from kpi_forecast.model.runtime import OnnxForecaster
 from kpi_forecast.xapp.descriptor.controls import Controls, KpiSource
+from kpi_forecast.xapp.serving.errors import UnknownModel
 from kpi_forecast.xapp.store.cell_history import CellHistory
 from kpi_forecast.xapp.store.shared_state import SharedState
-
-
-class UnknownModel(LookupError):
-    """A model name the xApp does not serve; the message names those it does."""
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,6 @@ from kpi_forecast.xapp.metrics import Metrics
 from kpi_forecast.xapp.ric.a1.policies import Policies, misfit
 from kpi_forecast.xapp.ric.a1.policy_type import (
     A1_POLICY_QUERY,
-    A1_POLICY_REQ,
     A1_POLICY_RESP,
     POLICY_TYPE_ID,
     ForecastPolicy,
@@ -33,7 +32,7 @@ from kpi_forecast.xapp.ric.a1.policy_type import (
     PolicyRequest,
     PolicyResponse,
 )
-from kpi_forecast.xapp.ric.e2.transport import Frame, Transport
+from kpi_forecast.xapp.ric.transport import Frame, Transport
 from kpi_forecast.xapp.serving.state import ServingState
 from kpi_forecast.xapp.store.cell_history import HistoryUnavailable
 from kpi_forecast.xapp.store.shared_state import SharedState
@@ -70,15 +69,13 @@ class PolicyHandler:
         self._lock = asyncio.Lock()
         self._last_logged: dict[str, float] = {}
 
-    async def handle(self, frame: Frame) -> bool:
-        """Take an A1_POLICY_REQ (True), or leave the frame to others (False)."""
-        if frame.msg_type != A1_POLICY_REQ:
-            return False
+    async def handle(self, frame: Frame) -> None:
+        """Take an A1_POLICY_REQ (the handler of that message type)."""
         try:
             raw = json.loads(frame.payload)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             self._refused("malformed", f"an A1 policy request that is not JSON: {exc}")
-            return True
+            return
         try:
             request = PolicyRequest.model_validate(raw)
         except ValidationError as exc:
@@ -90,7 +87,7 @@ class PolicyHandler:
                 type_id = int(type_id)
             if isinstance(type_id, int) and isinstance(instance_id, str):
                 await self._answer(type_id, instance_id, "ERROR", first_error(exc))
-            return True
+            return
         async with self._lock:  # a request and the store's reading change instances in turn
             status, reason = await self._apply(request)
         self._metrics.a1_requests.labels(operation=request.operation, status=status).inc()
@@ -98,7 +95,6 @@ class PolicyHandler:
             log.warning("a1: %s of instance %r refused: %s", request.operation,
                         request.policy_instance_id, reason)
         await self._answer(request.policy_type_id, request.policy_instance_id, status, reason)
-        return True
 
     async def _apply(self, request: PolicyRequest) -> tuple[str, str | None]:
         """The status to answer, and the reason of an ERROR."""

@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from kpi_forecast.model.runtime import OnnxForecaster
-from kpi_forecast.xapp.http.errors import ClientError
 from kpi_forecast.xapp.ric.a1.policy_type import ForecastPolicy
+from kpi_forecast.xapp.serving.errors import Excluded
 
 
 @dataclass(frozen=True)
@@ -118,15 +118,15 @@ class Policies:
         return sorted(set(self.instances) - set(self.held))
 
     def for_cells(self, cell_ids: Iterable[str], model: str) -> list[Steering]:
-        """Each cell's steering of ``model``'s forecasts; a ClientError (409) for a cell
-        excluded from forecasting."""
+        """Each cell's steering of ``model``'s forecasts; Excluded for a cell excluded from
+        forecasting."""
         steering, excluded = self._steering.get(model), self._excluded.get(model)
         if not steering and not excluded:  # the common case costs one test per request
             return [UNSTEERED for _ in cell_ids]
         answer = []
         for cell_id in cell_ids:
             if excluded and cell_id in excluded:
-                raise ClientError(409, f"cell {cell_id!r} is excluded from forecasting by A1 "
-                                  f"policy instance {excluded[cell_id]!r}")
+                raise Excluded(f"cell {cell_id!r} is excluded from forecasting by A1 policy "
+                               f"instance {excluded[cell_id]!r}")
             answer.append(steering.get(cell_id, UNSTEERED) if steering else UNSTEERED)
         return answer

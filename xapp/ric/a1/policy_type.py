@@ -26,13 +26,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
-from kpi_forecast.xapp.descriptor.controls import (
+from kpi_forecast.xapp.descriptor.fields import (
     MODEL_CONFIG,
+    CellId,
     ModelName,
     Quantile,
     unique_items,
 )
-from kpi_forecast.xapp.http.schemas import CellId
 
 A1_POLICY_REQ = 20010
 A1_POLICY_RESP = 20011

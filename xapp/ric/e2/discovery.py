@@ -156,7 +156,7 @@ class NodebResponse(BaseModel):
 @dataclass(frozen=True)
 class Cell:
     cell_id: str  # e2mgr's cellId (the node's name for a node-level series): the history's
-    global_id: kpm.CellId | None  # None: the whole node's measurements
+    global_id: kpm.CellGlobalId | None  # None: the whole node's measurements
 
 
 @dataclass(frozen=True)
@@ -180,7 +180,7 @@ class Listing:
         return sum(self.skipped.values(), Counter())
 
 
-def parse_cell_id(text: str) -> kpm.CellId:
+def parse_cell_id(text: str) -> kpm.CellGlobalId:
     """e2mgr's cellId of an NR cell: the PLMN's 3 octets and the 36-bit NR cell identity as
     its 5 octets (a left-aligned bit string), in hex, with a colon between."""
     plmn, sep, cell = text.partition(":")
@@ -193,10 +193,10 @@ def parse_cell_id(text: str) -> kpm.CellId:
         raise ValueError(f"cellId {text!r} is not hex") from None
     if identity & 0xF:
         raise ValueError(f"cellId {text!r}: the last 4 bits of a 36-bit identity are unused")
-    return kpm.CellId(octets, nr_cell=identity >> 4)
+    return kpm.CellGlobalId(octets, nr_cell=identity >> 4)
 
 
-def format_cell_id(cell: kpm.CellId) -> str:
+def format_cell_id(cell: kpm.CellGlobalId) -> str:
     """What e2mgr writes for an NR cell (parse_cell_id's inverse)."""
     if cell.nr_cell is None:
         raise ValueError("only NR cells have e2mgr cellIds of this form")

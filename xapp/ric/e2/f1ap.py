@@ -21,7 +21,7 @@ import threading
 from functools import cache
 from typing import Any
 
-from kpi_forecast.xapp.ric.e2.kpm import CellId, DecodeError
+from kpi_forecast.xapp.ric.e2.kpm import CellGlobalId, DecodeError
 
 F1_SETUP = 1  # procedure codes (F1AP-Constants)
 GNB_DU_CONFIGURATION_UPDATE = 3
@@ -56,7 +56,7 @@ def request_part_octets(shown: str) -> bytes:
     return stored
 
 
-def served_cells(octets: bytes) -> list[CellId]:
+def served_cells(octets: bytes) -> list[CellGlobalId]:
     """The NR cells an F1 Setup Request or gNB-DU Configuration Update names (in order);
     DecodeError for anything else."""
     pdu = _pdu()
@@ -83,5 +83,5 @@ def served_cells(octets: bytes) -> list[CellId]:
             bits, width = cgi["nRCellIdentity"]
             if width != 36 or len(cgi["pLMN-Identity"]) != 3:
                 raise DecodeError("f1ap", "an NR CGI of another size than 3 octets and 36 bits")
-            cells.append(CellId(cgi["pLMN-Identity"], nr_cell=bits))
+            cells.append(CellGlobalId(cgi["pLMN-Identity"], nr_cell=bits))
     return cells

@@ -25,7 +25,7 @@ from kpi_forecast.model.kpi import kpi_problem
 from kpi_forecast.xapp.descriptor.controls import Ratio
 from kpi_forecast.xapp.metrics import Metrics
 from kpi_forecast.xapp.ric.e2 import indication, kpm
-from kpi_forecast.xapp.ric.e2.transport import MESSAGE_TYPES, RIC_INDICATION, Frame
+from kpi_forecast.xapp.ric.transport import MESSAGE_TYPES, Frame
 from kpi_forecast.xapp.serving.state import Served, ServingState
 from kpi_forecast.xapp.store.cell_history import HistoryError, HistoryUnavailable
 
@@ -79,7 +79,7 @@ class Ingestor:
         self.routes[(instance_id, action_id)] = route
 
     async def handle(self, frame: Frame) -> None:
-        """The transport's frame handler: queue the indication's values for the writer, or
+        """The handler of RIC indications: queue the indication's values for the writer, or
         count the frame as rejected; never raise."""
         try:
             writes = self._decode(frame)
@@ -141,10 +141,12 @@ class Ingestor:
         self._metrics.e2_indications.inc(written)
         self._metrics.e2_reports_not_kept.inc(not_kept)
 
+    async def refuse(self, frame: Frame) -> None:
+        """The handler of every message type no other handles: counted as rejected."""
+        kind = MESSAGE_TYPES.get(frame.msg_type, str(frame.msg_type))
+        self.reject("msg-type", f"a {kind} frame, which nothing here takes")
+
     def _decode(self, frame: Frame) -> list[_Write]:
-        if frame.msg_type != RIC_INDICATION:
-            kind = MESSAGE_TYPES.get(frame.msg_type, str(frame.msg_type))
-            raise _Rejected("msg-type", f"a {kind} frame on the indication path")
         try:
             pdu = indication.decode_e2ap(frame.payload)
         except kpm.DecodeError as exc:

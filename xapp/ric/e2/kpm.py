@@ -58,7 +58,7 @@ class DecodeError(ValueError):
 
 
 @dataclass(frozen=True)
-class CellId:
+class CellGlobalId:
     """A cell global identity: the PLMN (3 octets, as on the wire) and one of the cell ids."""
 
     plmn: bytes
@@ -82,7 +82,7 @@ class ActionDefinition:
 
     measurements: list[str]
     granularity_ms: int
-    cell: CellId | None = None
+    cell: CellGlobalId | None = None
 
 
 # Not frozen, as E2apMessage: one of each is made for every indication.
@@ -173,25 +173,26 @@ def _bits_to_int(bits: tuple[bytes, int]) -> int:
     return int.from_bytes(data, "big") >> (len(data) * 8 - width)
 
 
-def _cgi_value(cell: CellId) -> tuple[str, dict[str, Any]]:
+def _cgi_value(cell: CellGlobalId) -> tuple[str, dict[str, Any]]:
     if cell.nr_cell is not None:
         return "nR-CGI", {
             "pLMNIdentity": cell.plmn,
             "nRCellIdentity": _int_to_bits(cell.nr_cell, 36),
         }
-    assert cell.eutra_cell is not None  # CellId guarantees one of the two
+    assert cell.eutra_cell is not None  # CellGlobalId guarantees one of the two
     return "eUTRA-CGI", {
         "pLMNIdentity": cell.plmn,
         "eUTRACellIdentity": _int_to_bits(cell.eutra_cell, 28),
     }
 
 
-def _cell_id(cgi: tuple[str | None, Any]) -> CellId:
+def _cell_id(cgi: tuple[str | None, Any]) -> CellGlobalId:
     kind, body = cgi
     if kind == "nR-CGI":
-        return CellId(body["pLMNIdentity"], nr_cell=_bits_to_int(body["nRCellIdentity"]))
+        return CellGlobalId(body["pLMNIdentity"], nr_cell=_bits_to_int(body["nRCellIdentity"]))
     if kind == "eUTRA-CGI":
-        return CellId(body["pLMNIdentity"], eutra_cell=_bits_to_int(body["eUTRACellIdentity"]))
+        return CellGlobalId(body["pLMNIdentity"],
+                            eutra_cell=_bits_to_int(body["eUTRACellIdentity"]))
     raise DecodeError("format", "unknown cell global identity")
 
 
@@ -261,7 +262,7 @@ class CellObject:
     """A cell a KPM v2 node lists: its object id (the node's name for it) and global id."""
 
     object_id: str
-    cell: CellId
+    cell: CellGlobalId
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ import pandas as pd
 from kpi_forecast.xapp.failures import describe
 from kpi_forecast.xapp.metrics import Metrics
 from kpi_forecast.xapp.ric.a1.handler import PolicyHandler
+from kpi_forecast.xapp.ric.a1.policy_type import A1_POLICY_REQ
 from kpi_forecast.xapp.ric.e2.discovery import (
     REASONS,
     E2Manager,
@@ -30,7 +31,7 @@ from kpi_forecast.xapp.ric.e2.discovery import (
 from kpi_forecast.xapp.ric.e2.ingest import Ingestor
 from kpi_forecast.xapp.ric.e2.ownership import ROUND_S, Ownership
 from kpi_forecast.xapp.ric.e2.subscription import Subscriber
-from kpi_forecast.xapp.ric.e2.transport import RIC_INDICATION, Frame, Transport
+from kpi_forecast.xapp.ric.transport import RIC_INDICATION, MessageHandlers, Transport
 from kpi_forecast.xapp.serving.state import ServingState
 from kpi_forecast.xapp.store.cell_history import HistoryUnavailable
 
@@ -71,7 +72,11 @@ class E2Link:
         e2 = self._state.now.controls.e2
         tasks = []
         if self.transport is not None:
-            await self.transport.start(self._on_frame)
+            handlers = MessageHandlers(other=self.ingestor.refuse)
+            handlers.register(RIC_INDICATION, self.ingestor.handle)
+            if self._policies is not None:
+                handlers.register(A1_POLICY_REQ, self._policies.handle)
+            await self.transport.start(handlers)
             log.info("e2: listening for rmr-data frames on port %d", self.transport.port)
             if e2.enabled and e2.submgr_url:
                 self.e2mgr = E2Manager(e2.e2mgr_url)
@@ -98,14 +103,6 @@ class E2Link:
                             os.environ.get("RMR_SEED_RT", "-"))
             self._ready_said = ready
         return ready
-
-    async def _on_frame(self, frame: Frame) -> None:
-        if frame.msg_type == RIC_INDICATION:  # nearly every frame: straight to the ingestor
-            await self.ingestor.handle(frame)
-            return
-        if self._policies is not None and await self._policies.handle(frame):
-            return
-        await self.ingestor.handle(frame)
 
     def wanted(self) -> tuple[tuple[KpiOptions, ...], int] | None:
         """What the subscriptions ask for: the measurements each KPI of the models served may

@@ -1,5 +1,6 @@
-"""Messages as the RIC message router hands them to an xApp, and what the xApp needs of a
-transport for them (``Transport``; the RIC's own is ``rmr.RmrTransport``)."""
+"""Messages as the RIC message router hands them to an xApp, what the xApp needs of a
+transport for them (``Transport``; the RIC's own is ``rmr.RmrTransport``), and the handler of
+each message type (``MessageHandlers``): one RMR endpoint carries E2 and A1 alike."""
 
 from __future__ import annotations
 
@@ -31,6 +32,22 @@ class Frame:
 
 
 Handler = Callable[[Frame], Awaitable[None]]
+
+
+class MessageHandlers:
+    """The handler registered for each message type, as ricxappframe's ``register_callback``
+    keeps them, and ``other`` for every type none is registered for; the transport's handler
+    (``Transport.start``)."""
+
+    def __init__(self, other: Handler) -> None:
+        self._by_type: dict[int, Handler] = {}
+        self._other = other
+
+    def register(self, msg_type: int, handler: Handler) -> None:
+        self._by_type[msg_type] = handler
+
+    async def __call__(self, frame: Frame) -> None:
+        await self._by_type.get(frame.msg_type, self._other)(frame)
 
 
 class Transport(Protocol):

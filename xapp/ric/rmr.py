@@ -36,7 +36,7 @@ from importlib.resources import files
 
 from kpi_forecast.model.errors import UserError
 from kpi_forecast.xapp.failures import describe
-from kpi_forecast.xapp.ric.e2.transport import Frame, Handler
+from kpi_forecast.xapp.ric.transport import Frame, Handler
 
 log = logging.getLogger(__name__)
 
