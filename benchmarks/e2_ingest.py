@@ -35,16 +35,16 @@ from benchmarks.common import RAW, machine, write_section
 from benchmarks.ports import free_port
 from benchmarks.runtime import CONTEXT, default_model
 from kpi_forecast.xapp.app import create_app
+from kpi_forecast.xapp.components import Components, rmr_transport
 from kpi_forecast.xapp.descriptor.config_file import CONFIG_FILE_NAME, DEFAULT_DIR, load_descriptor
 from kpi_forecast.xapp.descriptor.controls import HistoryStore, KpiSource
 from kpi_forecast.xapp.metrics import Metrics
 from kpi_forecast.xapp.ric import rmr
 from kpi_forecast.xapp.ric.e2 import e2ap, kpm, kpm_indication
-from kpi_forecast.xapp.ric.e2.indication import fast_e2ap, fast_header_stamp, fast_message
+from kpi_forecast.xapp.ric.e2.fast_indication import fast_e2ap, fast_header_stamp, fast_message
 from kpi_forecast.xapp.ric.e2.ingest import Ingestor, Route
 from kpi_forecast.xapp.ric.rmr import RmrTransport
 from kpi_forecast.xapp.ric.transport import RIC_INDICATION, Frame, Transport
-from kpi_forecast.xapp.service import Service, rmr_transport
 from kpi_forecast.xapp.store.cell_history import CellHistory, MemoryCellHistory
 from kpi_forecast.xapp.store.sdl import RedisCellHistory
 from tests.redis_server import redis_server
@@ -176,26 +176,26 @@ async def through_the_xapp(model_dir: Path, cells: int, hours: int, transport: s
     app = create_app(load_descriptor(config), watch_config=False,
                      e2_transport=rmr_transport if transport == "rmr" else (
                          lambda e2, broken: TcpTransport("127.0.0.1", e2.port, broken)))
-    service = app.state.service
+    components = app.state.components
     async with app.router.lifespan_context(app), httpx.AsyncClient(
             transport=httpx.ASGITransport(app=app), base_url="http://xapp") as client:
-        while service.state.now.model is None:
+        while components.state.now.model is None:
             await asyncio.sleep(0.01)
         for cell in range(cells):
-            service.ingestor.add_route(1, cell + 1, Route(f"cell-{cell}", 3_600_000))
+            components.ingestor.add_route(1, cell + 1, Route(f"cell-{cell}", 3_600_000))
         sender = new_sender(transport)
         await sender.start(lambda frame: asyncio.sleep(0))
-        port = service.e2.transport.port
+        port = components.e2.transport.port
         started = time.perf_counter()
         for frame in frames:
             await sender.send("127.0.0.1", port, frame)
-        registry = service.metrics.registry
+        registry = components.metrics.registry
         while registry.get_sample_value("kpi_forecast_e2_indications_total") < len(frames):
             await asyncio.sleep(0.001)
         rate = len(frames) / (time.perf_counter() - started)
         # The bulk replay kept the event loop busy for seconds: admission would rightly shed a
         # forecast asked while it is still that late. The latencies are of the steady state.
-        while service.loop_lag.seconds > 0.001:
+        while components.loop_lag.seconds > 0.001:
             await asyncio.sleep(0.01)
         # Indication of a new hour -> a forecast that starts after it.
         latencies = []
@@ -214,7 +214,7 @@ async def through_the_xapp(model_dir: Path, cells: int, hours: int, transport: s
             f"{transport}_to_forecast_max_ms": float(np.max(latencies))}
 
 
-async def taken_from_sender(service: Service, port: int, framed: Path) -> tuple[float, float]:
+async def taken_from_sender(components: Components, port: int, framed: Path) -> tuple[float, float]:
     """The frames of ``framed`` sent to the running xApp's rmr-data ``port`` by
     ``benchmarks.rmr_sender``, a process of its own: the rate at which the xApp takes them,
     from the first one counted to the last, and how many it counted."""
@@ -222,7 +222,7 @@ async def taken_from_sender(service: Service, port: int, framed: Path) -> tuple[
         sys.executable, "-m", "benchmarks.rmr_sender", f"127.0.0.1:{port}", str(framed),
         cwd=Path(__file__).resolve().parents[1],
         env={**os.environ, "LD_LIBRARY_PATH": str(RMR / "lib")})
-    registry = service.metrics.registry
+    registry = components.metrics.registry
 
     def ingested() -> float:
         return registry.get_sample_value("kpi_forecast_e2_indications_total") or 0.0
@@ -249,14 +249,14 @@ async def from_another_process(model_dir: Path, cells: int, hours: int) -> dict:
     framed = model_dir.parent / "frames.bin"
     framed.write_bytes(b"".join(encode_frame(frame) for frame in frames))
     app = create_app(load_descriptor(config), watch_config=False)
-    service = app.state.service
+    components = app.state.components
     async with app.router.lifespan_context(app):
-        while service.state.now.model is None:
+        while components.state.now.model is None:
             await asyncio.sleep(0.01)
         for cell in range(cells):
-            service.ingestor.add_route(1, cell + 1, Route(f"cell-{cell}", 3_600_000))
-        rate, last = await taken_from_sender(service, port, framed)
-        registry = service.metrics.registry
+            components.ingestor.add_route(1, cell + 1, Route(f"cell-{cell}", 3_600_000))
+        rate, last = await taken_from_sender(components, port, framed)
+        registry = components.metrics.registry
         counted = registry.get_sample_value("kpi_forecast_e2_indications_rejected_total",
                                             {"reason": "receive-queue-full"}) or 0.0
     return {"rmr_process_rate": rate, "rmr_process_lost": int(len(frames) - last),

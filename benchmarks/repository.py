@@ -226,7 +226,7 @@ async def over_rmr(tmp: Path, models: Path, names: list[str], frames: list[Frame
     framed = tmp / f"frames-{len(names)}.bin"
     framed.write_bytes(b"".join(encode_frame(frame) for frame in frames))
     app = create_app(load_descriptor(config), watch_config=False)
-    service = app.state.service
+    service = app.state.components
     async with app.router.lifespan_context(app):
         while any(s.model is None for s in service.state.models.values()):
             await asyncio.sleep(0.01)

@@ -107,7 +107,7 @@ async def ingest(store: CellHistory, max_batch: int, hours: range) -> float:
 async def forecasts(config: Path, store: CellHistory) -> dict:
     """Forecasts per second for every held cell, by batch size; the app reads ``store``."""
     app = create_app(load_descriptor(config), watch_config=False)
-    service = app.state.service
+    service = app.state.components
     out = {}
     async with app.router.lifespan_context(app), httpx.AsyncClient(
             transport=httpx.ASGITransport(app=app), base_url="http://xapp", timeout=60) as client:

@@ -9,7 +9,7 @@ import math
 from functools import lru_cache
 
 from kpi_forecast.xapp.ric.e2 import e2ap, kpm_indication
-from kpi_forecast.xapp.ric.e2.indication import (
+from kpi_forecast.xapp.ric.e2.fast_indication import (
     MAX_UINT32,
     NAME_MAX,
     NO_LABEL_ONLY,

@@ -48,7 +48,7 @@ async def forecast(client: httpx.AsyncClient, cell_id: str) -> httpx.Response:
 
 
 def gauge(client: httpx.AsyncClient, name: str, instance: str) -> float | None:
-    registry = client.app.state.service.metrics.registry  # type: ignore[attr-defined]
+    registry = client.app.state.components.metrics.registry  # type: ignore[attr-defined]
     return registry.get_sample_value(name, {"policy_instance": instance})
 
 
@@ -151,16 +151,16 @@ def test_a1_create_update_delete_and_query_over_rmr_change_what_the_forecasts_us
             answer = await mediator.request(rmr_port, "DELETE", "stadium")
             assert answer["status"] == "DELETED"
             assert len((await forecast(client, "c1")).json()["forecasts"]) == HORIZON
-            registry = client.app.state.service.metrics.registry  # type: ignore[attr-defined]
+            registry = client.app.state.components.metrics.registry  # type: ignore[attr-defined]
             assert registry.get_sample_value("kpi_forecast_a1_policy_requests_total", {
                 "operation": "unknown", "status": "ERROR"}) == 4.0
             assert registry.get_sample_value("kpi_forecast_a1_policy_requests_total", {
                 "operation": "CREATE", "status": "ERROR"}) == 5.0
-            assert client.app.state.service.policies.in_force() == ["maintenance"]
+            assert client.app.state.components.policies.in_force() == ["maintenance"]
             assert gauge(client, "kpi_forecast_a1_policy_cells", "stadium") is None
             assert gauge(client, "kpi_forecast_a1_policy_excluded", "maintenance") == 1.0
             # The RMR endpoint is made at start: turning A1 off is for the next start.
-            service = client.app.state.service  # type: ignore[attr-defined]
+            service = client.app.state.components  # type: ignore[attr-defined]
             off = descriptor(tmp_path / "off", model_dir, a1={"enabled": False},
                              e2={"enabled": False, "port": rmr_port})
             with pytest.raises(ValueError, match="controls.a1.enabled changes take effect"):

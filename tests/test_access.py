@@ -51,7 +51,7 @@ def test_a_caller_without_the_key_changes_nothing(tmp_path: Path, mode: str,
                     assert response.json()["group"] in {"model_control", "history_writes"}
             assert (await client.get("/v1/model")).json()["model_version"] == "test"
             assert (await client.get("/v1/cells")).json()["count"] == 0
-            registry = client.app.state.service.metrics.registry
+            registry = client.app.state.components.metrics.registry
             counts = {group: registry.get_sample_value(
                 "kpi_forecast_refused_requests_total", {"group": group})
                 for group in ("model_control", "history_writes")}

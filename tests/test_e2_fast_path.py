@@ -16,8 +16,8 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from kpi_forecast.cli import indication_writer
-from kpi_forecast.xapp.ric.e2 import e2ap, indication, kpm
-from kpi_forecast.xapp.ric.e2.indication import NotFast
+from kpi_forecast.xapp.ric.e2 import e2ap, fast_indication, kpm
+from kpi_forecast.xapp.ric.e2.fast_indication import NotFast
 from kpi_forecast.xapp.ric.e2.kpm import DecodeError
 from kpi_forecast.xapp.ric.e2.kpm_indication import (
     decode_header_us,
@@ -71,7 +71,7 @@ def agree(fast: Callable[[bytes], Any], general: Callable[[bytes], Any], data: b
 
 
 def fast_header(data: bytes) -> int:
-    return stamp_us(indication.fast_header_stamp(data))
+    return stamp_us(fast_indication.fast_header_stamp(data))
 
 
 # --- what valid indications look like -------------------------------------------------------
@@ -159,9 +159,9 @@ SEEDS = {
         granularity_ms=1000))],
 }
 PATHS: dict[str, tuple[Callable[[bytes], Any], Callable[[bytes], Any]]] = {
-    "e2ap": (indication.fast_e2ap, e2ap.decode),
+    "e2ap": (fast_indication.fast_e2ap, e2ap.decode),
     "header": (fast_header, decode_header_us),
-    "message": (lambda d: indication.fast_message(d, ["A", "B"]),
+    "message": (lambda d: fast_indication.fast_message(d, ["A", "B"]),
                 lambda d: decode_indication_message(d, ["A", "B"])),
 }
 
@@ -231,11 +231,11 @@ def test_the_reference_modules_encodings_decode_alike(ref: Any) -> None:  # noqa
 
 def test_the_usual_report_takes_the_fast_path() -> None:
     """What the mock E2 node and the benchmarks send is read by the fast path, all of it."""
-    pdu = indication.fast_e2ap(SEEDS["e2ap"][0])
+    pdu = fast_indication.fast_e2ap(SEEDS["e2ap"][0])
     assert (pdu.instance_id, pdu.action_id, pdu.sequence_number) == (7, 5, 300)
-    assert indication.decode_header_us(pdu.header) == (START - datetime(
+    assert fast_indication.decode_header_us(pdu.header) == (START - datetime(
         1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
-    message = indication.fast_message(pdu.message, None)
+    message = fast_indication.fast_message(pdu.message, None)
     assert message.measurements[0].values == [42.0, None, 3.25]
     assert message.granularity_ms == 3_600_000
 
@@ -244,7 +244,7 @@ def test_a_repeated_measinfolist_is_read_once() -> None:
     """The names and granularity a node repeats are kept by their octets: a second report
     with other values reuses them and still decodes as the general decoder does; other
     names are read afresh."""
-    indication._tail.cache_clear()
+    fast_indication._tail.cache_clear()
 
     def report(name: str, value: float) -> bytes:
         return encode_indication_message(kpm.IndicationMessage(
@@ -252,9 +252,10 @@ def test_a_repeated_measinfolist_is_read_once() -> None:
 
     for value in (1.0, 2.5):
         assert agree(*PATHS["message"], report("RRU.PrbUsedDl", value)) == "both decoded"
-    assert (indication._tail.cache_info().hits, indication._tail.cache_info().currsize) == (1, 1)
+    tail = fast_indication._tail
+    assert (tail.cache_info().hits, tail.cache_info().currsize) == (1, 1)
     assert agree(*PATHS["message"], report("DRB.UEThpDl", 7.0)) == "both decoded"
-    assert (indication._tail.cache_info().hits, indication._tail.cache_info().currsize) == (1, 2)
+    assert (tail.cache_info().hits, tail.cache_info().currsize) == (1, 2)
 
 
 def test_what_the_fast_path_leaves_is_still_decoded() -> None:
@@ -262,14 +263,14 @@ def test_what_the_fast_path_leaves_is_still_decoded() -> None:
     with the general decoder; a v2 header with a sender name likewise."""
     response = e2ap.encode_subscription_response(3, 7, 2, [5])
     with pytest.raises(NotFast):
-        indication.fast_e2ap(response)
-    assert indication.decode_e2ap(response).kind == "subscription_response"
+        fast_indication.fast_e2ap(response)
+    assert fast_indication.decode_e2ap(response).kind == "subscription_response"
     named = ours().encode("KpmIndicationHeaderV2", {"indicationHeader-formats": (
         "indicationHeader-Format1", {"colletStartTime": (1_714_564_800).to_bytes(4, "big"),
                                      "senderName": "gnb-1"})})
     with pytest.raises(NotFast):
-        indication.fast_header_stamp(named)
-    assert indication.decode_header_us(named) == 1_714_564_800 * 1_000_000
+        fast_indication.fast_header_stamp(named)
+    assert fast_indication.decode_header_us(named) == 1_714_564_800 * 1_000_000
 
 
 # --- the encoders the mock E2 node uses ---------------------------------------------------------

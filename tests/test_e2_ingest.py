@@ -59,7 +59,7 @@ def test_replayed_reports_become_the_history_a_forecast_uses(model_dir: Path, tm
     async def go() -> None:
         controls = {**E2_CONTROLS, "port": free_port()}
         async with running(descriptor(tmp_path, model_dir, e2=controls)) as client:
-            service = client.app.state.service
+            service = client.app.state.components
             for action, cell in enumerate(cells, start=1):
                 service.ingestor.add_route(7, action, Route(cell, QUARTER_MS))
             sender = rmr_transport()

@@ -213,7 +213,7 @@ def test_a_model_has_its_own_budget_batching_and_defaults(repository: Path,
                               "prb": {"latencyBudgetMs": 0.001, "defaultHorizon": 6,
                                       "batching": {"maxBatchSize": 3}}})
         async with running(desc) as client:
-            service = client.app.state.service  # type: ignore[attr-defined]
+            service = client.app.state.components  # type: ignore[attr-defined]
             metrics = (await client.get("/ric/v1/metrics")).text
             budget = "kpi_forecast_latency_budget_seconds"
             assert gauge(metrics, budget, "traffic") == 5.0  # the tests' controls

@@ -66,7 +66,7 @@ def test_the_model_is_fetched_once_from_its_url(archive: Path, tmp_path: Path) -
                 moved = descriptor(tmp_path / "moved", model_dir, modelUrl=f"{url}?v=2")
                 with pytest.raises(ValueError, match="controls.modelUrl changes take effect "
                                                      "at the next start"):
-                    client.app.state.service.apply_descriptor(moved)
+                    client.app.state.components.apply_descriptor(moved)
             assert asked.count(f"/{archive.name}") == 1
             assert model_source.fetched_from(model_dir) == url
             async with running(desc) as client:  # a restart serves what was fetched

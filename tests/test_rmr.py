@@ -133,7 +133,7 @@ def test_a_malformed_message_of_every_type_is_counted_and_ingestion_goes_on(
 
     async def go() -> None:
         async with xapp_running(descriptor(tmp_path, model_dir, e2=e2)) as client:
-            service = client.app.state.service
+            service = client.app.state.components
             service.ingestor.add_route(7, 1, Route("cell-A", 3_600_000))
             sender = rmr_transport()
             for msg_type in [*expected, RIC_HEALTH_CHECK_REQ]:

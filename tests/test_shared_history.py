@@ -256,7 +256,7 @@ def test_held_cells_beyond_the_limit_get_a_422_and_the_store_cannot_change_live(
                     {"cell_id": cell, **history} for cell in ("c1", "c3")]})
                 assert many.status_code == 422
                 assert many.json()["error"].startswith("1 of 2 cells refused, the others were")
-                service = client.app.state.service
+                service = client.app.state.components
                 other = descriptor(tmp_path / "other", model_dir,
                                    historyStore={**store, "namespace": "elsewhere"})
                 with pytest.raises(ValueError, match="historyStore.namespace changes take effect"):

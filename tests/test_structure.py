@@ -65,7 +65,7 @@ def test_one_forecast_request_runs_code_in_few_modules_and_crosses_http_once(
 
     async def go() -> None:
         async with running(descriptor(tmp_path, make_model(tmp_path / "model"))) as client:
-            service = client.app.state.service
+            service = client.app.state.components
             model = service.state.now.model
             fitted = Recalibration(np.array([-0.1, 0.0, 0.2], np.float32), 1, 7, 500,
                                    shares=(0.5, 0.2, 0.2, 0.1), steps_per_day=24)

@@ -326,7 +326,7 @@ def test_metrics_exposition(model_dir: Path, tmp_path: Path) -> None:
 
 def slow_down(client: httpx.AsyncClient, seconds: float) -> None:
     """Make every model call of the running app take at least ``seconds``."""
-    model = client.app.state.service.state.now.model
+    model = client.app.state.components.state.now.model
     healthy = model.forecast
 
     def slow(*args, **kwargs):
@@ -381,7 +381,7 @@ def test_a_queue_too_long_for_the_budget_falls_back_without_waiting(
 def test_a_failing_model_falls_back_and_keeps_serving(model_dir: Path, tmp_path: Path) -> None:
     async def go() -> None:
         async with running(descriptor(tmp_path, model_dir)) as client:
-            model = client.app.state.service.state.now.model
+            model = client.app.state.components.state.now.model
 
             def broken(*args, **kwargs):
                 raise RuntimeError("CUDA error: an illegal memory access")
@@ -410,7 +410,7 @@ def test_requests_that_wait_beyond_the_allowance_are_shed_with_503(model_dir: Pa
                                     "maxQueueSize": 24})
         async with running(desc) as client:
             slow_down(client, 0.08)
-            admission = client.app.state.service.limit
+            admission = client.app.state.components.limit
             assert admission.limit == 24  # open until requests wait
             shed, waves = None, 0
             while shed is None:
@@ -448,7 +448,7 @@ def test_late_answers_without_waiting_shed_nothing(model_dir: Path, tmp_path: Pa
                 answer = await client.post("/v1/forecast", json=body(cell_id=f"s{i}"))
                 assert answer.status_code == 200 and answer.json()["reason"] == "timeout"
                 await asyncio.sleep(0.025)
-            admission = client.app.state.service.limit
+            admission = client.app.state.components.limit
             assert admission.limit == 64 and admission.delay < admission.allowance
             metrics = (await client.get("/ric/v1/metrics")).text
             assert 'kpi_forecast_shed_requests_total{reason="overload"} 0.0' in metrics
@@ -463,7 +463,7 @@ def test_a_loop_later_than_the_budget_refuses_before_reading(model_dir: Path,
     async def go() -> None:
         desc = descriptor(tmp_path, model_dir, latencyBudgetMs=20)
         async with running(desc) as client:
-            service = client.app.state.service
+            service = client.app.state.components
             # As if the loop had been a minute late: a request now has waited about as long
             # in its socket. (The probe smooths towards the truth from its next tick.)
             service.loop_lag.seconds = 60.0

@@ -79,7 +79,7 @@ async def shown(client: httpx.AsyncClient) -> tuple[float, float, dict[str, floa
 def test_forecasts_get_the_offsets_of_the_cells_recent_history(tmp_path: Path) -> None:
     async def go() -> None:
         async with seeded(tmp_path) as client:
-            service = client.app.state.service
+            service = client.app.state.components
             plain = await quantiles(client, "c3")
             info = (await client.get("/v1/model")).json()["recalibration"]
             assert info["windows"] == 0 and set(info["offsets"].values()) == {0.0}
@@ -137,7 +137,7 @@ def test_the_offsets_for_zero_wide_bands_are_shown(tmp_path: Path) -> None:
     /v1/model beside the others."""
     async def go() -> None:
         async with seeded(tmp_path) as client:
-            service = client.app.state.service
+            service = client.app.state.components
             fitted = Recalibration(np.array([-0.1, 0.0, 0.2], np.float32), 1, 7, 500,
                                    steps_per_day=24,
                                    flat_offsets=np.array([-1.25, 0.0, 2.5], np.float32))
@@ -154,7 +154,7 @@ def test_the_offsets_for_zero_wide_bands_are_shown(tmp_path: Path) -> None:
 def test_the_offsets_are_kept_to_their_model_and_can_be_turned_off(tmp_path: Path) -> None:
     async def go() -> None:
         async with seeded(tmp_path) as client:
-            service = client.app.state.service
+            service = client.app.state.components
             plain = await quantiles(client, "c1")
             await service.default.recalibrator.refresh()
             assert not np.allclose(await quantiles(client, "c1"), plain)
@@ -207,7 +207,7 @@ def test_a_refresh_that_found_no_history_is_retried_before_its_schedule(
         desc = descriptor(tmp_path, make_model(tmp_path / "model"),
                           recalibration={"everySeconds": 3600, "maxCells": 256})
         async with running(desc) as client:
-            service = client.app.state.service
+            service = client.app.state.components
             for _ in range(100):
                 if service.default.recalibrator.offsets is not None:
                     break
@@ -235,7 +235,7 @@ def test_replicas_on_one_redis_apply_the_same_offsets(tmp_path: Path) -> None:
         async def go() -> None:
             async with running(desc_a) as a, running(desc_b) as b:
                 await seed(a)
-                fitted = await a.app.state.service.default.recalibrator.refresh()
+                fitted = await a.app.state.components.default.recalibrator.refresh()
                 assert fitted.windows == 7
                 # Each replica takes up the store's refresh within a second. B may have
                 # refreshed on its own while A's seeding landed: whichever was written last

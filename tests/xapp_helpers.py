@@ -12,6 +12,7 @@ import httpx
 
 from kpi_forecast.cli.mock_submgr import MockSubmgr
 from kpi_forecast.xapp.app import create_app
+from kpi_forecast.xapp.components import TransportFactory, rmr_transport
 from kpi_forecast.xapp.descriptor.config_file import (
     CONFIG_FILE_NAME,
     DEFAULT_DIR,
@@ -19,7 +20,6 @@ from kpi_forecast.xapp.descriptor.config_file import (
     load_descriptor,
 )
 from kpi_forecast.xapp.descriptor.controls import KpiSource
-from kpi_forecast.xapp.service import TransportFactory, rmr_transport
 from kpi_forecast.xapp.serving.state import ServingState
 from kpi_forecast.xapp.store.cell_history import CellHistory
 from tests.exported_model import exported_copy

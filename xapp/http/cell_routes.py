@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from kpi_forecast.xapp.components import Components
 from kpi_forecast.xapp.http.edge import facts
 from kpi_forecast.xapp.http.errors import ERRORS, ClientError
 from kpi_forecast.xapp.http.schemas import (
@@ -19,7 +20,6 @@ from kpi_forecast.xapp.http.schemas import (
     SeriesIn,
     span,
 )
-from kpi_forecast.xapp.service import Service
 from kpi_forecast.xapp.serving.forecasting import check_step, held_store
 from kpi_forecast.xapp.serving.repository import ModelSlot
 from kpi_forecast.xapp.store.cell_history import HistoryError
@@ -43,46 +43,46 @@ MANY_HISTORIES = {"tags": ["cells"], "response_model": CellsHistoryAccepted,
                           "cell_ids": ["$response.body#/items/0/cell_id"]})}}
 
 
-def add_cell_routes(router: APIRouter, service: Service) -> None:
-    """These routes, on ``router`` (the app's), their handlers reading ``service``: each for
+def add_cell_routes(router: APIRouter, components: Components) -> None:
+    """These routes, on ``router`` (the app's), their handlers reading ``components``: each for
     the default model's KPI, and for the model ``name``'s under /v1/models/{name}."""
 
     @router.get("/v1/cells", **CELLS)
     async def cells() -> CellsResponse:
         """The cells whose history the xApp holds (from E2 or written here), with how much of
         it."""
-        return await _cells(service, service.default)
+        return await _cells(components, components.default)
 
     @router.get("/v1/models/{name}/cells", **CELLS)
     async def model_cells(name: ModelNamePath) -> CellsResponse:
         """The cells whose history of the model ``name``'s KPI the xApp holds."""
-        return await _cells(service, service.slot(name))
+        return await _cells(components, components.slot(name))
 
     @router.post("/v1/cells/{cell_id}/history", **ONE_HISTORY)
     async def add_history(cell_id: CellIdPath, body: SeriesIn) -> HistoryAccepted:
         """Write a cell's history: the values from a start time on the model's grid."""
-        return await _add_history(service, service.default, cell_id, body)
+        return await _add_history(components, components.default, cell_id, body)
 
     @router.post("/v1/models/{name}/cells/{cell_id}/history", **ONE_HISTORY)
     async def model_add_history(name: ModelNamePath, cell_id: CellIdPath, body: SeriesIn
                                 ) -> HistoryAccepted:
         """Write a cell's history of the model ``name``'s KPI."""
-        return await _add_history(service, service.slot(name), cell_id, body)
+        return await _add_history(components, components.slot(name), cell_id, body)
 
     @router.post("/v1/cells/history", **MANY_HISTORIES)
     async def add_histories(body: CellsHistoryRequest) -> CellsHistoryAccepted:
         """Many cells' history in one call: one round trip to a shared store."""
-        return await _add_histories(service, service.default, body)
+        return await _add_histories(components, components.default, body)
 
     @router.post("/v1/models/{name}/cells/history", **MANY_HISTORIES)
     async def model_add_histories(name: ModelNamePath, body: CellsHistoryRequest
                                   ) -> CellsHistoryAccepted:
         """Many cells' history of the model ``name``'s KPI in one call."""
-        return await _add_histories(service, service.slot(name), body)
+        return await _add_histories(components, components.slot(name), body)
 
 
-async def _cells(service: Service, slot: ModelSlot) -> CellsResponse:
-    store = held_store(service.state.served(slot.name))
+async def _cells(components: Components, slot: ModelSlot) -> CellsResponse:
+    store = held_store(components.state.view(slot.name))
     infos = await store.cells()
     return CellsResponse(
         count=len(infos), freq=store.freq, history_length=store.length,
@@ -91,11 +91,11 @@ async def _cells(service: Service, slot: ModelSlot) -> CellsResponse:
     )
 
 
-async def _add_history(service: Service, slot: ModelSlot, cell_id: str, body: SeriesIn
+async def _add_history(components: Components, slot: ModelSlot, cell_id: str, body: SeriesIn
                        ) -> HistoryAccepted:
-    served = service.state.served(slot.name)
+    served = components.state.view(slot.name)
     store = held_store(served)
-    model = service.forecasting.model(served)
+    model = components.forecasting.model(served)
     check_step(model, body.freq)
     try:
         kept = await store.put_series(cell_id, span(body, model)[0], body.values, "rest")
@@ -104,11 +104,11 @@ async def _add_history(service: Service, slot: ModelSlot, cell_id: str, body: Se
     return HistoryAccepted(cell_id=cell_id, kept=kept)
 
 
-async def _add_histories(service: Service, slot: ModelSlot, body: CellsHistoryRequest
+async def _add_histories(components: Components, slot: ModelSlot, body: CellsHistoryRequest
                          ) -> CellsHistoryAccepted:
-    served = service.state.served(slot.name)
+    served = components.state.view(slot.name)
     store = held_store(served)
-    model = service.forecasting.model(served)
+    model = components.forecasting.model(served)
     for freq in {item.freq for item in body.items}:
         check_step(model, freq)
     starts = [span(item, model)[0] for item in body.items]

@@ -14,6 +14,7 @@ from fastapi import APIRouter, Query, Request, Response
 from pydantic import ValidationError
 
 from kpi_forecast.model.kpi import kpi_problem, not_kpis
+from kpi_forecast.xapp.components import Components
 from kpi_forecast.xapp.http import arrow_ipc, openapi
 from kpi_forecast.xapp.http.edge import facts
 from kpi_forecast.xapp.http.errors import ERRORS, ClientError, validation_error
@@ -33,7 +34,6 @@ from kpi_forecast.xapp.http.schemas import (
     cell_response,
     json_response,
 )
-from kpi_forecast.xapp.service import Service
 from kpi_forecast.xapp.serving.errors import NotHeld, RequestError, Shed
 from kpi_forecast.xapp.serving.repository import ModelSlot
 from kpi_forecast.xapp.store.cell_history import HistoryUnavailable
@@ -68,8 +68,8 @@ CellHorizon = Annotated[int | None, Query(ge=1, description="steps to forecast; 
                                           "model's horizon")]
 
 
-def add_forecast_routes(router: APIRouter, service: Service) -> None:
-    """These routes, on ``router`` (the app's), their handlers reading ``service``: each
+def add_forecast_routes(router: APIRouter, components: Components) -> None:
+    """These routes, on ``router`` (the app's), their handlers reading ``components``: each
     forecast route by the default model, and by the model ``name`` under /v1/models/{name}."""
 
     @router.post("/v1/forecast", **ONE_SERIES)
@@ -77,39 +77,39 @@ def add_forecast_routes(router: APIRouter, service: Service) -> None:
         """One cell's recent history in, its forecast out: timestamped quantiles, the model
         version, whether the model or the seasonal-naive fallback answered, and the server's
         latency."""
-        return await _one(service, service.default, request)
+        return await _one(components, components.default, request)
 
     @router.post("/v1/models/{name}/forecast", **ONE_SERIES)
     async def model_forecast(name: ModelNamePath, request: Request) -> Response:
         """One series' forecast by the model ``name``."""
-        return await _one(service, service.slot(name), request)
+        return await _one(components, components.slot(name), request)
 
     @router.post("/v1/forecast/batch", **MANY_SERIES)
     async def forecast_batch(request: Request, freq: ArrowFreq = None,
                              horizon: BatchHorizon = None) -> Response:
         """Many cells' forecasts in one call: JSON items (each its own history, start and
         horizon), or an Arrow IPC stream of cell_id, start and values, answered in Arrow."""
-        return await _batch(service, service.default, request, freq, horizon)
+        return await _batch(components, components.default, request, freq, horizon)
 
     @router.post("/v1/models/{name}/forecast/batch", **MANY_SERIES)
     async def model_forecast_batch(name: ModelNamePath, request: Request,
                                    freq: ArrowFreq = None, horizon: BatchHorizon = None
                                    ) -> Response:
         """Many series' forecasts by the model ``name``, in JSON or Arrow."""
-        return await _batch(service, service.slot(name), request, freq, horizon)
+        return await _batch(components, components.slot(name), request, freq, horizon)
 
     @router.get("/v1/cells/{cell_id}/forecast", **HELD_CELL)
     async def cell_forecast(cell_id: CellIdPath, request: Request,
                             horizon: CellHorizon = None) -> Response:
         """A held cell's forecast, from the history the xApp holds for it (404: unknown cell,
         409: too little history)."""
-        return json_response(await _cell(service, service.default, cell_id, request, horizon))
+        return json_response(await _cell(components, components.default, cell_id, request, horizon))
 
     @router.get("/v1/models/{name}/cells/{cell_id}/forecast", **HELD_CELL)
     async def model_cell_forecast(name: ModelNamePath, cell_id: CellIdPath, request: Request,
                                   horizon: CellHorizon = None) -> Response:
         """A held cell's forecast by the model ``name``, from the history of its KPI."""
-        return json_response(await _cell(service, service.slot(name), cell_id, request,
+        return json_response(await _cell(components, components.slot(name), cell_id, request,
                                          horizon))
 
     @router.get("/v1/cells/{cell_id}/forecasts", response_model=CellForecastsResponse,
@@ -120,9 +120,9 @@ def add_forecast_routes(router: APIRouter, service: Service) -> None:
         that cannot answer (not ready, the cell not held of its KPI) is named in ``errors``.
         404 when none can."""
         forecasts, errors = {}, {}
-        for name, slot in list(service.models.items()):
+        for name, slot in list(components.models.items()):
             try:
-                forecasts[name] = await _cell(service, slot, cell_id, request, horizon)
+                forecasts[name] = await _cell(components, slot, cell_id, request, horizon)
             except (RequestError, Shed, HistoryUnavailable) as exc:
                 errors[name] = str(exc)
         if not forecasts:
@@ -133,16 +133,16 @@ def add_forecast_routes(router: APIRouter, service: Service) -> None:
     @router.post("/v1/cells/forecast", **HELD_CELLS)
     async def cells_forecast(body: CellsForecastRequest, request: Request) -> Response:
         """Forecasts for many held cells in one call: what a control loop over its cells asks."""
-        return await _cells(service, service.default, body, request)
+        return await _cells(components, components.default, body, request)
 
     @router.post("/v1/models/{name}/cells/forecast", **HELD_CELLS)
     async def model_cells_forecast(name: ModelNamePath, body: CellsForecastRequest,
                                    request: Request) -> Response:
         """Forecasts for many held cells by the model ``name``."""
-        return await _cells(service, service.slot(name), body, request)
+        return await _cells(components, components.slot(name), body, request)
 
 
-async def _one(service: Service, slot: ModelSlot, request: Request) -> Response:
+async def _one(components: Components, slot: ModelSlot, request: Request) -> Response:
     # The hot route parses and validates its body in one pass of pydantic-core's JSON parser,
     # rather than FastAPI's json.loads and then validation of the Python objects
     # (docs/decisions/hot-path.md).
@@ -150,40 +150,40 @@ async def _one(service: Service, slot: ModelSlot, request: Request) -> Response:
         body = ForecastRequest.model_validate_json(await request.body())
     except ValidationError as exc:
         return validation_error(exc.errors())
-    forecast = await service.forecasting.given(slot, [body], request.state.arrival,
+    forecast = await components.forecasting.given(slot, [body], request.state.arrival,
                                                request.scope["route"])
     return json_response(cell_response(body.cell_id, forecast, 0, forecast.last_steps()[0]))
 
 
-async def _batch(service: Service, slot: ModelSlot, request: Request, freq: str | None,
+async def _batch(components: Components, slot: ModelSlot, request: Request, freq: str | None,
                  horizon: int | None) -> Response:
     body = await request.body()
     if request.headers.get("content-type", "").startswith(arrow_ipc.ARROW_STREAM):
-        return await _batch_arrow(service, slot, request, body, freq, horizon)
+        return await _batch_arrow(components, slot, request, body, freq, horizon)
     try:
         batch = BatchRequest.model_validate_json(body)
     except ValidationError as exc:
         return validation_error(exc.errors())
-    forecast = await service.forecasting.given(slot, batch.items, request.state.arrival,
+    forecast = await components.forecasting.given(slot, batch.items, request.state.arrival,
                                                request.scope["route"], horizon, freq)
     return json_response(batch_response(forecast, [item.cell_id for item in batch.items]))
 
 
-async def _cell(service: Service, slot: ModelSlot, cell_id: str, request: Request,
+async def _cell(components: Components, slot: ModelSlot, cell_id: str, request: Request,
                 horizon: int | None) -> dict:
-    forecast = await service.forecasting.held(slot, [cell_id], horizon, request.state.arrival,
+    forecast = await components.forecasting.held(slot, [cell_id], horizon, request.state.arrival,
                                               request.scope["route"])
     return cell_response(cell_id, forecast, 0, forecast.last_steps()[0])
 
 
-async def _cells(service: Service, slot: ModelSlot, body: CellsForecastRequest,
+async def _cells(components: Components, slot: ModelSlot, body: CellsForecastRequest,
                  request: Request) -> Response:
-    forecast = await service.forecasting.held(slot, body.cell_ids, body.horizon,
+    forecast = await components.forecasting.held(slot, body.cell_ids, body.horizon,
                                               request.state.arrival, request.scope["route"])
     return json_response(batch_response(forecast, body.cell_ids))
 
 
-async def _batch_arrow(service: Service, slot: ModelSlot, request: Request, body: bytes,
+async def _batch_arrow(components: Components, slot: ModelSlot, request: Request, body: bytes,
                        freq: str | None, horizon: int | None) -> Response:
     """An Arrow body (``arrow_ipc``): one table of forecasts for all its rows, at one horizon."""
     try:
@@ -201,7 +201,7 @@ async def _batch_arrow(service: Service, slot: ModelSlot, request: Request, body
         row = int(np.argmax(outside))
         raise ClientError(422, f"series {row} ({cells[row]}): start {start[row].isoformat()} "
                           f"is outside the years {FIRST_YEAR} to {LAST_YEAR}")
-    forecast = await service.forecasting.given_table(
+    forecast = await components.forecasting.given_table(
         slot, cells, start, history, lengths, freq, horizon, request.state.arrival,
         request.scope["route"])
     answer = forecast.answer

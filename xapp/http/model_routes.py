@@ -11,6 +11,7 @@ from pathlib import Path
 from fastapi import APIRouter
 
 from kpi_forecast.model.artifact import ArtifactError
+from kpi_forecast.xapp.components import Components
 from kpi_forecast.xapp.http.edge import facts
 from kpi_forecast.xapp.http.errors import ERRORS, ClientError
 from kpi_forecast.xapp.http.schemas import (
@@ -21,21 +22,20 @@ from kpi_forecast.xapp.http.schemas import (
     RecalibrationOut,
     ReloadRequest,
 )
-from kpi_forecast.xapp.service import Service
 from kpi_forecast.xapp.serving import repository
 from kpi_forecast.xapp.serving.errors import Shed
 from kpi_forecast.xapp.serving.repository import ModelSlot
 
 
-def add_model_routes(router: APIRouter, service: Service) -> None:
-    """These routes, on ``router`` (the app's), their handlers reading ``service``."""
+def add_model_routes(router: APIRouter, components: Components) -> None:
+    """These routes, on ``router`` (the app's), their handlers reading ``components``."""
     options = {"response_model": ModelOut, "responses": ERRORS, "tags": ["model"]}
     control = {**options, "openapi_extra": facts(group="model_control")}
 
     @router.get("/v1/model", **options)
     async def model_info() -> ModelOut:
         """The default model: its version, data contract, runtime and recalibration in force."""
-        return _model_out(service, service.default)
+        return _model_out(components, components.default)
 
     @router.post("/v1/model/reload", **control,
                  description="Loads the model directory named (default: the default model's) "
@@ -44,22 +44,22 @@ def add_model_routes(router: APIRouter, service: Service) -> None:
     async def reload(body: ReloadRequest | None = None) -> ModelOut:
         """Load a model directory (by default the configured one), verify and warm it up, then
         swap it in; on any failure the current model keeps serving."""
-        model_dir = confined(body.model_dir, service) if body and body.model_dir else None
+        model_dir = confined(body.model_dir, components) if body and body.model_dir else None
         if model_dir and not os.path.isdir(model_dir):
             raise ClientError(404, f"model_dir {body.model_dir!r}: no such directory")
-        return await _load(service, service.state.default, model_dir)
+        return await _load(components, components.state.default, model_dir)
 
     @router.get("/v1/models", response_model=ModelsOut, responses=ERRORS, tags=["model"])
     async def models() -> ModelsOut:
         """Every model of the repository (Triton's repository index): its KPI, the version
         served, its state (READY, LOADING, UNAVAILABLE, with the reason) and the E2
         measurement its KPI's history is filled from."""
-        return ModelsOut(models=_index(service))
+        return ModelsOut(models=_index(components))
 
     @router.get("/v1/models/{name}", **options)
     async def model(name: ModelNamePath) -> ModelOut:
         """One model's version, data contract, runtime and recalibration in force."""
-        return _model_out(service, service.slot(name))
+        return _model_out(components, components.slot(name))
 
     @router.post("/v1/models/{name}/load", **control,
                  description="Loads (or reloads) the model from its directory in the "
@@ -67,33 +67,33 @@ def add_model_routes(router: APIRouter, service: Service) -> None:
                  "is refused (422) and the one before keeps serving.")
     async def load(name: ModelNamePath) -> ModelOut:
         """Load or reload one model of the repository; the others keep serving."""
-        if name not in service.models:
-            confined(str(service.state.now.controls.directory_of(name)), service)
-        return await _load(service, name)
+        if name not in components.models:
+            confined(str(components.state.now.controls.directory_of(name)), components)
+        return await _load(components, name)
 
     @router.post("/v1/models/{name}/unload", response_model=ModelsOut, responses=ERRORS,
                  tags=["model"], openapi_extra=facts(group="model_control"))
     async def unload(name: ModelNamePath) -> ModelsOut:
         """Stop serving one model (its routes answer 503 until it is loaded again); the
         repository index after it."""
-        await service.unload(name)
-        return ModelsOut(models=_index(service))
+        await components.unload(name)
+        return ModelsOut(models=_index(components))
 
 
-async def _load(service: Service, name: str, model_dir: str | None = None) -> ModelOut:
+async def _load(components: Components, name: str, model_dir: str | None = None) -> ModelOut:
     try:
-        slot = await service.load(name, model_dir)
+        slot = await components.load(name, model_dir)
     except (ArtifactError, ValueError) as exc:
         raise ClientError(422, f"model rejected, the previous one keeps serving: {exc}"
                           ) from None
-    return _model_out(service, slot)
+    return _model_out(components, slot)
 
 
-def confined(model_dir: str, service: Service) -> str:
+def confined(model_dir: str, components: Components) -> str:
     """``model_dir`` resolved (symlinks followed), or a 403 when it lies outside the model
     root: checked before anything in it is read, so that no caller can make the xApp load
     (or probe) a directory elsewhere on its filesystem."""
-    controls = service.state.now.controls
+    controls = components.state.now.controls
     root = Path(controls.model_root or controls.model_repository
                 or Path(controls.model_dir or "").resolve().parent).resolve()
     target = Path(model_dir).resolve()
@@ -103,12 +103,12 @@ def confined(model_dir: str, service: Service) -> str:
     return str(target)
 
 
-def _index(service: Service) -> list[ModelState]:
-    state, controls = service.state, service.state.now.controls
+def _index(components: Components) -> list[ModelState]:
+    state, controls = components.state, components.state.now.controls
     names = list(dict.fromkeys([*state.models, *repository.listed(controls)]))
     index = []
     for name in names:
-        slot = service.models.get(name)
+        slot = components.models.get(name)
         served = state.models.get(name)
         model = served.model if served is not None else None
         status, reason = slot.status(state) if slot else ("UNAVAILABLE", "not loaded")
@@ -122,10 +122,10 @@ def _index(service: Service) -> list[ModelState]:
     return index
 
 
-def _model_out(service: Service, slot: ModelSlot) -> ModelOut:
-    model = service.state.served(slot.name).model
+def _model_out(components: Components, slot: ModelSlot) -> ModelOut:
+    model = components.state.view(slot.name).model
     if model is None:
-        status, reason = slot.status(service.state)
+        status, reason = slot.status(components.state)
         raise Shed("not_ready", f"model {slot.name} is {status}: {reason or 'loading it'}")
     meta = model.metadata
     return ModelOut(

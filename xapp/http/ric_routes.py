@@ -8,9 +8,9 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 
+from kpi_forecast.xapp.components import Components
 from kpi_forecast.xapp.http.errors import ERRORS, ErrorOut
 from kpi_forecast.xapp.ric.e2.submgr_api import SubscriptionResponse
-from kpi_forecast.xapp.service import Service
 from kpi_forecast.xapp.store.cell_history import HistoryUnavailable
 
 
@@ -23,8 +23,8 @@ class OutcomesOut(BaseModel):
     unknown: int  # outcomes of no subscription this replica waits for: counted, dropped
 
 
-def add_ric_routes(router: APIRouter, service: Service) -> None:
-    """These routes, on ``router`` (the app's), their handlers reading ``service``."""
+def add_ric_routes(router: APIRouter, components: Components) -> None:
+    """These routes, on ``router`` (the app's), their handlers reading ``components``."""
 
     @router.get("/ric/v1/health/alive", tags=["ric"])
     async def alive() -> dict:
@@ -37,21 +37,21 @@ def add_ric_routes(router: APIRouter, service: Service) -> None:
         verified and warmed up, and RMR (where E2 or A1 is on) has a route table; 503 with the
         reason until then. ``models`` gives each model's state: one that failed stays
         UNAVAILABLE, with its reason, and does not hold the others back."""
-        states = {name: slot.status(service.state) for name, slot in service.models.items()}
+        states = {name: slot.status(components.state) for name, slot in components.models.items()}
         models = {name: {"state": status, **({"reason": why} if why else {})}
                   for name, (status, why) in states.items()}
         ready = [name for name, (status, _) in states.items() if status == "READY"]
-        loading = [name for name, slot in service.models.items() if slot.holder.first_loading]
+        loading = [name for name, slot in components.models.items() if slot.holder.first_loading]
         if loading or not ready:
             why = "; ".join(f"{name}: {status}{f' ({reason})' if reason else ''}"
                             for name, (status, reason) in states.items())
             return JSONResponse({"error": f"models not ready yet: {why}", "models": models},
                                 status_code=503)
-        if not service.e2.ready():
+        if not components.e2.ready():
             return JSONResponse({"error": "RMR not ready: no route table yet (from the routing "
                                  "manager, RMR_RTG_SVC, or static, RMR_SEED_RT)",
                                  "models": models}, status_code=503)
-        default = service.state.now.model
+        default = components.state.now.model
         return JSONResponse({
             "status": "ready", "models": models,
             "model_version": default.metadata.model_version if default else None})
@@ -59,7 +59,7 @@ def add_ric_routes(router: APIRouter, service: Service) -> None:
     @router.get("/ric/v1/config", tags=["ric"])
     async def config() -> list[dict]:
         """The xApp descriptor in force, as O-RAN SC's xApp frameworks serve it."""
-        descriptor = service.descriptor
+        descriptor = components.descriptor
         return [{"metadata": {"xappName": descriptor.name, "configType": "json"},
                  "config": descriptor.raw}]
 
@@ -67,14 +67,14 @@ def add_ric_routes(router: APIRouter, service: Service) -> None:
         200: {"content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}}})
     async def metrics() -> Response:
         """Prometheus metrics, prefixed kpi_forecast_."""
-        for name, served in service.state.models.items():
+        for name, served in components.state.models.items():
             try:
                 held = await served.history.count() if served.history else 0
             except HistoryUnavailable:
                 held = float("nan")  # unknown, rather than a scrape that fails as a whole
-            service.metrics.cells_held.labels(model=name).set(held)
-        service.admission.show()
-        return Response(generate_latest(service.metrics.registry),
+            components.metrics.cells_held.labels(model=name).set(held)
+        components.admission.show()
+        return Response(generate_latest(components.metrics.registry),
                         media_type=CONTENT_TYPE_LATEST)
 
     @router.post("/ric/v1/subscriptions/response", tags=["ric"], response_model=OutcomesOut,
@@ -86,7 +86,7 @@ def add_ric_routes(router: APIRouter, service: Service) -> None:
         once taken, a repeat included; an outcome of a subscription this replica does not
         hold is counted and answered 200 too (nothing to retry). 404 where this replica
         makes no subscriptions."""
-        subscriber = service.e2.subscriber
+        subscriber = components.e2.subscriber
         if subscriber is None:
             return JSONResponse({"error": "this replica makes no E2 subscriptions "
                                  "(controls.e2.enabled with a submgrUrl)"}, status_code=404)

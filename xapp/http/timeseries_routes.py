@@ -22,11 +22,11 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from kpi_forecast.xapp.components import Components
 from kpi_forecast.xapp.http import openapi
 from kpi_forecast.xapp.http.edge import facts
 from kpi_forecast.xapp.http.errors import ClientError, status_of
 from kpi_forecast.xapp.http.schemas import MAX_BATCH_ITEMS, ForecastRequest, json_response
-from kpi_forecast.xapp.service import Service
 from kpi_forecast.xapp.serving.errors import RequestError, Shed, UnknownModel
 from kpi_forecast.xapp.serving.forecasting import parse_step
 from kpi_forecast.xapp.store.cell_history import HistoryUnavailable
@@ -115,8 +115,8 @@ KSERVE_ERRORS = {status: {"model": KServeErrorResponse}
                  for status in (404, 409, 413, 422, 503)}
 
 
-def add_timeseries_routes(router: APIRouter, service: Service) -> None:
-    """These routes, on ``router`` (the app's), their handlers reading ``service``."""
+def add_timeseries_routes(router: APIRouter, components: Components) -> None:
+    """These routes, on ``router`` (the app's), their handlers reading ``components``."""
 
     @router.post(
         "/v1/timeseries/forecast", response_model=TimeSeriesResponse, responses=KSERVE_ERRORS,
@@ -127,7 +127,7 @@ def add_timeseries_routes(router: APIRouter, service: Service) -> None:
         """KServe's time-series forecast: each input series' median and quantiles by the model
         named."""
         try:
-            return await _forecast(service, request)
+            return await _forecast(components, request)
         except ClientError as exc:
             return kserve_error(exc.status, str(exc), "BadRequestError")
         except UnknownModel as exc:
@@ -143,7 +143,7 @@ def add_timeseries_routes(router: APIRouter, service: Service) -> None:
     @router.get("/v1/timeseries/models", response_model=list[str], tags=["kserve"])
     async def timeseries_models() -> list[str]:
         """The names of the models ready to forecast, as KServe lists them."""
-        return [name for name, served in service.state.models.items()
+        return [name for name, served in components.state.models.items()
                 if served.model is not None]
 
 
@@ -154,16 +154,16 @@ def kserve_error(status: int, message: str, kind: str, param: str | None = None,
                                    "code": str(status)}}, status_code=status, headers=headers)
 
 
-async def _forecast(service: Service, request: Request) -> Response:
+async def _forecast(components: Components, request: Request) -> Response:
     try:
         body = TimeSeriesRequest.model_validate_json(await request.body())
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
         return kserve_error(422, f"{where}: {first['msg']}", "BadRequestError", where)
-    slot = service.slot(body.model)
-    served = service.state.served(slot.name)
-    meta = service.forecasting.model(served).metadata
+    slot = components.slot(body.model)
+    served = components.state.view(slot.name)
+    meta = components.forecasting.model(served).metadata
     horizon = body.options.horizon
     if not 1 <= horizon <= meta.horizon:
         raise ClientError(422, f"options.horizon {horizon}: from 1 to the model's "
@@ -176,7 +176,7 @@ async def _forecast(service: Service, request: Request) -> Response:
     median = 0.5 if 0.5 in meta.quantiles else meta.quantiles[len(meta.quantiles) // 2]
     columns = tuple(q for q in meta.quantiles if q in {*asked, median})
     items = [_series(row, item, meta.freq, horizon) for row, item in enumerate(body.inputs)]
-    forecast = await service.forecasting.given(slot, items, request.state.arrival,
+    forecast = await components.forecasting.given(slot, items, request.state.arrival,
                                                request.scope["route"], quantiles=columns)
     answer = forecast.answer
     values = np.round(answer.quantiles.astype(np.float64), 4)

@@ -56,7 +56,7 @@ class _Job:
 
 
 class DynamicBatcher:
-    """Runs each batch on the model ``name`` in force (``state.served(name)``) as the batch
+    """Runs each batch on the model ``name`` in force (``state.view(name)``) as the batch
     starts, with that model's recalibration."""
 
     def __init__(self, state: ServingState, metrics: Metrics, name: str, max_batch_size: int,

@@ -35,7 +35,7 @@ from kpi_forecast.xapp.serving.admission import (
 from kpi_forecast.xapp.serving.batcher import DynamicBatcher, ModelUnavailable, QueueFull
 from kpi_forecast.xapp.serving.errors import InvalidRequest, NotHeld, Shed, TooLittleHistory
 from kpi_forecast.xapp.serving.fallback import fallback_forecast
-from kpi_forecast.xapp.serving.state import Served, ServingState
+from kpi_forecast.xapp.serving.state import ModelView, ServingState
 from kpi_forecast.xapp.store.cell_history import CellHistory, HistoryUnavailable
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -145,14 +145,14 @@ def check_end(start: dt.datetime, steps: int, freq: str, model: OnnxForecaster) 
     return start_ns
 
 
-def held_store(served: Served) -> CellHistory:
+def held_store(served: ModelView) -> CellHistory:
     """The cell history, or a Shed while no model has said on which grid."""
     if served.history is None:
         raise Shed("not_ready", "no model loaded yet: the history grid is not known")
     return served.history
 
 
-def wanted(served: Served, model: OnnxForecaster,
+def wanted(served: ModelView, model: OnnxForecaster,
            quantiles: tuple[float, ...] | None = None) -> list[float]:
     """The quantiles answered: those asked for (an A1 policy's), else the controls', else all
     the model has."""
@@ -168,7 +168,7 @@ class Forecasting:
     admission: Admission
     metrics: Metrics
 
-    def model(self, served: Served) -> OnnxForecaster:
+    def model(self, served: ModelView) -> OnnxForecaster:
         """The model in force, or a Shed while none is loaded."""
         if served.model is None:
             self.metrics.shed.labels(reason="not_ready").inc()
@@ -242,14 +242,14 @@ class Forecasting:
                               calendar_zone(model.metadata.calendar_tz))
 
     @staticmethod
-    def _horizon(served: Served, model: OnnxForecaster, asked: int | None) -> int:
+    def _horizon(served: ModelView, model: OnnxForecaster, asked: int | None) -> int:
         horizon = asked or served.controls.default_horizon or model.metadata.horizon
         if horizon > model.metadata.horizon:
             raise InvalidRequest(f"horizon {horizon} exceeds the model's "
                                  f"{model.metadata.horizon}")
         return horizon
 
-    def _plan(self, served: Served, model: OnnxForecaster, cells: Sequence[str],
+    def _plan(self, served: ModelView, model: OnnxForecaster, cells: Sequence[str],
               asked: Sequence[int | None], quantiles: tuple[float, ...] | None = None
               ) -> _Plan:
         """Each row's horizon (asked, else its policy's, else the controls') and quantiles;
@@ -272,7 +272,7 @@ class Forecasting:
         return _Plan(horizons, tuple(q for q in model.metadata.quantiles if q in union),
                      [names[s.quantiles] for s in steering], budget_s)
 
-    async def _decide(self, parts: ModelParts, served: Served, model: OnnxForecaster,
+    async def _decide(self, parts: ModelParts, served: ModelView, model: OnnxForecaster,
                       history: np.ndarray, last_ns: np.ndarray, plan: _Plan, arrival: float
                       ) -> Answer:
         """The model's forecasts of the rows of ``history`` [B, n] within the budget, else the
@@ -318,7 +318,7 @@ class Forecasting:
                       [quantile_name(q) for q in chosen], result.model.metadata.model_version,
                       "model", None, result.started - arrival, served.name)
 
-    def _fallback(self, served: Served, model: OnnxForecaster, history: np.ndarray,
+    def _fallback(self, served: ModelView, model: OnnxForecaster, history: np.ndarray,
                   horizon: int, asked: tuple[float, ...] | None, reason: str, waited: float
                   ) -> Answer:
         self.metrics.fallbacks.labels(model=served.name, reason=reason).inc(len(history))

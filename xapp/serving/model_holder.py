@@ -85,7 +85,7 @@ class ModelHolder:
                     self._state.swap(shared=open_shared(self._state.controls.history_store))
                 shared = self._state.now.shared
                 await self._prepare(forecaster, shared)
-                old = self._state.served(self.name).history
+                old = self._state.view(self.name).history
                 # One view: a request sees the old model with its history or the new with its.
                 self._state.swap(self.name, model=forecaster, history=history,
                                  recalibration=None)
@@ -93,7 +93,7 @@ class ModelHolder:
                 self._swapped(forecaster)
                 self.problem = None
             except (ArtifactError, ValueError, OSError) as exc:
-                if self._state.served(self.name).model is None:  # why it stays unavailable
+                if self._state.view(self.name).model is None:  # why it stays unavailable
                     self.problem = f"model load rejected: {describe(exc)}"
                 raise
             finally:
@@ -125,7 +125,7 @@ class ModelHolder:
         """Stop serving the model: its requests get 503 until it is loaded again; its history
         (in memory: dropped; in Redis: kept for the next load) is closed."""
         async with self._lock:
-            old = self._state.served(self.name).history
+            old = self._state.view(self.name).history
             self._state.swap(self.name, model=None, history=None, recalibration=None)
             self.problem = "unloaded"
         if old is not None:
@@ -138,7 +138,7 @@ class ModelHolder:
         is; refuse the model (ArtifactError) when history is held on another grid or of
         another KPI: forecasting one KPI from another's values would be silently wrong."""
         freq, kpi = model.metadata.freq, model.metadata.target
-        held = self._state.served(self.name).history
+        held = self._state.view(self.name).history
         if held is not None and held.freq == freq and held.kpi == kpi:
             return held
         if held is not None and (cells := await held.count()):
@@ -199,7 +199,7 @@ class ModelHolder:
 
     async def close(self) -> None:
         """Close the model's history (the shared state is the service's to close)."""
-        history = self._state.served(self.name).history
+        history = self._state.view(self.name).history
         if history is not None:
             await history.close()
 

@@ -5,7 +5,7 @@
 are older than ``controls.recalibration.everySeconds``, it takes the most recently reported
 cells of its history (at most ``maxCells``), forecasts the last week of horizons of each, and
 keeps the offsets that make the quantiles hold there; the serving state then carries them
-with the model (``Served.recalibration``) and a forecast only applies them, so the latency
+with the model (``ModelView.recalibration``) and a forecast only applies them, so the latency
 budget pays nothing. The offsets are kept in the shared state beside the history, so replicas
 sharing the RIC's Redis apply the same ones (a replica takes up another's refresh within a
 second) and a restarted replica does not recompute them. Offsets belong to one model: a new
@@ -87,7 +87,7 @@ class Recalibrator:
     def _for(self, model: OnnxForecaster) -> Offsets | None:
         offsets = self.offsets
         if (offsets is None or offsets.model_version != model.metadata.model_version
-                or self._state.served(self.name).controls.recalibration.every_seconds == 0):
+                or self._state.view(self.name).controls.recalibration.every_seconds == 0):
             return None
         return offsets
 
@@ -114,7 +114,7 @@ class Recalibrator:
     async def refresh(self) -> Recalibration:
         """Recompute the offsets from the store now and share them; keeps the old ones (and
         raises) if it cannot."""
-        served = self._state.served(self.name)
+        served = self._state.view(self.name)
         model, store = served.model, served.history
         if model is None or store is None or served.shared is None:
             return Recalibration()
@@ -149,7 +149,7 @@ class Recalibrator:
         gauges. After a reload or a config change they would otherwise go on showing offsets
         that no longer apply, and the quantiles of a model no longer served."""
         offsets = self._for(model)
-        if self._state.served(self.name).model is model:
+        if self._state.view(self.name).model is model:
             self._state.swap(self.name, recalibration=None if offsets is None
                              else offsets.recalibration)
         m, applied = self.metrics, Recalibration() if offsets is None else offsets.recalibration
@@ -185,7 +185,7 @@ class Recalibrator:
         """Take up the refresh the store holds; refresh when it is not fresh. One that
         found no recent week to fit (a new deployment, history still arriving) is retried like
         a failed one, not kept for ``everySeconds``."""
-        served = self._state.served(self.name)
+        served = self._state.view(self.name)
         model, shared = served.model, served.shared
         every = served.controls.recalibration.every_seconds
         if model is None or shared is None or every == 0:

@@ -112,7 +112,7 @@ class ModelSlot:
 
     def __init__(self, name: str, state: ServingState, metrics: Metrics,
                  a1: PolicyHandler | None = None) -> None:
-        batching = state.served(name).controls.batching
+        batching = state.view(name).controls.batching
         self.name = name
         self._a1 = a1
         self.recalibrator = Recalibrator(state, metrics, name)
@@ -121,11 +121,11 @@ class ModelSlot:
                                       batching.max_queue_delay_ms / 1000.0,
                                       batching.max_queue_size)
         metrics.model_ready.labels(model=name).set(0)  # a series from the start, for alerts
-        metrics.budget.labels(model=name).set(latency_budget_s(state.served(name).controls))
+        metrics.budget.labels(model=name).set(latency_budget_s(state.view(name).controls))
 
     def status(self, state: ServingState) -> tuple[ModelStatus, str | None]:
         """Triton's model state, and why it is not ready."""
-        if state.served(self.name).model is not None:
+        if state.view(self.name).model is not None:
             return "READY", None
         if self.holder.loading:
             return "LOADING", self.holder.problem

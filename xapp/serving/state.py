@@ -1,7 +1,7 @@
 """What the xApp serves now, as one snapshot swapped whole: the controls in force, the state
-replicas share and, for each model by name, its ``Served`` view: the model, the cell history
+replicas share and, for each model by name, its ``ModelView``: the model, the cell history
 of its KPI on its grid, and the recalibration in force for it. Whoever needs them reads
-``ServingState.served(name)`` (or ``now``, the default model's) once for a piece of work (a
+``ServingState.view(name)`` (or ``now``, the default model's) once for a piece of work (a
 request, a batch, an ingestion round) and hands that view on, so that the piece sees one model,
 one set of controls and one recalibration throughout, whatever is swapped meanwhile."""
 
@@ -21,7 +21,7 @@ from kpi_forecast.xapp.store.shared_state import SharedState
 
 
 @dataclass(frozen=True)
-class Served:
+class ModelView:
     """One model's view: what its requests see."""
 
     controls: Controls  # with the model's own settings (controls.perModel) in place
@@ -50,19 +50,19 @@ class ServingState:
                  default: str | None = None) -> None:
         self.default = default or names[0]
         self.controls = controls
-        self._set({name: Served(controls.for_model(name), name) for name in names})
+        self._set({name: ModelView(controls.for_model(name), name) for name in names})
 
-    def _set(self, models: dict[str, Served]) -> None:
-        self.models: Mapping[str, Served] = MappingProxyType(models)
+    def _set(self, models: dict[str, ModelView]) -> None:
+        self.models: Mapping[str, ModelView] = MappingProxyType(models)
         self.now = models[self.default]
 
-    def served(self, name: str) -> Served:
+    def view(self, name: str) -> ModelView:
         try:
             return self.models[name]
         except KeyError:
             raise UnknownModel(f"no model {name!r}; served: {', '.join(self.models)}") from None
 
-    def swap(self, name: str | None = None, **changes: object) -> Served:
+    def swap(self, name: str | None = None, **changes: object) -> ModelView:
         """Change one model's view (``name``), or what all share (no name: controls, shared);
         the default model's view, or ``name``'s, after it."""
         if name is None and not changes.keys() <= COMMON:
@@ -75,7 +75,7 @@ class ServingState:
             own = changes
             if isinstance(controls, Controls):
                 own = {**changes, "controls": controls.for_model(each)}
-            served = dataclasses.replace(self.served(each), **own)
+            served = dataclasses.replace(self.view(each), **own)
             if ("controls" in changes or "model" in changes) and "kpi_source" not in changes:
                 model = served.model
                 source = (None if model is None
@@ -85,10 +85,10 @@ class ServingState:
         self._set(models)
         return models[name or self.default]
 
-    def add(self, name: str) -> Served:
+    def add(self, name: str) -> ModelView:
         """A view for a model not served before (nothing loaded yet)."""
         if name not in self.models:
             now = self.now
-            self._set({**self.models, name: Served(self.controls.for_model(name), name,
+            self._set({**self.models, name: ModelView(self.controls.for_model(name), name,
                                                    shared=now.shared)})
         return self.models[name]

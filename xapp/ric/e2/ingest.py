@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from kpi_forecast.model.kpi import kpi_problem
 from kpi_forecast.xapp.descriptor.controls import Ratio
 from kpi_forecast.xapp.metrics import Metrics
-from kpi_forecast.xapp.ric.e2 import indication, kpm
+from kpi_forecast.xapp.ric.e2 import fast_indication, kpm
 from kpi_forecast.xapp.ric.transport import MESSAGE_TYPES, Frame
-from kpi_forecast.xapp.serving.state import Served, ServingState
+from kpi_forecast.xapp.serving.state import ModelView, ServingState
 from kpi_forecast.xapp.store.cell_history import HistoryError, HistoryUnavailable
 
 log = logging.getLogger(__name__)
@@ -44,8 +44,8 @@ class Route:
 class _Sources:
     """What the models served read from a report."""
 
-    direct: dict[str, Served]  # measurement -> the model whose KPI it is
-    ratios: tuple[tuple[Served, Ratio], ...]  # KPIs that may come as two measurements
+    direct: dict[str, ModelView]  # measurement -> the model whose KPI it is
+    ratios: tuple[tuple[ModelView, Ratio], ...]  # KPIs that may come as two measurements
     names: list[str]  # every measurement read
 
 
@@ -148,7 +148,7 @@ class Ingestor:
 
     def _decode(self, frame: Frame) -> list[_Write]:
         try:
-            pdu = indication.decode_e2ap(frame.payload)
+            pdu = fast_indication.decode_e2ap(frame.payload)
         except kpm.DecodeError as exc:
             raise _Rejected(exc.reason, str(exc)) from None
         if pdu.kind != "indication":
@@ -161,8 +161,8 @@ class Ingestor:
         if not sources.direct:
             raise _Rejected("not-ready", "no model (or no measurement for its KPI) yet")
         try:
-            start_us = indication.decode_header_us(pdu.header)
-            message = indication.decode_message(pdu.message, subscribed=sources.names)
+            start_us = fast_indication.decode_header_us(pdu.header)
+            message = fast_indication.decode_message(pdu.message, subscribed=sources.names)
         except kpm.DecodeError as exc:
             raise _Rejected(exc.reason, str(exc)) from None
         direct = sources.direct
@@ -192,9 +192,9 @@ class Ingestor:
         return writes
 
     @staticmethod
-    def _add_ratios(ratios: tuple[tuple[Served, Ratio], ...],
+    def _add_ratios(ratios: tuple[tuple[ModelView, Ratio], ...],
                     measurements: list[kpm.Measurement],
-                    reported: list[tuple[Served, list[float | None], float]]) -> None:
+                    reported: list[tuple[ModelView, list[float | None], float]]) -> None:
         """The KPIs a report carries as two measurements instead of their own: per period,
         numerator / denominator (no value where either has none or the denominator is 0)."""
         by_name = {m.name: m.values for m in measurements}

@@ -1,5 +1,5 @@
 """E2SM-KPM indication header (colletStartTime) and message (format 1): the general codec, over
-``kpm``'s ASN.1 module; the fast path for the usual shape is ``indication.py``'s."""
+``kpm``'s ASN.1 module; the fast path for the usual shape is ``fast_indication.py``'s."""
 
 from __future__ import annotations
 

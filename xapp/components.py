@@ -1,9 +1,9 @@
-"""The xApp's parts wired together, apart from HTTP: the serving state (``serving.state``: the
-controls, each model and its stores, as one snapshot) and everyone who reads it, each model's
-parts (``serving.repository.ModelSlot``: the holder that swaps it in, its batcher, the
-decision of what to answer, its background recalibration), admission, E2 and A1 (``ric``)
-and the metrics; their start and orderly stop, models loaded and unloaded by name, and a new
-descriptor handed to each."""
+"""The xApp's components wired together, apart from HTTP: the serving state
+(``serving.state``: the controls, each model and its stores, as one snapshot) and everyone who
+reads it, each model's parts (``serving.repository.ModelSlot``: the holder that swaps it in,
+its batcher, its background recalibration), the answering of forecasts
+(``serving.forecasting``), admission, E2 and A1 (``ric``) and the metrics; their start and
+orderly stop, models loaded and unloaded by name, and a new descriptor handed to each."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def rmr_transport(e2: E2, broken: Callable[[str], None]) -> Transport:
     return RmrTransport(e2.port, on_broken=broken)
 
 
-class Service:
+class Components:
     def __init__(self, descriptor: Descriptor, http_port: int = 8080,
                  e2_transport: TransportFactory = rmr_transport) -> None:
         self.descriptor = descriptor
@@ -134,7 +134,7 @@ class Service:
         self.descriptor = new
         self.state.swap(controls=new.controls)
         for name, slot in self.models.items():
-            controls = self.state.served(name).controls
+            controls = self.state.view(name).controls
             slot.batcher.configure(controls.batching.max_batch_size,
                                    controls.batching.max_queue_delay_ms / 1000.0,
                                    controls.batching.max_queue_size)
