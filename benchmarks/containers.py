@@ -89,7 +89,10 @@ class Podman:
     def build(self, niceness: int = 0) -> None:
         """Every build command of docs/images.md, as printed, timed; a failure raises.
         ``niceness``: the builds' CPU priority (``nice``), lowered where they run beside other
-        work that must keep its pace."""
+        work that must keep its pace; their I/O then waits for an idle disk (``ionice``)."""
+        priority = ["nice", "-n", str(niceness)]
+        if niceness and shutil.which("ionice"):
+            priority = ["ionice", "-c", "3", *priority]
         for block in build_blocks():
             for command in block.commands:
                 if self._cancelled.is_set():
@@ -97,7 +100,7 @@ class Podman:
                 started = time.monotonic()
                 # Its own process group: a cancel stops podman and whatever it started.
                 self._current = subprocess.Popen(
-                    ["nice", "-n", str(niceness), "bash", "-o", "pipefail", "-c", command],
+                    [*priority, "bash", "-o", "pipefail", "-c", command],
                     cwd=self.project, env=self.env, stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE, text=True, start_new_session=True)
                 stdout, stderr = self._current.communicate(timeout=1800)
@@ -107,7 +110,7 @@ class Podman:
                 self.seconds[command] = time.monotonic() - started
 
     def build_in_background(self) -> None:
-        """Start ``build`` at the lowest CPU priority in a thread: it takes minutes, mostly
+        """Start ``build`` at the lowest CPU and I/O priority in a thread: it takes minutes, mostly
         downloads and unpacking, which the test suite's other tests can run beside;
         ``wait_built`` takes its outcome, ``cancel`` stops it."""
 

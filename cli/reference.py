@@ -112,6 +112,25 @@ def metrics_page() -> str:
         "| metric | type | labels | what |", "|---|---|---|---|", *rows, ""])
 
 
+def _body_fields(document: dict[str, Any], media: dict[str, Any]) -> list[str]:
+    """A JSON body's fields, from its schema in the document's components."""
+    schema = media.get("schema", {})
+    # An optional body (``X | None``): the object it may be.
+    schema = next((o for o in schema.get("anyOf", []) if "$ref" in o), schema)
+    while "$ref" in schema:
+        schema = document["components"]["schemas"][schema["$ref"].rsplit("/", 1)[1]]
+    properties, required = schema.get("properties", {}), set(schema.get("required", []))
+    if not properties:
+        return []
+    rows = []
+    for name, field in properties.items():
+        while "$ref" in field:
+            field = document["components"]["schemas"][field["$ref"].rsplit("/", 1)[1]]
+        rows.append(f"| `{name}` | {_type(field)} | {'yes' if name in required else 'no'} | "
+                    f"{_cell(field.get('description', ''))} |")
+    return ["| field | type | required | what |", "|---|---|---|---|", *rows, ""]
+
+
 def api_page() -> str:
     descriptor = load_descriptor(DEFAULT_DIR / CONFIG_FILE_NAME)
     document = create_app(descriptor, watch_config=False).openapi()
@@ -134,6 +153,7 @@ def api_page() -> str:
             body = operation.get("requestBody", {}).get("content", {})
             if body:
                 lines += ["Body: " + ", ".join(f"`{media}`" for media in body), ""]
+                lines += _body_fields(document, body.get("application/json", {}))
             answers = operation.get("responses", {})
             lines += ["Answers: " + ", ".join(
                 f"{code} {_cell(answer.get('description', ''))}"

@@ -43,7 +43,11 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     if not session.config.option.collectonly:
-        image_builds.start(session.items)
+        image_builds.plan(session.items)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    image_builds.start_beside(item)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

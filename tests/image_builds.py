@@ -1,6 +1,7 @@
 """The container images the image tests use (tests/test_container.py), built once per session
-and in the background: the builds start as soon as the suite is collected, at the lowest CPU
-priority, while the other tests run; the image tests run last and wait for them."""
+and in the background: at the lowest CPU and I/O priority, from the first test after the fault
+tests (which measure latency under injected faults, and run first) while the rest of the suite
+runs; the image tests run last and wait for them."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from benchmarks.containers import Podman, missing
 
 IMAGE_TESTS = "test_container.py"
+_wanted = False  # image tests are to run, and the machine has what they need
 _engine: Podman | None = None
 
 
@@ -21,19 +23,24 @@ def image_tests_last(items: list[pytest.Item]) -> None:
     items[:] = [item for item in items if item.path.name != IMAGE_TESTS] + images
 
 
-def start(items: list[pytest.Item]) -> None:
-    """Start the builds where image tests are to run and the machine has what they need (else
-    the tests skip, saying what is missing)."""
+def plan(items: list[pytest.Item]) -> None:
+    """Build where image tests are to run and the machine has what they need (else the tests
+    skip, saying what is missing)."""
+    global _wanted
+    _wanted = not missing() and any(item.path.name == IMAGE_TESTS for item in items)
+
+
+def start_beside(item: pytest.Item) -> None:
+    """Start the builds before ``item`` runs, unless it is a fault test."""
     global _engine
-    if _engine is None and not missing() and any(
-            item.path.name == IMAGE_TESTS for item in items):
+    if _wanted and _engine is None and item.path.parent.name != "faults":
         _engine = Podman(Path(tempfile.mkdtemp(prefix="kpi-forecast-podman-")))
         _engine.build_in_background()
 
 
 def built() -> Podman:
     """The engine with every image built; raises what the build raised."""
-    assert _engine is not None, "the builds start at collection (tests/conftest.py)"
+    assert _engine is not None, "the builds start before the first test after the faults"
     _engine.wait_built()
     return _engine
 

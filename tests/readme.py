@@ -21,6 +21,8 @@ MARKER = re.compile(r"^<!-- not run here: (?P<needs>.+?)(?:; checked: (?P<checke
 # <!-- run by tests/test_x.py -->
 RUN_BY = re.compile(r"^<!-- run by (?P<test>tests/\w+\.py) -->$")
 PLACEHOLDER = re.compile(r"^[A-Z][A-Z_=]*$")  # FILE, DIR, N, COLUMN=MEASUREMENT
+# A value of each placeholder's kind that the parser takes (any other: "x").
+EXAMPLES = {"N": "1", "MS": "1", "PORT": "1", "CODE": "FR", "FAULTS": "malformed=0.1"}
 
 
 @dataclass(frozen=True)
@@ -107,5 +109,5 @@ def synopses(block: Block, program: str = "kpi-forecast") -> list[list[str]]:
             continue
         for word in shlex.split(raw.replace("[", " ").replace("]", " ")):
             word = word.split("|", 1)[0]
-            found[-1].append(("1" if word == "N" else "x") if PLACEHOLDER.match(word) else word)
+            found[-1].append(EXAMPLES.get(word, "x") if PLACEHOLDER.match(word) else word)
     return [argv[1:] for argv in found]

@@ -112,5 +112,17 @@ def test_the_document_says_which_routes_need_which_group(tmp_path: Path) -> None
         for path in ("/v1/forecast", "/v1/cells", "/ric/v1/health/ready"):
             for operation in paths[path].values():
                 assert "x-api-group" not in operation and "security" not in operation
+        # The security page lists every restricted route in its group's row, and no other.
+        page = (Path(__file__).resolve().parents[1] / "docs" / "security.md").read_text()
+        rows = {line.split("`")[1]: line for line in page.splitlines()
+                if line.startswith("| ") and "`" in line}
+        listed = {group: rows[group.replace("_c", "C").replace("_w", "W")]
+                  for group in ("model_control", "history_writes")}
+        restricted = {(operation["x-api-group"], f"{method.upper()} {path}")
+                      for path, item in paths.items() for method, operation in item.items()
+                      if operation.get("x-api-group") in listed}
+        assert restricted and all(f"`{route}`" in listed[group] for group, route in restricted)
+        for group, row in listed.items():
+            assert row.count("`POST ") == sum(1 for g, _ in restricted if g == group), row
 
     asyncio.run(go())

@@ -133,6 +133,35 @@ def descriptor(docs: Docs) -> dict[str, Any]:
 # --- the tools and the chart as a whole ----------------------------------------------------------
 
 
+def has_path(values: dict, path: str) -> bool:
+    """Whether ``values`` has the key ``path`` (dotted), whatever its value."""
+    node: Any = values
+    for part in path.split("."):
+        if not (isinstance(node, dict) and part in node):
+            return False
+        node = node[part]
+    return True
+
+
+def test_every_value_the_charts_comments_name_exists() -> None:
+    """A comment of values.yaml or a template that names a value (``model.source``,
+    ``xapp.historyStore.backend``) names one the chart has."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    tops = "|".join(sorted(values, key=len, reverse=True))
+    named = re.compile(rf"\b((?:{tops})(?:\.[A-Za-z][A-Za-z0-9]*)+)")
+    file_name = re.compile(r"\.(onnx|json|yaml|py|md|gz)$")  # model.onnx is not a value
+    files = ["values.yaml", *(f"templates/{p.name}" for p in (CHART / "templates").iterdir())]
+    missing = []
+    for name in files:
+        for number, line in enumerate((CHART / name).read_text().splitlines(), 1):
+            comment = line.partition("#")[2] if name == "values.yaml" else " ".join(
+                re.findall(r"\{\{-?\s*/\*(.*?)\*/", line)) + line.partition("# ")[2]
+            for path in named.findall(comment):
+                if not has_path(values, path) and not file_name.search(path):
+                    missing.append(f"{name}:{number}: {path}")
+    assert not missing, missing
+
+
 def test_helm_is_v4(helm: Path) -> None:
     proc = run_helm(helm, "version", "--short")
     assert proc.returncode == 0, proc.stderr

@@ -17,8 +17,10 @@ each is parsed by the CLI's parser.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -36,7 +38,7 @@ import yaml
 
 from kpi_forecast.cli.main import build_parser
 from tests.processes import BIN, ROOT, Server, answers
-from tests.readme import Block, blocks, pages, synopses
+from tests.readme import PLACEHOLDER, Block, blocks, pages, synopses
 from tests.rmr_library import RMR
 from tests.system_tools import system_tool
 
@@ -515,6 +517,55 @@ def test_every_command_block_runs_or_says_what_it_needs() -> None:
 def test_synopses_are_what_the_cli_takes(block: Block) -> None:
     for argv in synopses(block):
         parse_cli(argv)
+
+
+OPTION = re.compile(r"\[(--[a-z0-9-]+) ([^\]]+)\]")  # [--speed 1], [--cells-from a|b]
+
+
+def subcommand(words: list[str]) -> argparse.ArgumentParser:
+    """The parser of ``kpi-forecast WORDS...`` (``k8s train-job``: two levels down)."""
+    parser = build_parser()
+    for word in words:
+        choices = next((a.choices for a in parser._actions
+                        if isinstance(a, argparse._SubParsersAction)), {})
+        if word not in choices:
+            break
+        parser = choices[word]
+    return parser
+
+
+def takes(action: argparse.Action, value: object) -> bool:
+    """Whether the option takes ``value`` written out."""
+    try:
+        if callable(action.type) and not isinstance(value, list | tuple):
+            action.type(str(value))
+    except (ValueError, TypeError, argparse.ArgumentTypeError):
+        return False
+    return True
+
+
+@pytest.mark.parametrize("block", SYNOPSES, ids=lambda b: b.name)
+def test_synopses_show_the_defaults_the_cli_has(block: Block) -> None:
+    """An option's value in a synopsis is its default where it has one (the first of
+    alternatives), else a placeholder (``STEP``, ``N``), never an example."""
+    parser, wrong = None, []
+    for line in block.text.splitlines():
+        if line.startswith("kpi-forecast "):
+            parser = subcommand(line.split()[1:3])
+        elif not line.startswith(" "):
+            parser = None
+        for option, value in OPTION.findall(line) if parser is not None else ():
+            action = parser._option_string_actions[option]
+            default, shown = action.default, value.split("|")[0]
+            if default is None or default is False or default in ("", [], {}) or not takes(
+                    action, default):  # none, or a sentinel the option refuses (0: auto)
+                if not PLACEHOLDER.match(shown):
+                    wrong.append(f"{option} {value}: no default, so a placeholder")
+            elif shown != (",".join(map(str, default)) if isinstance(default, list | tuple)
+                           else str(default)) and not (isinstance(default, float)
+                                                       and float(shown) == default):
+                wrong.append(f"{option} {value}: the default is {default!r}")
+    assert not wrong, wrong
 
 
 @pytest.mark.slow

@@ -211,9 +211,12 @@ class Api(BaseModel):
     model_config = MODEL_CONFIG
 
     model_control: Access = "key"
-    """POST /v1/model/reload."""
+    """Model control: reload, and a repository's models loaded and unloaded
+    (POST /v1/model/reload, /v1/models/{name}/load, /v1/models/{name}/unload)."""
     history_writes: Access = "key"
-    """POST /v1/cells/{cellId}/history and POST /v1/cells/history."""
+    """History written over REST, of the default model's KPI or a named model's
+    (POST /v1/cells/{cell_id}/history, /v1/cells/history, and the same under
+    /v1/models/{name})."""
 
 
 class A1(BaseModel):

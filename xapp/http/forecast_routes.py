@@ -151,7 +151,7 @@ async def _one(components: Components, slot: ModelSlot, request: Request) -> Res
     except ValidationError as exc:
         return validation_error(exc.errors())
     forecast = await components.forecasting.given(slot, [body], request.state.arrival,
-                                               request.scope["route"])
+                                                  request.scope["route"])
     return json_response(cell_response(body.cell_id, forecast, 0, forecast.last_steps()[0]))
 
 
@@ -165,21 +165,21 @@ async def _batch(components: Components, slot: ModelSlot, request: Request, freq
     except ValidationError as exc:
         return validation_error(exc.errors())
     forecast = await components.forecasting.given(slot, batch.items, request.state.arrival,
-                                               request.scope["route"], horizon, freq)
+                                                  request.scope["route"], horizon, freq)
     return json_response(batch_response(forecast, [item.cell_id for item in batch.items]))
 
 
 async def _cell(components: Components, slot: ModelSlot, cell_id: str, request: Request,
                 horizon: int | None) -> dict:
     forecast = await components.forecasting.held(slot, [cell_id], horizon, request.state.arrival,
-                                              request.scope["route"])
+                                                 request.scope["route"])
     return cell_response(cell_id, forecast, 0, forecast.last_steps()[0])
 
 
 async def _cells(components: Components, slot: ModelSlot, body: CellsForecastRequest,
                  request: Request) -> Response:
     forecast = await components.forecasting.held(slot, body.cell_ids, body.horizon,
-                                              request.state.arrival, request.scope["route"])
+                                                 request.state.arrival, request.scope["route"])
     return json_response(batch_response(forecast, body.cell_ids))
 
 

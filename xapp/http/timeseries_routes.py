@@ -177,7 +177,7 @@ async def _forecast(components: Components, request: Request) -> Response:
     columns = tuple(q for q in meta.quantiles if q in {*asked, median})
     items = [_series(row, item, meta.freq, horizon) for row, item in enumerate(body.inputs)]
     forecast = await components.forecasting.given(slot, items, request.state.arrival,
-                                               request.scope["route"], quantiles=columns)
+                                                  request.scope["route"], quantiles=columns)
     answer = forecast.answer
     values = np.round(answer.quantiles.astype(np.float64), 4)
     where = {q: columns.index(q) for q in columns}

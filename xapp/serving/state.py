@@ -90,5 +90,5 @@ class ServingState:
         if name not in self.models:
             now = self.now
             self._set({**self.models, name: ModelView(self.controls.for_model(name), name,
-                                                   shared=now.shared)})
+                                                      shared=now.shared)})
         return self.models[name]
