@@ -192,8 +192,9 @@ class MockE2Node:
                 detail: SubscriptionDetail, rmr_endpoint: str) -> Frame:
         """The node's E2AP answer to a RICsubscriptionRequest for ``detail`` (one action),
         under submgr's requestor id and instance id (ric-plt-submgr control.go
-        ``sendE2TSubscriptionRequest``; its indications carry both, as kpimon-go's captured
-        RICindication, ``testfile1.txt``, shows ricRequestorID 123):
+        ``sendE2TSubscriptionRequest``, ``ricRequestorId = 123``; its indications carry both,
+        as kpimon-go's captured RICindications, ``testfile1.txt`` and ``testfile2.txt``, show
+        ricRequestorID 123):
         admitted when it names this node's KPM function, a cell of the node and one at least
         of the measurements it has; the stream waits for ``start_reports``."""
         action = detail.actions[0]
@@ -231,8 +232,9 @@ class MockE2Node:
 
     def add_endpoint(self, instance_id: int, rmr_endpoint: str) -> None:
         """Another subscriber merged into the subscription: its reports go there too (submgr
-        registry.go ``AssignToSubscription`` adds the endpoint to the subscription's route,
-        which the E2 termination then sends each indication along)."""
+        registry.go ``findExistingSubs`` adds the endpoint to the subscription's list and
+        ``AssignToSubscription`` updates its route, ``RouteCreateUpdate``, which the E2
+        termination then sends each indication along)."""
         self.streams[instance_id].endpoints.append(rmr_endpoint)
 
     def remove_endpoint(self, instance_id: int, rmr_endpoint: str) -> None:

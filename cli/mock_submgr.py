@@ -126,7 +126,11 @@ class MockSubmgr:
         self.rest: dict[str, RestSubscription] = {}
         self._by_md5: dict[str, str] = {}  # previousRequestMap
         self._ongoing: dict[str, str] = {}  # ongoingRequestMap
-        # REST requests taken, deletions, outcomes (to post, delivered), notifications (tries)
+        # REST requests taken, deletions, notifications (tries), and outcomes: counted once
+        # each before it is posted, as control.go's ``sendSuccesfullResponseNotification`` and
+        # ``sendUnsuccesfullResponseNotification`` count RestSubNotifToXapp and
+        # RestSubFailNotifToXapp; "outcomes_delivered", answered 200, is the stand-in's own
+        # count (xapp-frame's ``Notify`` only stops retrying then).
         self.counts: Counter[str] = Counter()
         self._tasks: set[asyncio.Task] = set()
         self._client: httpx.AsyncClient | None = None
@@ -257,8 +261,9 @@ class MockSubmgr:
             self._free_ids.append(instance_id)
 
     async def _notify(self, rest_id: str, outcome: Outcome, host: str, http_port: int) -> None:
-        """xapp-frame ``Notify``: posted until answered 200, ``notify_attempts`` times at
-        most, ``notify_delay_s`` apart; each failure logged."""
+        """xapp-frame pkg/xapp/subscription.go ``Subscriber.Notify``: posted until answered
+        200, ``notify_attempts`` times at most (its subscription.retryCount, 10), with
+        ``notify_delay_s`` after each failure (retryDelay, 5 s); each failure logged."""
         instance = {"XappEventInstanceId": outcome.xapp_event_instance_id,
                     "E2EventInstanceId": outcome.e2_instance_id}
         for name, value in (("ErrorCause", outcome.error_cause),
