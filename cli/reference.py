@@ -114,21 +114,20 @@ def metrics_page() -> str:
 
 def _body_fields(document: dict[str, Any], media: dict[str, Any]) -> list[str]:
     """A JSON body's fields, from its schema in the document's components."""
+
+    def resolved(node: dict[str, Any]) -> dict[str, Any]:
+        while "$ref" in node:
+            node = document["components"]["schemas"][node["$ref"].rsplit("/", 1)[1]]
+        return node
+
     schema = media.get("schema", {})
     # An optional body (``X | None``): the object it may be.
-    schema = next((o for o in schema.get("anyOf", []) if "$ref" in o), schema)
-    while "$ref" in schema:
-        schema = document["components"]["schemas"][schema["$ref"].rsplit("/", 1)[1]]
+    schema = resolved(next((o for o in schema.get("anyOf", []) if "$ref" in o), schema))
     properties, required = schema.get("properties", {}), set(schema.get("required", []))
-    if not properties:
-        return []
-    rows = []
-    for name, field in properties.items():
-        while "$ref" in field:
-            field = document["components"]["schemas"][field["$ref"].rsplit("/", 1)[1]]
-        rows.append(f"| `{name}` | {_type(field)} | {'yes' if name in required else 'no'} | "
-                    f"{_cell(field.get('description', ''))} |")
-    return ["| field | type | required | what |", "|---|---|---|---|", *rows, ""]
+    rows = [f"| `{name}` | {_type(field)} | {'yes' if name in required else 'no'} | "
+            f"{_cell(field.get('description', ''))} |"
+            for name, field in ((name, resolved(f)) for name, f in properties.items())]
+    return ["| field | type | required | what |", "|---|---|---|---|", *rows, ""] if rows else []
 
 
 def api_page() -> str:

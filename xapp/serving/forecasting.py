@@ -32,21 +32,15 @@ from kpi_forecast.xapp.serving.admission import (
     fallback_reserve,
     latency_budget_s,
 )
-from kpi_forecast.xapp.serving.batcher import DynamicBatcher, ModelUnavailable, QueueFull
+from kpi_forecast.xapp.serving.batcher import ModelUnavailable, QueueFull
 from kpi_forecast.xapp.serving.errors import InvalidRequest, NotHeld, Shed, TooLittleHistory
 from kpi_forecast.xapp.serving.fallback import fallback_forecast
+from kpi_forecast.xapp.serving.repository import ModelSlot
 from kpi_forecast.xapp.serving.state import ModelView, ServingState
 from kpi_forecast.xapp.store.cell_history import CellHistory, HistoryUnavailable
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 MICROSECOND = dt.timedelta(microseconds=1)
-
-
-class ModelParts(Protocol):
-    """What answering reads of a model's serving parts (``serving.repository.ModelSlot``)."""
-
-    name: str
-    batcher: DynamicBatcher
 
 
 class SeriesIn(Protocol):
@@ -175,7 +169,7 @@ class Forecasting:
             raise Shed("not_ready", "no model loaded yet", retry_after_s=1.0)
         return served.model
 
-    async def given(self, parts: ModelParts, items: Sequence[SeriesIn], arrival: float,
+    async def given(self, parts: ModelSlot, items: Sequence[SeriesIn], arrival: float,
                     route: RouteFacts, horizon: int | None = None, freq: str | None = None,
                     quantiles: tuple[float, ...] | None = None) -> Forecast:
         """Forecasts of series a client sent, each at its own horizon (else ``horizon``, else
@@ -201,7 +195,7 @@ class Forecasting:
         return self._recorded(route, arrival, answer, model, last_ns, plan,
                               [item.start.tzinfo for item in items])
 
-    async def given_table(self, parts: ModelParts, cells: Sequence[str],
+    async def given_table(self, parts: ModelSlot, cells: Sequence[str],
                           start: pd.DatetimeIndex, values: np.ndarray, lengths: np.ndarray,
                           freq: str | None, horizon: int | None, arrival: float,
                           route: RouteFacts) -> Forecast:
@@ -226,7 +220,7 @@ class Forecasting:
         answer = await self._decide(parts, served, model, values, last_ns, plan, arrival)
         return self._recorded(route, arrival, answer, model, last_ns, plan, dt.UTC)
 
-    async def held(self, parts: ModelParts, cells: Sequence[str], horizon: int | None,
+    async def held(self, parts: ModelSlot, cells: Sequence[str], horizon: int | None,
                    arrival: float, route: RouteFacts) -> Forecast:
         """Forecasts of cells whose history the xApp holds, at ``horizon`` (else each cell's
         policy's); their answers in the model's calendar zone."""
@@ -272,7 +266,7 @@ class Forecasting:
         return _Plan(horizons, tuple(q for q in model.metadata.quantiles if q in union),
                      [names[s.quantiles] for s in steering], budget_s)
 
-    async def _decide(self, parts: ModelParts, served: ModelView, model: OnnxForecaster,
+    async def _decide(self, parts: ModelSlot, served: ModelView, model: OnnxForecaster,
                       history: np.ndarray, last_ns: np.ndarray, plan: _Plan, arrival: float
                       ) -> Answer:
         """The model's forecasts of the rows of ``history`` [B, n] within the budget, else the
