@@ -89,6 +89,7 @@ bench: $(VENV)/.installed-bench
 	$(BIN)/python -m benchmarks.repository
 	$(BIN)/python -m benchmarks.images
 	$(BIN)/python -m benchmarks.reliability
+	$(BIN)/python -m benchmarks.suite_time
 
 $(VENV)/.installed-bench: $(VENV)/.installed-train
 	$(INSTALL) -e ".[train,serve,bench]"
@@ -106,7 +107,7 @@ bench-peers: $(VENV)/.installed-bench
 gpu-check: $(VENV)/.installed-train
 	$(BIN)/python -m benchmarks.gpu_check --prepare artifacts/gpu-bundle
 	$(BIN)/python -m benchmarks.gpu_check --model artifacts/gpu-bundle/model \
-		--out artifacts/gpu-check.md
+		--out artifacts/gpu-check
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .

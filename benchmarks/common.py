@@ -1,9 +1,7 @@
-"""Shared by the benchmarks: held-out evaluation and the machine description."""
+"""Shared by the benchmarks: held-out evaluation and writing a run's section."""
 
 from __future__ import annotations
 
-import os
-import platform
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from benchmarks.results import DOCS, RESULTS, Results
 from kpi_forecast.data.panel import Panel
 from kpi_forecast.model.config import ModelConfig
 from kpi_forecast.model.recalibration import week_of_windows
@@ -20,8 +19,7 @@ from kpi_forecast.training.backtest import MODEL_NAME, BacktestResult, backtest
 if TYPE_CHECKING:
     from kpi_forecast.training.train import TrainConfig
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
-RAW = DOCS / "benchmarks"
+
 
 
 @dataclass
@@ -61,23 +59,17 @@ def held_out(
     return HeldOut(table, result, meta.training, meta.validation, plain, quantised)
 
 
-def machine() -> str:
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}"
-
-
-def write_section(name: str, section: str, page: str = "benchmarks.md") -> None:
-    """Replace (or append) the section between this benchmark's markers in ``page`` (of
-    docs/)."""
-    path = DOCS / page
-    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+def write_section(results: Results, section: str) -> None:
+    """Write the run's results file and replace (or append) its section between the markers on
+    its page (of docs/); the section quotes the run's measured line."""
+    if results.measured not in section:
+        raise ValueError(f"{results.name}: the section does not say where it was measured")
+    missing = [name for name in results.tables if not (RESULTS / f"{name}.csv").is_file()]
+    if missing:
+        raise FileNotFoundError(f"{results.name}: no table {missing} in {RESULTS}")
+    results.write(RESULTS)
+    path = DOCS / results.page
+    start, end = f"<!-- {results.section}:start -->", f"<!-- {results.section}:end -->"
     text = path.read_text() if path.exists() else "# Benchmarks\n"
     block = f"{start}\n{section.rstrip()}\n{end}"
     if start in text:

@@ -31,8 +31,9 @@ import httpx
 import numpy as np
 import pandas as pd
 
-from benchmarks.common import RAW, machine, write_section
+from benchmarks.common import RESULTS, write_section
 from benchmarks.ports import free_port
+from benchmarks.results import Results
 from benchmarks.runtime import CONTEXT, default_model
 from kpi_forecast.xapp.app import create_app
 from kpi_forecast.xapp.components import Components, rmr_transport
@@ -282,15 +283,17 @@ def main() -> int:
             e2e.update(asyncio.run(from_another_process(model_dir, cells, hours)))
     table = pd.DataFrame([{**cost, "decode_total_us": sum(cost.values()),
                            "in_process_per_s": rate, "into_redis_per_s": redis_rate, **e2e}])
-    RAW.mkdir(parents=True, exist_ok=True)
-    table.to_csv(RAW / "e2_ingest.csv", index=False)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    table.to_csv(RESULTS / "e2_ingest.csv", index=False)
     fast_us = cost["fast_e2ap_us"] + cost["fast_kpm_us"]
     general_us = cost["e2ap_us"] + cost["kpm_header_us"] + cost["kpm_message_us"]
+    results = Results("e2_ingest", "python -m benchmarks.e2_ingest", "benchmarks.md",
+                      "e2-ingest", tables=["e2_ingest"])
     lines = [
         "## E2 ingestion",
         "",
-        f"Measured {dt.date.today()} on {machine()}, with `python -m benchmarks.e2_ingest` "
-        f"(part of `make bench`): {len(frames)} RIC Indications ({cells} cells x {hours} "
+        f"{results.measured} (part of `make bench`): {len(frames)} RIC Indications "
+        f"({cells} cells x {hours} "
         f"hours, one {MEASUREMENT} value each), E2AP and E2SM-KPM in aligned PER.",
         "",
         "| measure | value |",
@@ -338,7 +341,7 @@ def main() -> int:
         "",
     ]
     print("\n".join(lines))
-    write_section("e2-ingest", "\n".join(lines))
+    write_section(results, "\n".join(lines))
     return 0
 
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import datetime as dt
 import os
 import signal
 import subprocess
@@ -41,8 +40,9 @@ import pandas as pd
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
-from benchmarks.common import RAW, machine, write_section
+from benchmarks.common import RESULTS, write_section
 from benchmarks.ports import free_port
+from benchmarks.results import Results
 from benchmarks.runtime import default_model
 from kpi_forecast.cli.mock_e2_node import cell_id
 from kpi_forecast.cli.smoke import wait_ready
@@ -375,7 +375,7 @@ def run(cells: int, cells_per_node: int, seconds: float
 
 
 def report(table: pd.DataFrame, handover: dict, cells: int, cells_per_node: int,
-           seconds: float) -> str:
+           seconds: float, results: Results) -> str:
     one, two = table.iloc[0], table.iloc[1]
     cpu_one = one["a_cpu_ms_per_1000"]
     cpu_two = (two["a_cpu_ms_per_1000"] * two["a_per_s"] + two["b_cpu_ms_per_1000"]
@@ -383,8 +383,8 @@ def report(table: pd.DataFrame, handover: dict, cells: int, cells_per_node: int,
     lines = [
         "## E2 at RIC scale",
         "",
-        f"Measured {dt.date.today()} on {machine()}, with `python -m benchmarks.e2_scale` "
-        f"(part of `make bench`): {cells:,} cells in {-(-cells // cells_per_node)} mock E2 "
+        f"{results.measured} (part of `make bench`): {cells:,} cells in "
+        f"{-(-cells // cells_per_node)} mock E2 "
         f"nodes of {cells_per_node}, each cell reporting once a second on the wall clock "
         f"(`kpi-forecast e2sim --wall-clock`), over librmr into `kpi-forecast serve` "
         f"replicas on one redis-server; every process on these same cores. {seconds:.0f} s "
@@ -481,12 +481,19 @@ def main() -> int:
         print("e2_scale: ../shared/rmr is absent; nothing measured")
         return 0
     table, handover, timeline = run(args.cells, args.cells_per_node, args.seconds)
-    RAW.mkdir(parents=True, exist_ok=True)
-    table.to_csv(RAW / "e2_scale.csv", index=False)
-    timeline.to_csv(RAW / "e2_scale_missing.csv", index=False)  # reports missing, per second
-    section = report(table, handover, args.cells, args.cells_per_node, args.seconds)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    table.to_csv(RESULTS / "e2_scale.csv", index=False)
+    timeline.to_csv(RESULTS / "e2_scale_missing.csv", index=False)  # reports missing, per second
+    options = {"--cells": (args.cells, 10_000), "--cells-per-node": (args.cells_per_node, 100),
+               "--seconds": (args.seconds, 60.0)}
+    results = Results(
+        "e2_scale", " ".join(["python -m benchmarks.e2_scale", *(
+            f"{name} {value:g}" for name, (value, default) in options.items()
+            if value != default)]),
+        "benchmarks.md", "e2-scale", tables=["e2_scale", "e2_scale_missing"])
+    section = report(table, handover, args.cells, args.cells_per_node, args.seconds, results)
     print(section)
-    write_section("e2-scale", section)
+    write_section(results, section)
     return 0
 
 

@@ -16,7 +16,6 @@ Needs the ``bench`` extra (statsforecast), as ``make bench`` installs it.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import logging
 import math
 import sys
@@ -30,8 +29,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from benchmarks.common import RAW, held_out, machine, write_section
+from benchmarks.common import RESULTS, held_out, write_section
 from benchmarks.peer_models import imputed
+from benchmarks.results import Results
 from kpi_forecast.data.ingest import load_panel
 from kpi_forecast.data.load_like import load_like
 from kpi_forecast.data.panel import Panel
@@ -191,14 +191,17 @@ def main() -> int:
     if args.cases:
         print(frame.to_markdown(index=False, floatfmt=".3f"))
         return 0  # a subset does not replace the whole suite's figures
-    RAW.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(RAW / "generalisation.csv", index=False)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(RESULTS / "generalisation.csv", index=False)
     seeds = " ".join(map(str, args.seeds))
-    command = f"python -m benchmarks.generalisation --minutes {args.minutes:g} --seeds {seeds}"
+    results = Results(
+        "generalisation",
+        f"python -m benchmarks.generalisation --minutes {args.minutes:g} --seeds {seeds}",
+        "benchmarks.md", "generalisation", tables=["generalisation"])
     section = "\n".join([
         "## Defaults on data shapes nobody tuned for",
         "",
-        f"Measured {dt.date.today()} on {machine()}, with `{command}`. Synthetic KPIs from "
+        f"{results.measured}. Synthetic KPIs from "
         "`data/synthetic.py`, electricity-load-like series from `data/load_like.py`, each "
         "case at each seed (data and training). Defaults only (`training.defaults`); the last "
         "test days held out, "
@@ -214,7 +217,7 @@ def main() -> int:
         frame.to_markdown(index=False, floatfmt=".3f"),
         "",
     ])
-    write_section("generalisation", section)
+    write_section(results, section)
     print(section)
     return 0
 

@@ -11,7 +11,8 @@ no network.
     PYTHONPATH=artifacts/gpu-bundle/site python3 -m benchmarks.gpu_check \\
         --model artifacts/gpu-bundle/model
 
-What it measures, on CUDA, as one Markdown table (printed and written to ``--out``):
+What it measures, on CUDA, as one table (printed, and written to the folder ``--out`` as its
+results file, ``gpu_check.json`` and ``gpu_check.csv``, for docs/benchmarks/):
 1. the default network, fused (SDPA) against math attention, float32 and bf16 autocast, and
    CUDA against CPU;
 2. self-attention from 1k to 32k tokens: math against SDPA (its own dispatch, flash, and the
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
 import functools
 import itertools
 import math
@@ -46,7 +46,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from benchmarks.common import machine
+from benchmarks.results import Results, machine, revision
 from kpi_forecast.model.artifact import WEIGHTS_FILE, load_metadata
 from kpi_forecast.model.config import ModelConfig
 from kpi_forecast.model.features import forecast_calendar
@@ -62,6 +62,7 @@ LONG_CONTEXTS = (1344, 4032)  # one token per step: two weeks and six weeks at 1
 # A dry run on the CPU checks the steps, not the figures: small sizes keep it short.
 DRY_RUN_TOKENS, DRY_RUN_CONTEXTS = (256, 512), (336,)
 BUNDLE_WHEELS = ("tabulate", "tqdm", "holidays")
+REVISION_FILE = "revision.txt"  # the bundle's: the tree it was prepared from
 COLUMNS = ["part", "case", "ms", "peak MB", "max diff / scale", "bound", "x math", "ok"]
 
 
@@ -348,6 +349,7 @@ def prepare(bundle: Path) -> None:
     model.mkdir(parents=True, exist_ok=True)
     network, _ = default_model(model)
     torch.save(network.state_dict(), model / WEIGHTS_FILE)
+    (bundle / REVISION_FILE).write_text(revision() + "\n")
     size = sum(p.stat().st_size for p in bundle.rglob("*") if p.is_file()) / 2**20
     print(f"gpu-check bundle: {bundle} ({size:.1f} MiB); on the GPU node run:\n"
           f"PYTHONPATH={site} python3 -m benchmarks.gpu_check --model {model}")
@@ -368,7 +370,7 @@ def run_part(name: str, measure: Callable[[], list[dict]]) -> list[dict]:
     return rows
 
 
-def report(args: argparse.Namespace, device: str) -> tuple[str, bool]:
+def report(args: argparse.Namespace, device: str) -> tuple[pd.DataFrame, Results]:
     started = time.monotonic()
     if device != "cuda":
         tokens, contexts = DRY_RUN_TOKENS, DRY_RUN_CONTEXTS
@@ -394,23 +396,40 @@ def report(args: argparse.Namespace, device: str) -> tuple[str, bool]:
                  f"(CUDA {torch.version.cuda})")
     else:
         where = f"the CPU (a dry run: no GPU figures), torch {torch.__version__}"
-    lines = [
-        f"GPU check, {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC on {where}, host {machine()}, "
-        f"{time.monotonic() - started:.0f} s. Bounds in units of each series' scale "
-        "(model/precision.py).",
+    options = " --quick" * args.quick + (" --device cpu" if device != "cuda" else "")
+    results = Results(
+        "gpu_check", f"PYTHONPATH=artifacts/gpu-bundle/site python3 -m benchmarks.gpu_check "
+        f"--model artifacts/gpu-bundle/model{options}", "benchmarks.md", "gpu-check",
+        figures={"passed": passed, "seconds": round(time.monotonic() - started)},
+        tables=["gpu_check"], machine=f"{where}, host {machine()}",
+        revision=bundle_revision(Path(args.model).parent))
+    return table, results
+
+
+def bundle_revision(bundle: Path) -> str:
+    """The tree's revision, as ``--prepare`` recorded it: a node's copy may have no git."""
+    recorded = bundle / REVISION_FILE
+    return recorded.read_text().strip() if recorded.is_file() else revision()
+
+
+def markdown(table: pd.DataFrame, results: Results) -> str:
+    passed = results.figures["passed"]
+    return "\n".join([
+        f"{results.measured}, {results.figures['seconds']} s. Bounds in units of each series' "
+        "scale (model/precision.py).",
         "",
         table.to_markdown(index=False, floatfmt=".3g", missingval=""),
         "",
         "Result: " + ("every bound and target held" if passed else "FAILED (rows with ok False)"),
-    ]
-    return "\n".join(lines), passed
+    ])
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="artifacts/gpu-bundle/model",
                         help="a model directory with weights.pt and both graphs")
-    parser.add_argument("--out", default="artifacts/gpu-check.md")
+    parser.add_argument("--out", default="artifacts/gpu-check",
+                        help="the folder for the results file, its table and the report")
     parser.add_argument("--quick", action="store_true", help="fewer token counts and steps")
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
                         help="cpu: a dry run of the check on the CPU")
@@ -428,12 +447,17 @@ def main() -> int:
         print(f"gpu-check: {args.model}: no {WEIGHTS_FILE}; write the bundle first with "
               "python -m benchmarks.gpu_check --prepare artifacts/gpu-bundle", file=sys.stderr)
         return 2
-    text, passed = report(args, args.device)
+    table, results = report(args, args.device)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out / "gpu_check.csv", index=False)
+    results.write(out)
+    text = markdown(table, results)
+    (out / "gpu_check.md").write_text(text + "\n")
     print(text)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text + "\n")
-    print(f"written: {args.out}")
-    return 0 if passed else 1
+    print(f"written: {out}/gpu_check.json, gpu_check.csv (docs/benchmarks/ takes both), "
+          "gpu_check.md")
+    return 0 if results.figures["passed"] else 1
 
 
 if __name__ == "__main__":

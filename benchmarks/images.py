@@ -11,7 +11,6 @@ the container (``podman run``, read-only root, the model mounted) and the venv
 
 from __future__ import annotations
 
-import datetime as dt
 import statistics
 import subprocess
 import sys
@@ -22,9 +21,10 @@ from pathlib import Path
 import httpx
 import pandas as pd
 
-from benchmarks.common import RAW, machine, write_section
+from benchmarks.common import RESULTS, write_section
 from benchmarks.containers import GPU, SERVING, TRAINING, Podman, missing
 from benchmarks.ports import free_port
+from benchmarks.results import Results
 from tests.xapp_helpers import make_model
 
 REPEATS = 5
@@ -101,17 +101,21 @@ def main() -> int:
             podman.close()
     builds = pd.DataFrame({"command": list(podman.seconds),
                            "seconds": list(podman.seconds.values())})
-    RAW.mkdir(parents=True, exist_ok=True)
-    builds.to_csv(RAW / "image_builds.csv", index=False)
-    pd.DataFrame(starts).to_csv(RAW / "image_cold_start.csv", index_label="run")
-    section = markdown(builds, sizes, held, starts)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    builds.to_csv(RESULTS / "image_builds.csv", index=False)
+    pd.DataFrame(starts).to_csv(RESULTS / "image_cold_start.csv", index_label="run")
+    results = Results("images", COMMAND, "benchmarks.md", "container-images",
+                      figures={**{f"{image} MB": size for image, size in sizes.items()},
+                               "serving venv MB": held["venv_mb"]},
+                      tables=["image_builds", "image_cold_start"])
+    section = markdown(builds, sizes, held, starts, results)
     print(section)
-    write_section("container-images", section)
+    write_section(results, section)
     return 0
 
 
 def markdown(builds: pd.DataFrame, sizes: dict[str, float], held: dict[str, str],
-             starts: dict[str, list[float]]) -> str:
+             starts: dict[str, list[float]], results: Results) -> str:
     def what(command: str) -> str:
         for image in (GPU, TRAINING, SERVING):  # the GPU tag contains the serving one
             if image in command:
@@ -127,7 +131,7 @@ def markdown(builds: pd.DataFrame, sizes: dict[str, float], held: dict[str, str]
     ratio = statistics.median(starts["container"]) / statistics.median(starts["venv"])
     return f"""## Container images
 
-Measured {dt.date.today().isoformat()} on {machine()}, with `{COMMAND}` (part of `make bench`):
+{results.measured} (part of `make bench`):
 podman (runc) building as docs/images.md says, on a Debian bookworm base from debootstrap; \
 cold starts alternating, {REPEATS} of each, on the test model.
 

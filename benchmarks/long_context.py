@@ -14,14 +14,14 @@ forward pass with fused (SDPA) against plain-math attention.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import sys
 from pathlib import Path
 
 import pandas as pd
 import torch
 
-from benchmarks.common import RAW, held_out, machine, write_section
+from benchmarks.common import RESULTS, held_out, write_section
+from benchmarks.results import Results
 from benchmarks.runtime import percentiles
 from kpi_forecast.data.ingest import load_panel
 from kpi_forecast.model.config import ModelConfig
@@ -86,20 +86,23 @@ def main() -> int:
     print(rows.to_string(index=False))
     if args.no_docs:
         return 0
-    RAW.mkdir(parents=True, exist_ok=True)
-    rows.to_csv(RAW / "long_context.csv", index=False)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    rows.to_csv(RESULTS / "long_context.csv", index=False)
     write_docs(rows, args.minutes, args.seed)
     return 0
 
 
 def write_docs(rows: pd.DataFrame, minutes: float, seed: int) -> None:
     default = rows.iloc[0]
+    results = Results(
+        "long_context", f"python -m benchmarks.long_context --minutes {minutes:g}"
+        + (f" --seed {seed}" if seed != 0 else ""), "benchmarks.md", "long-context",
+        tables=["long_context"])
     whole = [".0f" if pd.api.types.is_integer_dtype(rows[c]) else ".3f" for c in rows.columns]
     section = "\n".join([
         "## Long-context mode: many tokens per window",
         "",
-        f"Measured {dt.date.today()} on {machine()} with `python -m benchmarks.long_context "
-        f"--minutes {minutes:g}` (part of `make bench`): the embedded sample "
+        f"{results.measured} (part of `make bench`): the embedded sample "
         f"({TARGET}, hourly), trained on all but its last {TEST_DAYS} days under the same "
         f"budget of {minutes:g} minutes each, seed {seed}, scored day-ahead on those "
         "days (daily origins, recalibrated as `kpi-forecast backtest` does). "
@@ -117,7 +120,7 @@ def write_docs(rows: pd.DataFrame, minutes: float, seed: int) -> None:
         + ". The GPU check (`python -m benchmarks.gpu_check`) times the long-context network "
         "fused against math on CUDA.",
     ])
-    write_section("long-context", section)
+    write_section(results, section)
 
 
 if __name__ == "__main__":

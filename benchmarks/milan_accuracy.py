@@ -10,7 +10,6 @@ Writes its section of docs/benchmarks.md and the raw CSVs in docs/benchmarks/.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import logging
 import sys
 from pathlib import Path
@@ -18,7 +17,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from benchmarks.common import RAW, HeldOut, held_out, machine, write_section
+from benchmarks.common import RESULTS, HeldOut, held_out, write_section
+from benchmarks.results import Results
 from kpi_forecast.data.ingest import load_panel
 from kpi_forecast.model.config import ModelConfig
 from kpi_forecast.training.backtest import MODEL_NAME
@@ -38,9 +38,9 @@ def run_protocol(name: str, train_days: int, horizon: int, folds: int, minutes: 
         panel, train_days * 24, ModelConfig(context=14 * 24, horizon=horizon),
         TrainConfig(max_minutes=minutes, seed=seed), folds=folds, step=24, source=str(MILAN),
     )
-    RAW.mkdir(parents=True, exist_ok=True)
-    evaluation.table.to_csv(RAW / f"milan_{name}.csv", index_label="model")
-    evaluation.result.per_cell.to_csv(RAW / f"milan_{name}_per_cell.csv", index=False)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    evaluation.table.to_csv(RESULTS / f"milan_{name}.csv", index_label="model")
+    evaluation.result.per_cell.to_csv(RESULTS / f"milan_{name}_per_cell.csv", index=False)
     return evaluation
 
 
@@ -90,11 +90,15 @@ def main() -> int:
     if not MILAN.is_file():
         print(f"skipped: {MILAN} not present")
         return 0
-    command = f"python -m benchmarks.milan_accuracy --minutes {args.minutes:g} --seed {args.seed}"
+    results = Results(
+        "milan_accuracy",
+        f"python -m benchmarks.milan_accuracy --minutes {args.minutes:g} --seed {args.seed}",
+        "benchmarks.md", "milan-accuracy",
+        tables=["milan_day_ahead", "milan_day_ahead_per_cell", "milan_day_ahead_per_day"])
     lines = [
         "## Accuracy on the Milan data, day-ahead",
         "",
-        f"Measured {dt.date.today()} on {machine()}, with `{command}` (part of `make bench`).",
+        f"{results.measured} (part of `make bench`).",
         "Horizon 24 h, origins every 24 h over the last 14 days; coverage is P10-P90, "
         "`train_s` our",
         f"training wall time. Ours is told Milan's holidays (`--holidays {HOLIDAYS}`; without: the "
@@ -106,7 +110,7 @@ def main() -> int:
     plain = evaluation.plain.overall.loc[MODEL_NAME]
     origins = evaluation.result.origins
     days = per_origin(evaluation)
-    days.to_csv(RAW / "milan_day_ahead_per_day.csv", index_label="forecast day")
+    days.to_csv(RESULTS / "milan_day_ahead_per_day.csv", index_label="forecast day")
     columns = ["mae", "rmse", "mase", "smape", "coverage", "pinball", "mae_vs_snaive_week",
                "train_s"]
     lines += [
@@ -124,8 +128,13 @@ def main() -> int:
         "",
         per_day_summary(days, "milan_day_ahead_per_day.csv"),
     ]
+    results.figures = {"model alone mae": plain["mae"], "model alone coverage": plain["coverage"],
+                       "model alone pinball": plain["pinball"],
+                       "validation coverage": evaluation.validation["coverage"],
+                       "mae cut by recalibration": 1 - evaluation.table.loc[MODEL_NAME, "mae"]
+                       / plain["mae"]}
     print("\n".join(lines), flush=True)
-    write_section("milan-accuracy", "\n".join(lines))
+    write_section(results, "\n".join(lines))
     return 0
 
 

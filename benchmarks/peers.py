@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from benchmarks.common import RAW, machine, write_section
+from benchmarks.common import RESULTS, write_section
 from benchmarks.peer_models import (
     AT_PEER_TIME,
     BLIND,
@@ -40,6 +40,7 @@ from benchmarks.peer_models import (
     Task,
     run,
 )
+from benchmarks.results import Results
 from kpi_forecast.data.ingest import load_panel
 from kpi_forecast.training.backtest import fold_origins
 from kpi_forecast.training.metrics import evaluate, mase_scale
@@ -284,13 +285,13 @@ def verdict(table: pd.DataFrame) -> list[str]:
     return lines
 
 
-def report(sections: list[tuple[Task, pd.DataFrame]], command: str) -> str:
+def report(sections: list[tuple[Task, pd.DataFrame]], results: Results) -> str:
     budgets = ", ".join(f"{name} {spec.budget_s / 60:g} min" for name, spec in DATASETS.items())
     holidays = ", ".join(f"{name} {spec.holidays}" for name, spec in DATASETS.items())
     lines = [
         "## Against the peers",
         "",
-        f"Measured {dt.date.today()} on {machine()}, with `{command}` (`make bench-peers`).",
+        f"{results.measured} (`make bench-peers`).",
         "",
         "- Every model trains on the steps before the first origin and forecasts the same folds,",
         "  scored by the same code on observed values only (gaps filled from the past for peers",
@@ -367,10 +368,15 @@ def main(argv: list[str] | None = None) -> int:
                   flush=True)
     if not sections or args.no_docs:
         return 0
-    command = "python -m benchmarks.peers" + (f" --seed {args.seed}" if args.seed else "")
-    RAW.mkdir(parents=True, exist_ok=True)
-    pd.concat(per_fold).to_csv(RAW / "peers.csv", index=False, float_format="%.5g")
-    write_section("peers", report(sections, command))
+    results = Results(
+        "peers", "python -m benchmarks.peers" + (f" --seed {args.seed}" if args.seed else ""),
+        "benchmarks.md", "peers", tables=["peers", "peers_summary"])
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    pd.concat(per_fold).to_csv(RESULTS / "peers.csv", index=False, float_format="%.5g")
+    summary = pd.concat([table.rename_axis("model").reset_index().assign(
+        dataset=task.dataset, protocol=task.protocol) for task, table in sections])
+    summary.set_index(["dataset", "protocol", "model"]).to_csv(RESULTS / "peers_summary.csv")
+    write_section(results, report(sections, results))
     return 0
 
 

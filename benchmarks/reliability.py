@@ -8,19 +8,22 @@ lost and the time to recover, between the page's markers.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
+import csv
 import json
 import os
 import subprocess
 import sys
 import tempfile
+from dataclasses import fields
 from pathlib import Path
 
-from benchmarks.common import machine, write_section
-from tests.faults.conftest import REPORT_ENV
+from benchmarks.common import write_section
+from benchmarks.results import RESULTS, Results
+from tests.faults.conftest import REPORT_ENV, Row
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMAND = "python -m benchmarks.reliability"
+FIELDS = [f.name for f in fields(Row)]
 
 
 def table(rows: list[dict]) -> str:
@@ -45,16 +48,22 @@ def main() -> int:
         print(f"reliability: the fault tests failed (exit {done.returncode}); the page is "
               "left as it was", file=sys.stderr)
         return 1
+    results = Results("reliability", COMMAND, "reliability.md", "reliability",
+                      tables=["reliability"])
+    with (RESULTS / "reliability.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=FIELDS)
+        writer.writeheader()
+        writer.writerows({k: r[k] for k in FIELDS} for r in rows)
     section = "\n".join([
         "## Measured",
         "",
-        f"Measured {dt.date.today()} on {machine()}, with `{COMMAND}` (part of `make bench`):"
+        f"{results.measured} (part of `make bench`):"
         " the fault tests, each on its own processes; `seconds` is the time to recover.",
         "",
         table(rows),
     ])
     print(section)
-    write_section("reliability", section, page="reliability.md")
+    write_section(results, section)
     return 0
 
 

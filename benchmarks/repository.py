@@ -35,9 +35,10 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from benchmarks.common import machine, write_section
+from benchmarks.common import write_section
 from benchmarks.e2_ingest import rate_through, rmr_available, taken_from_sender
 from benchmarks.ports import free_port
+from benchmarks.results import Results
 from benchmarks.runtime import CONTEXT, default_model
 from benchmarks.serving import arrow_body, rss_mb
 from kpi_forecast.cli.smoke import wait_ready
@@ -252,11 +253,16 @@ def e2_figures(tmp: Path, models: Path) -> dict:
 
 
 def write_results(medians: dict, memory: dict, e2: dict, rounds: int) -> None:
+    results = Results(
+        "repository", f"python -m benchmarks.repository --rounds {rounds}", "benchmarks.md",
+        "repository", figures={"serving": {s: {n: {k: v for k, v in f.items() if k != "times"}
+                                               for n, f in m.items()}
+                                           for s, m in medians.items()},
+                               "memory": memory, "e2": e2})
     lines = [
         "## A model repository: three models served together",
         "",
-        f"Measured {dt.date.today().isoformat()} on {machine()} with `python -m "
-        f"benchmarks.repository --rounds {rounds}` (both servers `kpi-forecast serve`, the "
+        f"{results.measured} (both servers `kpi-forecast serve`, the "
         f"same three exports of the default network, a model per KPI; medians over {rounds} "
         "rounds of alternating order). Each model served with the two others against the "
         f"same model served alone: its {BATCH_CELLS}-cell Arrow batch (median of "
@@ -302,7 +308,7 @@ def write_results(medians: dict, memory: dict, e2: dict, rounds: int) -> None:
             continue
         lines.append(f"| {what} | {e2[f'{key}-1']:,.0f} | {e2[f'{key}-3']:,.0f} | "
                      f"{e2[f'{key}-3'] / e2[f'{key}-1']:.2f} |")
-    write_section("repository", "\n".join(lines))
+    write_section(results, "\n".join(lines))
 
 
 def main() -> int:
@@ -313,9 +319,6 @@ def main() -> int:
         e2 = e2_figures(Path(tmp), repository(Path(tmp) / "e2-models"))
         print(json.dumps({"e2": e2}), flush=True)
         medians, memory = serving_figures(Path(tmp), args.rounds)
-    print(json.dumps({"serving": {s: {n: {k: v for k, v in f.items() if k != "times"}
-                                      for n, f in m.items()} for s, m in medians.items()},
-                      "memory": memory}, indent=1))
     write_results(medians, memory, e2, args.rounds)
     return 0
 

@@ -27,7 +27,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from benchmarks.common import RAW, machine, write_section
+from benchmarks.common import RESULTS, write_section
+from benchmarks.results import Results
 from kpi_forecast.model.artifact import GRAPH_FILES, ModelMetadata
 from kpi_forecast.model.config import ModelConfig
 from kpi_forecast.model.export import export_onnx
@@ -226,20 +227,23 @@ def main() -> int:
     attention = attention_scaling(args.threads, tokens)
     parameters = sum(p.numel() for p in network.parameters())
 
-    RAW.mkdir(parents=True, exist_ok=True)
-    speed.to_csv(RAW / "runtime_latency.csv", index=False)
-    attention.to_csv(RAW / "attention_scaling.csv")
-    plot_memory(attention, RAW / "attention_memory.png")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    speed.to_csv(RESULTS / "runtime_latency.csv", index=False)
+    attention.to_csv(RESULTS / "attention_scaling.csv")
+    plot_memory(attention, RESULTS / "attention_memory.png")
 
     one = speed[speed.batch == 1].set_index("path")
-    command = "python -m benchmarks.runtime" + (" --quick" if args.quick else "") + (
-        f" --threads {args.threads}" if args.threads != 2 else "")
+    results = Results(
+        "runtime", "python -m benchmarks.runtime" + (" --quick" if args.quick else "") + (
+            f" --threads {args.threads}" if args.threads != 2 else ""),
+        "benchmarks.md", "runtime", tables=["runtime_latency", "attention_scaling"],
+        figures={"export s": export_s, "model.onnx MB": size_mb, "model.int8.onnx MB": int8_mb})
     lines = [
         "## Inference speed and attention memory",
         "",
-        f"Measured {dt.date.today()} on {machine()}, {args.threads} threads for both runtimes, "
+        f"{results.measured} (part of `make bench`): {args.threads} threads for both runtimes, "
         f"onnxruntime {described['onnxruntime']} ({described['provider']}), "
-        f"torch {torch.__version__}, with `{command}` (part of `make bench`).",
+        f"torch {torch.__version__}.",
         "",
         f"Default model: context {CONTEXT} h, horizon {HORIZON} h, "
         f"{network.cfg.ensemble} members x {network.cfg.n_layers} layers, d_model "
@@ -285,7 +289,7 @@ def main() -> int:
         "",
     ]
     print("\n".join(lines))
-    write_section("runtime", "\n".join(lines))
+    write_section(results, "\n".join(lines))
     return 0
 
 

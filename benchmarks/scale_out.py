@@ -11,7 +11,6 @@ own process, so its peak memory is its own.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import subprocess
@@ -21,7 +20,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmarks.common import RAW, machine, write_section
+from benchmarks.common import RESULTS, write_section
+from benchmarks.results import Results
 from kpi_forecast.data.synthetic import write_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,15 +106,18 @@ def main() -> int:
     directory = dataset(args.cells)
     load = loading(directory)
     train = training(directory, args.epochs)
-    RAW.mkdir(parents=True, exist_ok=True)
-    load.to_csv(RAW / "scale_out_loading.csv")
-    train.to_csv(RAW / "scale_out_training.csv")
-    command = "python -m benchmarks.scale_out" + (
-        f" --cells {args.cells}" if args.cells != 10_000 else "")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    load.to_csv(RESULTS / "scale_out_loading.csv")
+    train.to_csv(RESULTS / "scale_out_training.csv")
+    results = Results(
+        "scale_out", "python -m benchmarks.scale_out" + (
+            f" --cells {args.cells}" if args.cells != 10_000 else "") + (
+            f" --epochs {args.epochs}" if args.epochs != 3 else ""),
+        "benchmarks.md", "scale-out", tables=["scale_out_loading", "scale_out_training"])
     section = "\n".join([
         "## Scale-out: partitioned data and data-parallel training",
         "",
-        f"Measured {dt.date.today()} on {machine()}, with `{command}` (part of `make bench`).",
+        f"{results.measured} (part of `make bench`).",
         f"Data: {args.cells} synthetic cells x {DAYS} days hourly in {FILES} Parquet files "
         "(`cell_bucket=K/`).",
         "",
@@ -131,7 +134,7 @@ def main() -> int:
         "",
     ])
     print(section)
-    write_section("scale-out", section)
+    write_section(results, section)
     return 0
 
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import datetime as dt
 import io
 import json
 import os
@@ -48,8 +47,9 @@ import httpx
 import numpy as np
 import pandas as pd
 
-from benchmarks.common import RAW, machine, write_section
+from benchmarks.common import RESULTS, write_section
 from benchmarks.ports import free_port
+from benchmarks.results import Results
 from kpi_forecast.cli.smoke import wait_ready
 from kpi_forecast.model.artifact import load_metadata
 from kpi_forecast.model.features import forecast_calendar
@@ -465,7 +465,7 @@ def write_results(results: dict, args: argparse.Namespace) -> None:
         "x_capacity", *load_columns, "goodput_ratio", "shed_fraction"])
     batches = pd.DataFrame(results["batches"])
     batches["x_bare_graph"] = batches["server_p50_ms"] / batches["bare_graph_p50_ms"]
-    RAW.mkdir(parents=True, exist_ok=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
     phases = [ramp.assign(phase="capacity ramp, admission off"),
               below.assign(phase="below capacity, admission on"),
               overload.assign(phase="overload, admission on"),
@@ -473,14 +473,15 @@ def write_results(results: dict, args: argparse.Namespace) -> None:
               pd.DataFrame([int8]).assign(phase="200 requests/s, int8 graph"),
               pd.DataFrame([noop]).assign(phase="200 requests/s, no-op handler")]
     pd.concat([frame for frame in phases if not frame.empty]).to_csv(
-        RAW / "serving_load.csv", index=False)
-    batches.to_csv(RAW / "serving_batch.csv", index=False)
-    command = "python -m benchmarks.serving" + (
+        RESULTS / "serving_load.csv", index=False)
+    batches.to_csv(RESULTS / "serving_batch.csv", index=False)
+    run = Results("serving", "python -m benchmarks.serving" + (
         f" --seconds {args.seconds:g}" if args.seconds != 10 else "") + (
         f" --threads {args.threads}" if args.threads != 0 else "") + (
         f" --model {args.model}" if args.model else "") + (
         f" --server-cpus {cpu_text(args.server_cpus)} --client-cpus "
-        f"{cpu_text(args.client_cpus)}" if args.server_cpus else "")
+        f"{cpu_text(args.client_cpus)}" if args.server_cpus else ""),
+        "benchmarks.md", "serving", tables=["serving_load", "serving_batch"])
     where_hey = (f"on cores of its own ({len(args.client_cpus)}; the xApp has "
                  f"{len(args.server_cpus)})" if args.server_cpus else "on the same cores")
     cost, int8_cost = steady["p99_ms"] / noop["p99_ms"], int8["p99_ms"] / noop["p99_ms"]
@@ -490,7 +491,7 @@ def write_results(results: dict, args: argparse.Namespace) -> None:
     lines = [
         "## The xApp over HTTP, under load",
         "",
-        f"Measured {dt.date.today()} on {machine()}, with `{command}` (part of `make bench`): "
+        f"{run.measured} (part of `make bench`): "
         f"`kpi-forecast serve` (uvicorn with uvloop and httptools, one process) with the "
         f"default-size model (context {results['context']} h, horizon 24 h, 3 members), a "
         f"{BUDGET_MS:g} ms latency budget, ONNX Runtime intra-op threads "
@@ -540,8 +541,10 @@ def write_results(results: dict, args: argparse.Namespace) -> None:
         "`server_p50_ms` is the xApp's own latency (arrival to response body).",
         "",
     ]
+    run.figures = {"p99 over no-op": cost, "int8 p99 over no-op": int8_cost,
+                   "p99 ms": steady["p99_ms"], "arrow over bare graph": arrow["x_bare_graph"]}
     print("\n".join(lines))
-    write_section("serving", "\n".join(lines))
+    write_section(run, "\n".join(lines))
 
 
 if __name__ == "__main__":

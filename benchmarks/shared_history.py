@@ -32,8 +32,9 @@ import numpy as np
 import pandas as pd
 import redis
 
-from benchmarks.common import RAW, machine, write_section
+from benchmarks.common import RESULTS, write_section
 from benchmarks.e2_ingest import MEASUREMENT
+from benchmarks.results import Results
 from benchmarks.runtime import default_model
 from kpi_forecast.xapp.app import create_app
 from kpi_forecast.xapp.descriptor.config_file import CONFIG_FILE_NAME, DEFAULT_DIR, load_descriptor
@@ -185,15 +186,17 @@ def main() -> int:
             used = redis.Redis(port=port).info("memory")["used_memory"]
     rows["redis"]["redis_mb"] = used / 2**20
     table = pd.DataFrame(rows).T
-    RAW.mkdir(parents=True, exist_ok=True)
-    table.to_csv(RAW / "shared_history.csv", index_label="store")
-    section = markdown(table)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    table.to_csv(RESULTS / "shared_history.csv", index_label="store")
+    results = Results("shared_history", "python -m benchmarks.shared_history", "benchmarks.md",
+                      "shared-history", tables=["shared_history"])
+    section = markdown(table, results)
     print(section)
-    write_section("shared-history", section)
+    write_section(results, section)
     return 0
 
 
-def markdown(table: pd.DataFrame) -> str:
+def markdown(table: pd.DataFrame, results: Results) -> str:
     memory, shared = table.loc["memory"], table.loc["redis"]
 
     def row(label: str, column: str, unit: str = "", digits: int = 0) -> str:
@@ -203,8 +206,8 @@ def markdown(table: pd.DataFrame) -> str:
     return "\n".join([
         "## Serving many cells: in-memory against shared Redis history",
         "",
-        f"Measured {dt.date.today()} on {machine()}, with `python -m benchmarks.shared_history` "
-        f"(part of `make bench`): {CELLS:,} cells x {LENGTH} hourly steps, the default model "
+        f"{results.measured} (part of `make bench`): {CELLS:,} cells x {LENGTH} hourly "
+        "steps, the default model "
         "(context 336, horizon 24) on ONNX Runtime, the app in process over ASGI, "
         "redis-server 7 (Debian) on loopback without persistence.",
         "",

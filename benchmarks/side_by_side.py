@@ -19,7 +19,6 @@ table goes to the decision record it is the evidence of (``--page``, under ``doc
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
 import subprocess
 import sys
@@ -28,7 +27,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmarks.common import machine, write_section
+from benchmarks.common import write_section
+from benchmarks.results import RESULTS, Results
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ("cli", "data", "model", "training", "xapp")  # kpi_forecast's subpackages
@@ -114,12 +114,20 @@ def main() -> int:
     table = pd.DataFrame({f"{name} ({refs[name]})": pd.DataFrame(rounds).median()
                           for name, rounds in results.items()})
     table["after / before"] = table.iloc[:, 1] / table.iloc[:, 0]
-    command = (f"python -m benchmarks.side_by_side --before {refs['before']}"
-               f" --rounds {args.rounds} --serving-seconds {args.serving_seconds:g}"
-               f" --e2-cells {args.e2_cells} --e2-seconds {args.e2_seconds:g}"
-               + (f" --page {args.page}" if args.page != PAGE else ""))
-    write_section("side-by-side", "\n".join([
-        f"Measured {dt.date.today()} on {machine()}, with `{command}`: each tree's own "
+    stem = f"side_by_side_{Path(args.page).stem}"
+    outcome = Results(
+        stem, f"python -m benchmarks.side_by_side --before {refs['before']}"
+        f" --rounds {args.rounds} --serving-seconds {args.serving_seconds:g}"
+        f" --e2-cells {args.e2_cells} --e2-seconds {args.e2_seconds:g}"
+        + (f" --page {args.page}" if args.page != PAGE else ""),
+        args.page, "side-by-side", tables=[stem], revision=refs["after"],
+        figures={column: table[column].to_dict() for column in table.columns})
+    pd.DataFrame([{"tree": tree, "revision": refs[tree], "round": k + 1, **figures_of_round}
+                  for tree, rounds in results.items()
+                  for k, figures_of_round in enumerate(rounds)]).to_csv(
+        RESULTS / f"{stem}.csv", index=False)
+    write_section(outcome, "\n".join([
+        f"{outcome.measured}: each tree's own "
         "`benchmarks.serving` and `benchmarks.e2_scale` (one replica), one after the other, "
         f"the median over {args.rounds} rounds of alternating order; each round's figures "
         "follow.",
@@ -129,7 +137,7 @@ def main() -> int:
         pd.DataFrame({f"{name} {k + 1}": figures_of_round
                       for name, rounds in results.items()
                       for k, figures_of_round in enumerate(rounds)}).to_markdown(floatfmt=".3g"),
-    ]), page=args.page)
+    ]))
     print(table.to_string())
     return 0
 

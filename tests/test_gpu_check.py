@@ -9,11 +9,13 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 
 from benchmarks import gpu_check
-from benchmarks.gpu_check import BUNDLE_WHEELS, COLUMNS
+from benchmarks.gpu_check import BUNDLE_WHEELS, COLUMNS, REVISION_FILE
+from benchmarks.results import load
 from kpi_forecast.model.artifact import FLOAT16_ONNX_FILE, ONNX_FILE, WEIGHTS_FILE, load_metadata
 from tests.air_gapped import node_site
 
@@ -61,7 +63,7 @@ def test_the_node_has_no_kpi_forecast_and_no_other_packages(bundle: Path,
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 def test_without_a_gpu_it_says_so_and_exits_0(bundle: Path, tmp_path: Path) -> None:
-    out = tmp_path / "report.md"
+    out = tmp_path / "gpu-check"
     done = on_the_node(bundle, tmp_path, "--model", str(bundle / "model"), "--out", str(out))
     assert done.returncode == 0, done.stderr
     assert "no NVIDIA GPU" in done.stdout
@@ -71,11 +73,16 @@ def test_without_a_gpu_it_says_so_and_exits_0(bundle: Path, tmp_path: Path) -> N
 @pytest.mark.slow
 def test_a_dry_run_on_the_cpu_goes_through_every_part_as_one_table(
         bundle: Path, tmp_path: Path) -> None:
-    out = tmp_path / "report.md"
+    out = tmp_path / "gpu-check"
     done = on_the_node(bundle, tmp_path, "--device", "cpu", "--quick", "--model",
                        str(bundle / "model"), "--out", str(out))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    report = out.read_text()
+    report = (out / "gpu_check.md").read_text()
+    results = load("gpu_check", out)
+    assert results.figures["passed"] is True and results.tables == ["gpu_check"]
+    assert results.revision == (bundle / REVISION_FILE).read_text().strip()
+    assert "the CPU (a dry run" in results.machine and "--device cpu" in results.command
+    assert list(pd.read_csv(out / "gpu_check.csv").columns) == COLUMNS
     headers = [line for line in report.splitlines() if line.startswith("| part")]
     assert len(headers) == 1 and all(column in headers[0] for column in COLUMNS)
     for part in ("default network", "self-attention", "long-context network",

@@ -65,8 +65,9 @@ def test_the_results_section_reports_the_limits_state_or_why_there_was_no_capaci
     from benchmarks import serving
 
     written: dict[str, str] = {}
-    monkeypatch.setattr(serving, "RAW", tmp_path)
-    monkeypatch.setattr(serving, "write_section", written.__setitem__)
+    monkeypatch.setattr(serving, "RESULTS", tmp_path)
+    monkeypatch.setattr(serving, "write_section",
+                        lambda run, section: written.update({run.section: section}))
     args = argparse.Namespace(seconds=10, threads=2, model=Path("bundle/model"),
                               server_cpus={0, 1}, client_cpus={2, 3})
     serving.write_results(results(capacity), args)
