@@ -5,7 +5,13 @@ from __future__ import annotations
 import os
 import shutil
 
-import pytest
+# The tests share the cores with the image builds that run beside them (tests/image_builds.py):
+# OpenMP threads that spin at torch's barriers lose their time slices to the builds' processes,
+# and a training test ran several times slower; waiting passively keeps it near its own pace.
+# Set before torch is first imported, in this process and the ones the tests start.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import pytest  # noqa: E402
 
 from tests import image_builds
 from tests.a1_mediator import mediator_routes  # noqa: F401 - a fixture for the A1 tests
