@@ -4,9 +4,10 @@ one after the other, on this machine.
 
     python -m benchmarks.suite_time [--revisions REV ...]
 
-Each revision is cloned from this repository into a temporary folder and runs its own
-`.ci/run` (the system tools it installs are this machine's already); the figures go to the
-testing page's section. A revision whose run fails is reported as failed, with its figures.
+Each revision is cloned from this repository into a temporary folder, with ``../shared``
+beside it as beside the project, and runs its own `.ci/run` (the system tools it installs are
+this machine's already); the figures go to the testing page's section. A revision whose run
+fails is reported as failed, with its figures.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import pandas as pd
 from benchmarks.common import write_section
 from benchmarks.results import RESULTS, ROOT, Results
 
+SHARED = ROOT.parent / "shared"
+
 # pytest's last line: "881 passed, 2 warnings in 1138.21s (0:18:58)", "=" around it without -q
 SUMMARY = re.compile(r"^(?:=+ )?(?P<counts>\d+ (?:passed|failed|skipped|errors?)\b.*?) in "
                      r"(?P<seconds>[\d.]+)s\b", re.MULTILINE)
@@ -41,6 +44,8 @@ def run(revision: str) -> dict:
         clone = Path(tmp) / "clone"
         subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
         subprocess.run(["git", "-C", str(clone), "checkout", "--quiet", revision], check=True)
+        if SHARED.is_dir():  # what the tests read beside the project, as on the build machines
+            (clone.parent / "shared").symlink_to(SHARED)
         started = time.monotonic()
         done = subprocess.run(["bash", ".ci/run"], cwd=clone, capture_output=True, text=True,
                               env={**os.environ, "CI": "true"})
