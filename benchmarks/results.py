@@ -91,6 +91,9 @@ def table(name: str, folder: Path = RESULTS) -> list[dict[str, str]]:
 
 
 def formatted(value: Any, fmt: str) -> str:
+    """``value`` in ``fmt``; a text as it is; an empty cell or NaN is no figure, and raises."""
+    if value == "":
+        raise ValueError("no such figure: an empty cell")
     if isinstance(value, str):
         try:
             value = float(value)
