@@ -20,8 +20,6 @@ if TYPE_CHECKING:
     from kpi_forecast.training.train import TrainConfig
 
 
-
-
 @dataclass
 class HeldOut:
     table: pd.DataFrame  # overall metrics per model, plus mae_vs_snaive_week and train_s

@@ -31,9 +31,9 @@ import httpx
 import numpy as np
 import pandas as pd
 
-from benchmarks.common import RESULTS, write_section
+from benchmarks.common import write_section
 from benchmarks.ports import free_port
-from benchmarks.results import Results
+from benchmarks.results import RESULTS, Results
 from benchmarks.runtime import CONTEXT, default_model
 from kpi_forecast.xapp.app import create_app
 from kpi_forecast.xapp.components import Components, rmr_transport

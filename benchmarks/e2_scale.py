@@ -40,9 +40,9 @@ import pandas as pd
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
-from benchmarks.common import RESULTS, write_section
+from benchmarks.common import write_section
 from benchmarks.ports import free_port
-from benchmarks.results import Results
+from benchmarks.results import RESULTS, Results
 from benchmarks.runtime import default_model
 from kpi_forecast.cli.mock_e2_node import cell_id
 from kpi_forecast.cli.smoke import wait_ready

@@ -29,9 +29,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from benchmarks.common import RESULTS, held_out, write_section
+from benchmarks.common import held_out, write_section
 from benchmarks.peer_models import imputed
-from benchmarks.results import Results
+from benchmarks.results import RESULTS, Results
 from kpi_forecast.data.ingest import load_panel
 from kpi_forecast.data.load_like import load_like
 from kpi_forecast.data.panel import Panel

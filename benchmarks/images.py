@@ -21,10 +21,10 @@ from pathlib import Path
 import httpx
 import pandas as pd
 
-from benchmarks.common import RESULTS, write_section
+from benchmarks.common import write_section
 from benchmarks.containers import GPU, SERVING, TRAINING, Podman, missing
 from benchmarks.ports import free_port
-from benchmarks.results import Results
+from benchmarks.results import RESULTS, Results
 from tests.xapp_helpers import make_model
 
 REPEATS = 5

@@ -20,8 +20,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from benchmarks.common import RESULTS, held_out, write_section
-from benchmarks.results import Results
+from benchmarks.common import held_out, write_section
+from benchmarks.results import RESULTS, Results
 from benchmarks.runtime import percentiles
 from kpi_forecast.data.ingest import load_panel
 from kpi_forecast.model.config import ModelConfig

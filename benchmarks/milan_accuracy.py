@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from benchmarks.common import RESULTS, HeldOut, held_out, write_section
-from benchmarks.results import Results
+from benchmarks.common import HeldOut, held_out, write_section
+from benchmarks.results import RESULTS, Results
 from kpi_forecast.data.ingest import load_panel
 from kpi_forecast.model.config import ModelConfig
 from kpi_forecast.training.backtest import MODEL_NAME

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from benchmarks.common import RESULTS, write_section
+from benchmarks.common import write_section
 from benchmarks.peer_models import (
     AT_PEER_TIME,
     BLIND,
@@ -40,7 +40,7 @@ from benchmarks.peer_models import (
     Task,
     run,
 )
-from benchmarks.results import Results
+from benchmarks.results import RESULTS, Results
 from kpi_forecast.data.ingest import load_panel
 from kpi_forecast.training.backtest import fold_origins
 from kpi_forecast.training.metrics import evaluate, mase_scale

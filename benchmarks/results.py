@@ -8,7 +8,6 @@ standard library: the GPU check imports this on a node with nothing installed, a
 it by path.
 """
 
-
 import csv
 import datetime as dt
 import json
@@ -65,10 +64,6 @@ class Results:
         """The line a run's section opens with."""
         return (f"Measured {self.date} on {self.machine}, revision `{self.revision}`, with "
                 f"`{self.command}`")
-
-    @property
-    def path(self) -> Path:
-        return RESULTS / f"{self.name}.json"
 
     def write(self, folder: Path = RESULTS) -> Path:
         path = folder / f"{self.name}.json"

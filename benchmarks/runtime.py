@@ -27,8 +27,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from benchmarks.common import RESULTS, write_section
-from benchmarks.results import Results
+from benchmarks.common import write_section
+from benchmarks.results import RESULTS, Results
 from kpi_forecast.model.artifact import GRAPH_FILES, ModelMetadata
 from kpi_forecast.model.config import ModelConfig
 from kpi_forecast.model.export import export_onnx

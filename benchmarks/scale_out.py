@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmarks.common import RESULTS, write_section
-from benchmarks.results import Results
+from benchmarks.common import write_section
+from benchmarks.results import RESULTS, Results
 from kpi_forecast.data.synthetic import write_dataset
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -47,9 +47,9 @@ import httpx
 import numpy as np
 import pandas as pd
 
-from benchmarks.common import RESULTS, write_section
+from benchmarks.common import write_section
 from benchmarks.ports import free_port
-from benchmarks.results import Results
+from benchmarks.results import RESULTS, Results
 from kpi_forecast.cli.smoke import wait_ready
 from kpi_forecast.model.artifact import load_metadata
 from kpi_forecast.model.features import forecast_calendar

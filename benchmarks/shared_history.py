@@ -32,9 +32,9 @@ import numpy as np
 import pandas as pd
 import redis
 
-from benchmarks.common import RESULTS, write_section
+from benchmarks.common import write_section
 from benchmarks.e2_ingest import MEASUREMENT
-from benchmarks.results import Results
+from benchmarks.results import RESULTS, Results
 from benchmarks.runtime import default_model
 from kpi_forecast.xapp.app import create_app
 from kpi_forecast.xapp.descriptor.config_file import CONFIG_FILE_NAME, DEFAULT_DIR, load_descriptor
