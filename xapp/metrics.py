@@ -10,6 +10,7 @@ violation counter.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import partial
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
@@ -27,224 +28,173 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=True)
         around_budget = sorted({round(budget * f, 6) for budget in budgets_seconds
                                 for f in BUDGET_FRACTIONS})
-        r = self.registry
-        self.requests = Counter(
-            f"{PREFIX}_requests", "HTTP requests by route template and status code.",
-            ["route", "method", "status"], registry=r,
-        )
-        self.request_latency = Histogram(
-            f"{PREFIX}_request_duration_seconds",
+        # Every metric is the project's (the prefix) and this app's (its registry).
+        counter = partial(Counter, namespace=PREFIX, registry=self.registry)
+        gauge = partial(Gauge, namespace=PREFIX, registry=self.registry)
+        histogram = partial(Histogram, namespace=PREFIX, registry=self.registry)
+        self.requests = counter(
+            "requests", "HTTP requests by route template and status code.",
+            ["route", "method", "status"])
+        self.request_latency = histogram(
+            "request_duration_seconds",
             "Server-side latency of forecast requests, arrival to response.",
-            ["route", "model"], buckets=around_budget, registry=r,
-        )
-        self.inference_latency = Histogram(
-            f"{PREFIX}_inference_duration_seconds", "ONNX Runtime time per batch.",
-            ["model"], buckets=around_budget, registry=r,
-        )
-        self.queue_wait = Histogram(
-            f"{PREFIX}_queue_wait_seconds", "Time a forecast waits for its batch to start.",
-            buckets=around_budget, registry=r,
-        )
+            ["route", "model"], buckets=around_budget)
+        self.inference_latency = histogram(
+            "inference_duration_seconds", "ONNX Runtime time per batch.",
+            ["model"], buckets=around_budget)
+        self.queue_wait = histogram(
+            "queue_wait_seconds", "Time a forecast waits for its batch to start.",
+            buckets=around_budget)
         batch_buckets = [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
                          if b <= max(max_batch_size, 1) * 2] or [1]
-        self.batch_size = Histogram(
-            f"{PREFIX}_batch_size", "Series per model call.", ["model"], buckets=batch_buckets,
-            registry=r,
-        )
-        self.budget_violations = Counter(
-            f"{PREFIX}_budget_violations", "Forecast responses slower than the latency budget.",
-            ["route", "model"], registry=r,
-        )
-        self.fallbacks = Counter(
-            f"{PREFIX}_fallbacks", "Forecasts answered by the seasonal-naive fallback.",
-            ["model", "reason"], registry=r,
-        )
-        self.goodput = Counter(
-            f"{PREFIX}_goodput_requests",
+        self.batch_size = histogram(
+            "batch_size", "Series per model call.", ["model"], buckets=batch_buckets)
+        self.budget_violations = counter(
+            "budget_violations", "Forecast responses slower than the latency budget.",
+            ["route", "model"])
+        self.fallbacks = counter(
+            "fallbacks", "Forecasts answered by the seasonal-naive fallback.",
+            ["model", "reason"])
+        self.goodput = counter(
+            "goodput_requests",
             "Forecast requests answered by the model within their latency budget.",
-            ["route", "model"], registry=r,
-        )
-        self.shed = Counter(
-            f"{PREFIX}_shed_requests", "Requests refused with 503 to protect the budget.",
-            ["reason"], registry=r,
-        )
+            ["route", "model"])
+        self.shed = counter(
+            "shed_requests", "Requests refused with 503 to protect the budget.",
+            ["reason"])
         # Series that exist from the start read as 0 rather than absent: rate() over the
         # first requests then sees them begin, and alerts have something to compare with
         # (those of the forecast routes: ``declare_forecast_routes``).
         for reason in SHED_REASONS:
             self.shed.labels(reason=reason)
-        self.refused = Counter(
-            f"{PREFIX}_refused_requests", "Requests refused with 403: their route group is off "
-            "or needs the API key they lack (controls.api).", ["group"], registry=r,
-        )
+        self.refused = counter(
+            "refused_requests", "Requests refused with 403: their route group is off "
+            "or needs the API key they lack (controls.api).", ["group"])
         for group in Api.model_fields:  # the restricted route groups
             self.refused.labels(group=group)
-        self.cells_held = Gauge(f"{PREFIX}_cells_held", "Cells with history held, by the model "
-                                "whose KPI it is.", ["model"], registry=r)
-        self.budget = Gauge(
-            f"{PREFIX}_latency_budget_seconds", "The latency budget a model's forecasts are "
-            "held to.", ["model"], registry=r,
-        )
-        self.queue_depth = Gauge(
-            f"{PREFIX}_queue_depth", "Forecasts waiting for a model call.", ["model"],
-            registry=r,
-        )
-        self.e2_indications = Counter(
-            f"{PREFIX}_e2_indications", "RIC Indications ingested into the cells' history.",
-            registry=r,
-        )
-        self.e2_rejected = Counter(
-            f"{PREFIX}_e2_indications_rejected", "E2 frames dropped, by reason.", ["reason"],
-            registry=r,
-        )
+        self.cells_held = gauge("cells_held", "Cells with history held, by the model "
+                                "whose KPI it is.", ["model"])
+        self.budget = gauge(
+            "latency_budget_seconds", "The latency budget a model's forecasts are "
+            "held to.", ["model"])
+        self.queue_depth = gauge("queue_depth", "Forecasts waiting for a model call.", ["model"])
+        self.e2_indications = counter(
+            "e2_indications", "RIC Indications ingested into the cells' history.")
+        self.e2_rejected = counter(
+            "e2_indications_rejected", "E2 frames dropped, by reason.", ["reason"])
         # A handover's overlap (both owners subscribed for a moment) delivers some reports
         # twice: the history keeps one, and the other is counted here.
-        self.e2_reports_not_kept = Counter(
-            f"{PREFIX}_e2_reports_not_kept", "Values of ingested RIC Indications the history "
-            "did not keep: repeats of a step already reported, or older than its window.",
-            registry=r,
-        )
+        self.e2_reports_not_kept = counter(
+            "e2_reports_not_kept", "Values of ingested RIC Indications the history "
+            "did not keep: repeats of a step already reported, or older than its window.")
         # From a reporting period's end to its values in the history: what a forecast of the
         # cell misses, whatever the period (100 ms to an hour), so seconds to an hour.
-        self.e2_ingest_lag = Histogram(
-            f"{PREFIX}_e2_ingest_lag_seconds", "Wall clock when a RIC Indication's values "
+        self.e2_ingest_lag = histogram(
+            "e2_ingest_lag_seconds", "Wall clock when a RIC Indication's values "
             "were written, less the end of their last reporting period (E2 node's clock).",
             # Fine about a second, the usual reporting period: the alert and the scale
             # benchmark ask whether the lag stays within it.
             buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2.5, 5, 10, 30, 60, 300,
-                     900, 3600),
-            registry=r,
-        )
-        self.e2_reporting_period = Gauge(
-            f"{PREFIX}_e2_reporting_period_seconds", "The E2SM-KPM reporting period this "
-            "replica's subscriptions ask for (NaN before it subscribes).", registry=r,
-        )
+                     900, 3600))
+        self.e2_reporting_period = gauge(
+            "e2_reporting_period_seconds", "The E2SM-KPM reporting period this "
+            "replica's subscriptions ask for (NaN before it subscribes).")
         self.e2_reporting_period.set(float("nan"))
-        self.e2_nodes_owned = Gauge(
-            f"{PREFIX}_e2_nodes_owned", "E2 nodes this replica holds a subscription for (with "
-            "the shared history, each node is owned by one replica at a time).", registry=r,
-        )
-        self.e2_cells_skipped = Gauge(
-            f"{PREFIX}_e2_cells_skipped", "Cells of the connected E2 nodes that are not "
-            "subscribed to, by reason (the log names the nodes).", ["reason"], registry=r,
-        )
-        self.e2_handovers = Counter(
-            f"{PREFIX}_e2_handovers", "E2 nodes given up to, or taken from, other replicas.",
-            ["direction"], registry=r,
-        )
+        self.e2_nodes_owned = gauge(
+            "e2_nodes_owned", "E2 nodes this replica holds a subscription for (with "
+            "the shared history, each node is owned by one replica at a time).")
+        self.e2_cells_skipped = gauge(
+            "e2_cells_skipped", "Cells of the connected E2 nodes that are not "
+            "subscribed to, by reason (the log names the nodes).", ["reason"])
+        self.e2_handovers = counter(
+            "e2_handovers", "E2 nodes given up to, or taken from, other replicas.",
+            ["direction"])
         for direction in ("given", "taken"):
             self.e2_handovers.labels(direction=direction)
-        self.e2_subscriptions_lost = Counter(
-            f"{PREFIX}_e2_subscriptions_lost", "Subscriptions the subscription manager no "
-            "longer listed (it or the E2 node restarted), made again.", registry=r,
-        )
-        self.e2_subscriptions_refused = Counter(
-            f"{PREFIX}_e2_subscriptions_refused", "Cells whose E2 subscription the subscription "
+        self.e2_subscriptions_lost = counter(
+            "e2_subscriptions_lost", "Subscriptions the subscription manager no "
+            "longer listed (it or the E2 node restarted), made again.")
+        self.e2_subscriptions_refused = counter(
+            "e2_subscriptions_refused", "Cells whose E2 subscription the subscription "
             "manager reported refused, by its cause (the timeout's kind, else the error's "
-            "source: E2Node, SUBMGR, RTMGR, DBAAS, ASN1).", ["cause"], registry=r,
-        )
-        self.e2_subscriptions_deleted = Counter(
-            f"{PREFIX}_e2_subscriptions_deleted", "Subscriptions deleted at the subscription "
+            "source: E2Node, SUBMGR, RTMGR, DBAAS, ASN1).", ["cause"])
+        self.e2_subscriptions_deleted = counter(
+            "e2_subscriptions_deleted", "Subscriptions deleted at the subscription "
             "manager, by reason: a node given up, one made again (replaced), a predecessor's "
             "at this replica's endpoint (stray), one a replica no longer alive made (orphaned), "
-            "on stopping.", ["reason"], registry=r,
-        )
+            "on stopping.", ["reason"])
         for reason in ("given-up", "replaced", "stray", "orphaned", "stopping"):
             self.e2_subscriptions_deleted.labels(reason=reason)
-        self.model = Info(f"{PREFIX}_model", "The models being served.", ["model"], registry=r)
-        self.model_load = Gauge(
-            f"{PREFIX}_model_load_seconds", "Time to load, verify and warm up the model.",
-            ["model"], registry=r,
-        )
-        self.recalibration_offset = Gauge(
-            f"{PREFIX}_recalibration_offset",
+        self.model = Info("model", "The models being served.", ["model"], namespace=PREFIX,
+                          registry=self.registry)
+        self.model_load = gauge(
+            "model_load_seconds", "Time to load, verify and warm up the model.",
+            ["model"])
+        self.recalibration_offset = gauge(
+            "recalibration_offset",
             "Offset of each quantile, in units of the forecast's outer band, from the recent "
-            "history of the cells held (0: none).", ["model", "quantile"], registry=r,
-        )
-        self.recalibration_windows = Gauge(
-            f"{PREFIX}_recalibration_windows",
+            "history of the cells held (0: none).", ["model", "quantile"])
+        self.recalibration_windows = gauge(
+            "recalibration_windows",
             "Recent horizons the offsets come from (0: the model's own calibration).",
-            ["model"], registry=r,
-        )
-        self.recalibration_weight = Gauge(
-            f"{PREFIX}_recalibration_model_weight",
+            ["model"])
+        self.recalibration_weight = gauge(
+            "recalibration_model_weight",
             "The model's share of the median forecast; the rest is the simple forecasts' "
-            "(1: the model alone).", ["model"], registry=r,
-        )
-        self.recalibration_naive_weight = Gauge(
-            f"{PREFIX}_recalibration_naive_weight",
+            "(1: the model alone).", ["model"])
+        self.recalibration_naive_weight = gauge(
+            "recalibration_naive_weight",
             "Each simple forecast's share of the median forecast (model.naive: last_day, "
-            "last_week, weekly_profile).", ["model", "naive"], registry=r,
-        )
-        self.recalibration_seconds = Gauge(
-            f"{PREFIX}_recalibration_duration_seconds", "Time the last recalibration took.",
-            ["model"], registry=r,
-        )
-        self.recalibration_time = Gauge(
-            f"{PREFIX}_recalibration_last_timestamp_seconds",
-            "Unix time of the last recalibration.", ["model"], registry=r,
-        )
-        self.model_ready = Gauge(
-            f"{PREFIX}_model_ready", "1 when a verified, warmed-up model is serving.", ["model"],
-            registry=r,
-        )
-        self.admission_limit = Gauge(
-            f"{PREFIX}_admission_limit",
-            "Single forecasts admitted in flight before new ones are shed (adaptive).",
-            registry=r,
-        )
-        self.queueing_delay = Gauge(
-            f"{PREFIX}_queueing_delay_seconds",
+            "last_week, weekly_profile).", ["model", "naive"])
+        self.recalibration_seconds = gauge(
+            "recalibration_duration_seconds", "Time the last recalibration took.",
+            ["model"])
+        self.recalibration_time = gauge(
+            "recalibration_last_timestamp_seconds",
+            "Unix time of the last recalibration.", ["model"])
+        self.model_ready = gauge(
+            "model_ready", "1 when a verified, warmed-up model is serving.", ["model"])
+        self.admission_limit = gauge(
+            "admission_limit",
+            "Single forecasts admitted in flight before new ones are shed (adaptive).")
+        self.queueing_delay = gauge(
+            "queueing_delay_seconds",
             "99th percentile of the time single forecasts waited before their model call "
-            "(and the event loop's lag), last window.", registry=r,
-        )
-        self.service_time = Gauge(
-            f"{PREFIX}_service_time_seconds",
+            "(and the event loop's lag), last window.")
+        self.service_time = gauge(
+            "service_time_seconds",
             "99th percentile of single forecasts' time from their model call to the answer "
-            "(the no-load latency at the batch size the load makes), last window.", registry=r,
-        )
-        self.queueing_allowance = Gauge(
-            f"{PREFIX}_queueing_delay_allowance_seconds",
+            "(the no-load latency at the batch size the load makes), last window.")
+        self.queueing_allowance = gauge(
+            "queueing_delay_allowance_seconds",
             "How long a single forecast may wait and still be answered by the model within "
-            "the budget: the budget, less the fallback's slice, less the service time.",
-            registry=r,
-        )
-        self.loop_lag = Gauge(
-            f"{PREFIX}_event_loop_lag_seconds",
+            "the budget: the budget, less the fallback's slice, less the service time.")
+        self.loop_lag = gauge(
+            "event_loop_lag_seconds",
             "How late the event loop runs, smoothed over its last ticks: requests waited about "
-            "as long in their sockets, and their arrival counts from there.", registry=r,
-        )
-        self.a1_requests = Counter(
-            f"{PREFIX}_a1_policy_requests", "A1 policy requests taken, by operation and the "
-            "status answered (unknown: not readable as a request).", ["operation", "status"],
-            registry=r,
-        )
-        self.a1_unanswered = Counter(
-            f"{PREFIX}_a1_policy_responses_unsent",
-            "A1 policy answers that could not be sent (no route to the A1 mediator).",
-            registry=r,
-        )
-        self.a1_instance_cells = Gauge(
-            f"{PREFIX}_a1_policy_cells", "Cells each A1 policy instance steers.",
-            ["policy_instance"], registry=r,
-        )
-        self.a1_instance_in_force = Gauge(
-            f"{PREFIX}_a1_policy_in_force", "1 when the instance is in force; 0: held (the "
+            "as long in their sockets, and their arrival counts from there.")
+        self.a1_requests = counter(
+            "a1_policy_requests", "A1 policy requests taken, by operation and the "
+            "status answered (unknown: not readable as a request).", ["operation", "status"])
+        self.a1_unanswered = counter(
+            "a1_policy_responses_unsent",
+            "A1 policy answers that could not be sent (no route to the A1 mediator).")
+        self.a1_instance_cells = gauge(
+            "a1_policy_cells", "Cells each A1 policy instance steers.",
+            ["policy_instance"])
+        self.a1_instance_in_force = gauge(
+            "a1_policy_in_force", "1 when the instance is in force; 0: held (the "
             "served model cannot give what it asks, or a cell of it is steered already).",
-            ["policy_instance"], registry=r,
-        )
-        self.a1_instance_horizon = Gauge(
-            f"{PREFIX}_a1_policy_horizon_steps", "The instance's horizon (absent: the "
-            "controls').", ["policy_instance"], registry=r,
-        )
-        self.a1_instance_budget = Gauge(
-            f"{PREFIX}_a1_policy_latency_budget_seconds", "The instance's latency budget "
-            "(absent: the controls').", ["policy_instance"], registry=r,
-        )
-        self.a1_instance_excluded = Gauge(
-            f"{PREFIX}_a1_policy_excluded", "1 when the instance's cells are excluded from "
-            "forecasting.", ["policy_instance"], registry=r,
-        )
+            ["policy_instance"])
+        self.a1_instance_horizon = gauge(
+            "a1_policy_horizon_steps", "The instance's horizon (absent: the "
+            "controls').", ["policy_instance"])
+        self.a1_instance_budget = gauge(
+            "a1_policy_latency_budget_seconds", "The instance's latency budget "
+            "(absent: the controls').", ["policy_instance"])
+        self.a1_instance_excluded = gauge(
+            "a1_policy_excluded", "1 when the instance's cells are excluded from "
+            "forecasting.", ["policy_instance"])
 
     def declare_forecast_routes(self, paths: list[str], models: list[str]) -> None:
         """The series of the forecast routes and of the models, from the start (see above)."""

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import math
 import os
+from dataclasses import dataclass, field
 
 import httpx
 import pandas as pd
@@ -48,44 +49,44 @@ RESUBSCRIBE_BOUND_S = (CHECK_ROUNDS + 1) * ROUND_S  # from the loss to the reque
 REFRESH_ROUNDS = 30
 
 
+@dataclass(eq=False)
 class E2Link:
-    def __init__(self, state: ServingState, transport: Transport | None, ingestor: Ingestor,
-                 http_port: int, ownership: Ownership, metrics: Metrics,
-                 policies: PolicyHandler | None = None) -> None:
-        """``transport`` is None when E2 and A1 are off; it is built before the app starts,
-        so that a transport that cannot be had (no librmr) is said before anything runs."""
-        self._state = state
-        self.transport = transport
-        self.ingestor = ingestor
-        self._http_port = http_port
-        self._policies = policies
-        self.ownership = ownership
-        self._metrics = metrics
-        self.subscriber: Subscriber | None = None
-        self.e2mgr: E2Manager | None = None
-        self._following: asyncio.Task | None = None  # the subscriptions following ownership
-        self._ready_said = True  # what was last logged of RMR's readiness
+    """``transport`` is None when E2 and A1 are off; it is built before the app starts, so
+    that a transport that cannot be had (no librmr) is said before anything runs."""
+
+    state: ServingState
+    transport: Transport | None
+    ingestor: Ingestor
+    http_port: int
+    ownership: Ownership
+    metrics: Metrics
+    policies: PolicyHandler | None = None
+    subscriber: Subscriber | None = field(default=None, init=False)
+    e2mgr: E2Manager | None = field(default=None, init=False)
+    # The subscriptions following ownership.
+    following: asyncio.Task | None = field(default=None, init=False, repr=False)
+    ready_said: bool = field(default=True, init=False)  # what was last logged of RMR's readiness
 
     async def start(self) -> list[asyncio.Task]:
         """Listen when E2 is enabled, and subscribe in the background when the subscription
         manager is known; the writer of what E2 delivers runs in any case."""
-        e2 = self._state.now.controls.e2
+        e2 = self.state.now.controls.e2
         tasks = []
         if self.transport is not None:
             handlers = MessageHandlers(other=self.ingestor.refuse)
             handlers.register(RIC_INDICATION, self.ingestor.handle)
-            if self._policies is not None:
-                handlers.register(A1_POLICY_REQ, self._policies.handle)
+            if self.policies is not None:
+                handlers.register(A1_POLICY_REQ, self.policies.handle)
             await self.transport.start(handlers)
             log.info("e2: listening for rmr-data frames on port %d", self.transport.port)
             if e2.enabled and e2.submgr_url:
                 self.e2mgr = E2Manager(e2.e2mgr_url)
                 self.subscriber = Subscriber(e2.submgr_url, e2.endpoint_host(),
-                                             self.transport.port, self._http_port, self.ingestor,
-                                             self._metrics)
-                self._following = asyncio.create_task(self._subscribe_when_ready(),
+                                             self.transport.port, self.http_port, self.ingestor,
+                                             self.metrics)
+                self.following = asyncio.create_task(self._subscribe_when_ready(),
                                                       name="e2-subscribe")
-                tasks.append(self._following)
+                tasks.append(self.following)
         return [*tasks, asyncio.create_task(self.ingestor.run(), name="e2-writer")]
 
     def ready(self) -> bool:
@@ -93,7 +94,7 @@ class E2Link:
         first time it has none, and when it has one again, is logged: the readiness probe
         asks often, the log says it once."""
         ready = self.transport is None or self.transport.ready()
-        if ready != self._ready_said:
+        if ready != self.ready_said:
             if ready:
                 log.info("rmr: a route table is loaded: ready for E2 and A1")
             else:
@@ -101,7 +102,7 @@ class E2Link:
                             "or static, RMR_SEED_RT=%s): unready until one is loaded",
                             os.environ.get("RMR_RTG_SVC", "-"),
                             os.environ.get("RMR_SEED_RT", "-"))
-            self._ready_said = ready
+            self.ready_said = ready
         return ready
 
     def wanted(self) -> tuple[tuple[KpiOptions, ...], int] | None:
@@ -109,7 +110,7 @@ class E2Link:
         be read from (in order; each KPI once), and the reporting period (controls.e2's, else
         the finest step that divides every model's, so that each grid gets whole periods);
         None while no model served has a KPI a measurement maps."""
-        served = [s for s in self._state.models.values() if s.kpi_source is not None]
+        served = [s for s in self.state.models.values() if s.kpi_source is not None]
         if not served:
             return None
         measurements = tuple(sorted({s.kpi_source.options() for s in served}))
@@ -121,7 +122,7 @@ class E2Link:
         KPI no measurement feeds (controls.e2.kpis) are said once each, then waited out."""
         told: set[str] = set()
         while (wanted := self.wanted()) is None:
-            for served in self._state.models.values():
+            for served in self.state.models.values():
                 model = served.model
                 if model is not None and model.metadata.model_version not in told:
                     told.add(model.metadata.model_version)
@@ -141,7 +142,7 @@ class E2Link:
         When the models served ask for other measurements (one loaded, one unloaded), the
         subscriptions held are made again with them."""
         measurements, period_ms = wanted
-        self._metrics.e2_reporting_period.set(period_ms / 1000.0)
+        self.metrics.e2_reporting_period.set(period_ms / 1000.0)
         # The first list is waited for; later ones are tried once a round.
         listing = await self.e2mgr.listing(measurements)
         try:  # before the first subscription, which would merge into a predecessor's
@@ -169,7 +170,7 @@ class E2Link:
                         for meid in sorted(self.subscriber.subscription_ids):
                             await self.subscriber.unsubscribe_node(meid)
                         (measurements, period_ms) = now
-                        self._metrics.e2_reporting_period.set(period_ms / 1000.0)
+                        self.metrics.e2_reporting_period.set(period_ms / 1000.0)
                         listing = await self.e2mgr.listing(measurements, attempts=1)
                     following = asyncio.create_task(self._follow(
                         owned, self.ownership.handed_over, listing.nodes, period_ms,
@@ -188,7 +189,7 @@ class E2Link:
     def _show(self, listing: Listing) -> None:
         skipped = listing.skipped_by_reason()
         for reason in REASONS:
-            self._metrics.e2_cells_skipped.labels(reason=reason).set(skipped[reason])
+            self.metrics.e2_cells_skipped.labels(reason=reason).set(skipped[reason])
 
     async def _follow(self, owned: set[str], handed_over: set[str],
                       listing: dict[str, E2Node], period_ms: int, initial: bool,
@@ -196,7 +197,7 @@ class E2Link:
         """Unsubscribe from the nodes handed over (or gone) and subscribe to those taken, a
         few requests to the subscription manager at a time; with ``check``, first forget the
         subscriptions it no longer lists, so that they are made again."""
-        subscriber, metrics = self.subscriber, self._metrics
+        subscriber, metrics = self.subscriber, self.metrics
         if check:
             try:
                 lost = await subscriber.lost()
@@ -248,7 +249,7 @@ class E2Link:
         """Keep the shared record of which replica made which subscription, so that a
         crashed replica's are deleted by the node's next owner; a store that cannot be
         reached is logged (its subscriptions then outlive a crash, as without a record)."""
-        store = self._state.now.shared
+        store = self.state.now.shared
         if store is None:
             return
         try:
@@ -264,7 +265,7 @@ class E2Link:
         """Before subscribing to a node taken: delete the subscriptions to it that replicas
         no longer alive made and left (a crash: nobody deleted them, and the node would go on
         reporting them to an address where nobody listens)."""
-        store = self._state.now.shared
+        store = self.state.now.shared
         if store is None:
             return
         try:
@@ -282,9 +283,9 @@ class E2Link:
     async def stop(self, step_s: float) -> None:
         """Unsubscribe, stop listening, write what was received: each step bounded by
         ``step_s``, so that the process exits within seconds whatever is down."""
-        if self._following is not None:  # or it would subscribe again to what is deleted
-            self._following.cancel()
-            await asyncio.wait([self._following], timeout=step_s)
+        if self.following is not None:  # or it would subscribe again to what is deleted
+            self.following.cancel()
+            await asyncio.wait([self.following], timeout=step_s)
         if self.subscriber is not None:
             await self.subscriber.unsubscribe(within_s=step_s)
             await self.subscriber.close()
