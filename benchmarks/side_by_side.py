@@ -1,7 +1,9 @@
 """The serving path against another tree of the project (a git ref), side by side in one run on
 this machine: the serving benchmark's ratios (single-cell p99 over the no-op handler's, goodput
-at 2x and 4x capacity, the 1000-cell Arrow batch over the bare graph) and E2 ingestion's CPU per
-indication in the serving process.
+at 2x and 4x capacity, the 1000-cell Arrow batch over the bare graph), the app's CPU per
+single-cell forecast in process (``benchmarks.request_cpu``: what goodput under overload comes
+down to, without a load generator's noise) and E2 ingestion's CPU per indication in the serving
+process.
 
     python -m benchmarks.side_by_side --before REF [--rounds 2] [--serving-seconds 10]
         [--e2-cells 3000] [--e2-seconds 20] [--page decisions/serving-core.md]
@@ -9,7 +11,8 @@ indication in the serving process.
 Both trees are checked out into temporary git worktrees (this one at HEAD, so commit first),
 and each runs its own ``benchmarks.serving`` and ``benchmarks.e2_scale`` in turn, in this
 environment, with ``kpi_forecast`` made that tree's folders by a path entry ahead of the
-installed one (and ``../shared`` beside them the project's). Each figure is a ratio each run
+installed one (and ``../shared`` beside them the project's); ``benchmarks.request_cpu`` is this
+tree's, run on each tree's ``kpi_forecast`` with one exported model. Each figure is a ratio each run
 measures against its own baseline, or a CPU cost, so the two trees compare on one machine; the
 rounds alternate the order (before, after; after, before; ...), and each figure is the median
 over them, since a p99 of a few thousand requests on a shared machine moves between runs. The
@@ -19,6 +22,7 @@ table goes to the decision record it is the evidence of (``--page``, under ``doc
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -29,6 +33,7 @@ import pandas as pd
 
 from benchmarks.common import write_section
 from benchmarks.results import RESULTS, Results
+from benchmarks.runtime import default_model
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ("cli", "data", "model", "training", "xapp")  # kpi_forecast's subpackages
@@ -54,9 +59,18 @@ def checkout(ref: str, where: Path) -> Path:
     return entry
 
 
-def run(tree: Path, entry: Path, module: str, *options: str) -> None:
+def run(tree: Path, entry: Path, module: str, *options: str) -> str:
+    """``module`` of ``tree`` run on ``tree``'s kpi_forecast; what it printed."""
     env = {**os.environ, "PYTHONPATH": str(entry)}
-    subprocess.run([sys.executable, "-m", module, *options], cwd=tree, env=env, check=True)
+    return subprocess.run([sys.executable, "-m", module, *options], cwd=tree, env=env,
+                          check=True, stdout=subprocess.PIPE, text=True).stdout
+
+
+def request_cpu(entry: Path, model_dir: Path) -> float:
+    """This tree's ``benchmarks.request_cpu`` (the before tree may not have it) on the
+    kpi_forecast of ``entry``: the app's CPU per single-cell forecast, in microseconds."""
+    printed = run(ROOT, entry, "benchmarks.request_cpu", "--model", str(model_dir))
+    return json.loads(printed.splitlines()[-1])["cpu_us_per_request"]
 
 
 def figures(tree: Path) -> dict[str, float]:
@@ -79,6 +93,9 @@ def figures(tree: Path) -> dict[str, float]:
     }
 
 
+CPU_PER_REQUEST = "single-cell forecast, app CPU per request in process (us)"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", required=True, help="the git ref to compare with")
@@ -92,6 +109,9 @@ def main() -> int:
     trees = {"before": args.before, "after": "HEAD"}
     results: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
     with tempfile.TemporaryDirectory() as tmp:
+        model_dir = Path(tmp) / "model"  # one model for both trees' in-process measure
+        model_dir.mkdir()
+        default_model(model_dir)
         try:
             entries = {name: checkout(ref, Path(tmp) / name) for name, ref in trees.items()}
             for round_ in range(args.rounds):
@@ -101,7 +121,8 @@ def main() -> int:
                         f"{args.serving_seconds:g}")
                     run(tree, entries[name], "benchmarks.e2_scale", "--cells",
                         str(args.e2_cells), "--seconds", f"{args.e2_seconds:g}")
-                    results[name].append(figures(tree))
+                    results[name].append(figures(tree) | {
+                        CPU_PER_REQUEST: request_cpu(entries[name], model_dir)})
                     for written in WRITTEN:
                         (tree / "docs" / "benchmarks" / written).unlink()
         finally:
@@ -128,7 +149,8 @@ def main() -> int:
         RESULTS / f"{stem}.csv", index=False)
     write_section(outcome, "\n".join([
         f"{outcome.measured}: each tree's own "
-        "`benchmarks.serving` and `benchmarks.e2_scale` (one replica), one after the other, "
+        "`benchmarks.serving` and `benchmarks.e2_scale` (one replica), and this tree's "
+        "`benchmarks.request_cpu` on each tree's code, one after the other, "
         f"the median over {args.rounds} rounds of alternating order; each round's figures "
         "follow.",
         "",

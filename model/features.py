@@ -154,16 +154,8 @@ def window_calendar(
     holidays: str = "", holiday_as_sunday: bool = False,
 ) -> np.ndarray:
     """[len(last), length, N_CALENDAR] features of the windows ending at ``last``."""
-    # Cells forecast together mostly share their last timestamp: compute each window once.
     ends, inverse = distinct_ends(last)
-    if len(ends) == 1:
-        features = _one_window(int(ends[0]), length, step.value, calendar_tz, holidays,
-                               holiday_as_sunday)[None]
-    else:
-        stamps = window_timestamps(pd.DatetimeIndex(ends, tz="UTC"), length, step)
-        features = calendar_features(stamps, calendar_tz, holidays, holiday_as_sunday).reshape(
-            len(ends), length, N_CALENDAR)
-    return features[inverse.reshape(-1)]
+    return _windows_ending(ends, inverse, length, step, calendar_tz, holidays, holiday_as_sunday)
 
 
 def forecast_calendar(
@@ -172,8 +164,26 @@ def forecast_calendar(
 ) -> np.ndarray:
     """[len(last), context + horizon, N_CALENDAR]: what the network takes beside a window of
     ``context`` steps ending at each of ``last``, the calendar of its horizon included."""
-    return window_calendar(last + horizon * step, context + horizon, step, calendar_tz,
-                           holidays, holiday_as_sunday)
+    ends, inverse = distinct_ends(last)
+    # The windows end at the horizon's last step, moved there in integers: pandas' index
+    # arithmetic cost about as much as the rest of a single row's calendar.
+    return _windows_ending(ends + horizon * step.value, inverse, context + horizon, step,
+                           calendar_tz, holidays, holiday_as_sunday)
+
+
+def _windows_ending(ends: np.ndarray, inverse: np.ndarray, length: int, step: pd.Timedelta,
+                    calendar_tz: str, holidays: str, holiday_as_sunday: bool) -> np.ndarray:
+    """The features of the windows of ``length`` steps ending at each of the distinct ``ends``
+    (ns since 1970 UTC), row by row as ``inverse`` picks them."""
+    # Cells forecast together mostly share their last timestamp: compute each window once.
+    if len(ends) == 1:
+        features = _one_window(int(ends[0]), length, step.value, calendar_tz, holidays,
+                               holiday_as_sunday)[None]
+    else:
+        stamps = window_timestamps(pd.DatetimeIndex(ends, tz="UTC"), length, step)
+        features = calendar_features(stamps, calendar_tz, holidays, holiday_as_sunday).reshape(
+            len(ends), length, N_CALENDAR)
+    return features[inverse.reshape(-1)]
 
 
 @functools.lru_cache(maxsize=256)

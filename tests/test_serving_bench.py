@@ -1,6 +1,8 @@
 """The serving benchmark's core pinning: the xApp and `hey` on disjoint cores where asked."""
 
+import json
 import re
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -86,3 +88,20 @@ def test_the_results_section_reports_the_limits_state_or_why_there_was_no_capaci
     assert "limit" in steering and "loop_lag_ms" in steering
     assert re.search(r"\|\s+2\s+\|\s+7\s+\|", steering)  # at 2x the limit was 7
     assert "overload, admission on" in phases
+
+
+def test_the_in_process_measure_prints_the_cpu_of_each_round(tmp_path: Path) -> None:
+    """``benchmarks.request_cpu`` (side_by_side's CPU per request) runs the app on a model
+    directory, checks every answer is the model's, and prints each round's CPU per request
+    and their median."""
+    from tests.exported_model import exported_copy
+
+    model_dir = exported_copy(tmp_path / "model", context=48, horizon=24)
+    done = subprocess.run([sys.executable, "-m", "benchmarks.request_cpu", "--model",
+                           str(model_dir), "--requests", "30", "--rounds", "2"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    printed = json.loads(done.stdout.splitlines()[-1])
+    assert len(printed["rounds"]) == 2
+    assert all(cpu > 0 for cpu in printed["rounds"])
+    assert printed["cpu_us_per_request"] == statistics.median(printed["rounds"])

@@ -41,6 +41,7 @@ from kpi_forecast.xapp.store.cell_history import CellHistory, HistoryUnavailable
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 MICROSECOND = dt.timedelta(microseconds=1)
+LAST_NS = pd.Timestamp.max.value  # the last timestamp there is (April 2262), read once
 
 
 class SeriesIn(Protocol):
@@ -98,6 +99,7 @@ class _Plan:
     budget_s: float | None  # the smallest of the rows' budgets (None: the controls')
 
 
+@functools.lru_cache(maxsize=64)
 def quantile_name(q: float) -> str:
     return f"p{round(q * 100, 6):g}"
 
@@ -124,7 +126,7 @@ def check_step(model: OnnxForecaster, freq: str) -> None:
 def fits(start_ns: int | np.ndarray, steps: int | np.ndarray, step_ns: int) -> bool | np.ndarray:
     """Whether ``steps`` steps after ``start_ns`` (ns since 1970, not before it) are still a
     timestamp; arranged so that int64 arrays do not overflow on the way."""
-    return steps <= (pd.Timestamp.max.value - start_ns) // step_ns
+    return steps <= (LAST_NS - start_ns) // step_ns
 
 
 def check_end(start: dt.datetime, steps: int, freq: str, model: OnnxForecaster) -> int:
