@@ -95,6 +95,21 @@ def test_history_slides_marks_gaps_and_is_idempotent_per_slot(opener: Opener) ->
     asyncio.run(go())
 
 
+def test_the_most_recently_reported_cells_come_first_and_agree_with_the_listing(
+        opener: Opener) -> None:
+    async def go() -> None:
+        async with opener("1h", 4) as store:
+            for cell, hours in (("a", 2), ("b", 5), ("c", 5), ("d", 1), ("e", 9)):
+                await store.put(cell, T0 + hours * HOUR, 1.0)
+            assert await store.recent(3) == ["e", "b", "c"]  # a tie goes by cell id
+            everything = await store.recent(100)
+            listed = sorted(await store.cells(), key=lambda c: c.last, reverse=True)
+            assert everything == [info.cell_id for info in listed]
+            assert await store.recent(0) == []
+
+    asyncio.run(go())
+
+
 @pytest.mark.parametrize(("aggregate", "expected"), [("mean", 3.0), ("sum", 6.0)])
 def test_reports_within_a_step_aggregate_and_repeats_count_once(
         opener: Opener, aggregate: str, expected: float) -> None:

@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 
 TICK_S = 1.0  # how often the loop looks for another replica's refresh, or a due one
 RETRY_S = 60.0  # after a failed or empty refresh (at most everySeconds)
+WINDOWS_PER_READ = 64  # cells' windows a refresh reads at a time
 
 
 @dataclass(frozen=True)
@@ -119,9 +120,12 @@ class Recalibrator:
         if model is None or store is None or served.shared is None:
             return Recalibration()
         started = time.monotonic()
-        cells = sorted(await store.cells(), key=lambda c: c.last, reverse=True)
-        chosen = [c.cell_id for c in cells[: served.controls.recalibration.max_cells]]
-        held = [w for w in await store.windows(chosen) if w is not None]
+        chosen = await store.recent(served.controls.recalibration.max_cells)
+        held = []
+        # A few windows a read: requests' own reads and answers go on between them.
+        for first in range(0, len(chosen), WINDOWS_PER_READ):
+            held += [w for w in await store.windows(chosen[first:first + WINDOWS_PER_READ])
+                     if w is not None]
         fitted = Recalibration()
         if held:
             history = np.stack([values for values, _ in held])

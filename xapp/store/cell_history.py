@@ -54,6 +54,11 @@ class CellInfo:
     last: pd.Timestamp  # last grid step the buffer covers (the newest sample)
 
 
+def newest_first(ends: list[tuple[int, str]], limit: int) -> list[str]:
+    """The cell ids of the ``limit`` newest (slot, cell id) pairs, newest first, ties by id."""
+    return [cell_id for _, cell_id in sorted(ends, key=lambda end: (-end[0], end[1]))[:limit]]
+
+
 def locate(report_ns: int, step: int) -> tuple[int, int]:
     """A report's grid slot (UTC ns // step) and its part of that step, 0 to SUBSLOTS - 1."""
     slot, offset = divmod(report_ns, step)
@@ -213,6 +218,11 @@ class CellHistory:
     async def cells(self) -> list[CellInfo]:
         raise NotImplementedError
 
+    async def recent(self, limit: int) -> list[str]:
+        """The ``limit`` cells reported most recently, newest first (ties by cell id): what a
+        recalibration reads, found without reading every cell's window."""
+        raise NotImplementedError
+
     async def count(self) -> int:
         raise NotImplementedError
 
@@ -263,6 +273,11 @@ class MemoryCellHistory(CellHistory):
             held = [(cell_id, ring.end, int(np.count_nonzero(ring.seen)))
                     for cell_id, ring in self._cells.items()]
         return [CellInfo(cell_id, steps, *self._span(end)) for cell_id, end, steps in held]
+
+    async def recent(self, limit: int) -> list[str]:
+        with self._lock:
+            ends = [(ring.end, cell_id) for cell_id, ring in self._cells.items()]
+        return newest_first(ends, limit)
 
     async def count(self) -> int:
         return len(self._cells)
