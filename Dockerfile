@@ -71,6 +71,9 @@ ARG ONNXRUNTIME_GPU_VERSION=1.26.0
 # (both install the `onnxruntime` module: they must not sit side by side). The NVIDIA wheels'
 # lib folders are listed for ldconfig in the serving stage: ONNX Runtime dlopens libcudnn.so.9
 # and friends by name, and nothing else would tell the loader where pip put them.
+# pycrate brings the compiled modules of some ninety ASN.1 specifications, a quarter of the
+# venv; only those the xApp imports stay (E2AP, and F1AP for the cells an E2 node's F1 setup
+# names: tests/test_image.py checks the list against the imports in xapp/).
 # The closing checks run isolated (-I): from /src, a plain `python -c` would import the
 # source tree instead of the installed package.
 RUN --mount=type=cache,target=/root/.cache/pip \
@@ -85,8 +88,10 @@ RUN --mount=type=cache,target=/root/.cache/pip \
                 > /opt/ld.so.conf.d/kpi-forecast-nvidia.conf ;; \
       *) echo "VARIANT must be cpu or gpu, not '${VARIANT}'" >&2; exit 2 ;; \
     esac; \
+    asn1dir="$(python -I -c 'import os, pycrate_asn1dir; print(os.path.dirname(pycrate_asn1dir.__file__))')"; \
+    find "${asn1dir}" -type f ! -name '__init__.*' ! -name 'E2AP.*' ! -name 'F1AP.*' -delete; \
     python -I -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is not None)"; \
-    python -I -c "import onnxruntime, kpi_forecast.xapp.server"
+    python -I -c "import onnxruntime, kpi_forecast.xapp.server; from pycrate_asn1dir import E2AP, F1AP"
 
 
 # --- librmr, the RIC message router, built from its public source ------------------------------

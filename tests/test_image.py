@@ -162,6 +162,22 @@ def test_serving_venv_has_the_serve_extra_only(parsed: dict[str, Stage]) -> None
         assert "torch" not in cmd and "[train" not in cmd and ",train" not in cmd, cmd
 
 
+def test_the_serving_venv_keeps_the_asn1_modules_the_xapp_imports(
+        parsed: dict[str, Stage]) -> None:
+    """The builder deletes pycrate's compiled ASN.1 modules but those it names; they must be
+    the ones xapp/ imports, and the Makefile leaves the same ones to compile."""
+    imported = {name for path in (ROOT / "xapp").rglob("*.py")
+                for name in re.findall(r"from pycrate_asn1dir import (\w+)", path.read_text())}
+    assert imported
+    [trim] = [run for stage in chain(parsed, "builder") for run in stage.args("RUN")
+              if "pycrate_asn1dir" in run]
+    kept = set(re.findall(r"! -name '(\w+)\.\*'", trim))
+    assert kept == imported | {"__init__"}, kept
+    compiled = re.search(r"pycrate_asn1dir/\(\?!(.*?)\)\)", (ROOT / "Makefile").read_text())
+    assert compiled is not None
+    assert set(re.findall(r"(\w+)\\\.py", compiled.group(1))) == imported | {"__init__"}
+
+
 def test_the_serving_image_carries_the_librmr_the_tests_run_against(
         parsed: dict[str, Stage]) -> None:
     """librmr built from the commit ../shared/rmr was built from, and put where the loader
