@@ -106,7 +106,7 @@ def main() -> int:
     pd.DataFrame(starts).to_csv(RESULTS / "image_cold_start.csv", index_label="run")
     results = Results("images", COMMAND, "benchmarks.md", "container-images",
                       figures={**{f"{image} MB": size for image, size in sizes.items()},
-                               "serving venv MB": held["venv_mb"]},
+                               "serving venv MB": float(held["venv_mb"])},
                       tables=["image_builds", "image_cold_start"])
     section = markdown(builds, sizes, held, starts, results)
     print(section)

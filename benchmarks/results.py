@@ -37,14 +37,20 @@ def machine() -> str:
     return f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}"
 
 
-def revision() -> str:
-    """``git describe --always --dirty`` of the tree: a commit, ``-dirty`` with changes on top."""
+def revision(root: Path = ROOT) -> str:
+    """The commit of the tree at ``root`` (``git describe --always``), ``-dirty`` where tracked
+    files other than the results (docs/benchmarks/, which a run writes before it describes
+    itself) differ from it: the code that was measured."""
+    git = ["git", "-C", str(root)]
     try:
-        done = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
-                              capture_output=True, text=True, timeout=30, check=True)
+        described = subprocess.run([*git, "describe", "--always"], capture_output=True,
+                                   text=True, timeout=30, check=True).stdout.strip()
+        changed = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no", "--",
+                                  ".", f":(exclude){RESULTS.relative_to(ROOT)}"],
+                                 capture_output=True, text=True, timeout=30, check=True).stdout
     except (OSError, subprocess.SubprocessError):
         return "unknown (not a git checkout)"
-    return done.stdout.strip()
+    return described + ("-dirty" if changed.strip() else "")
 
 
 @dataclass

@@ -9,12 +9,13 @@ from __future__ import annotations
 import math
 import re
 import subprocess
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from benchmarks import serving
-from benchmarks.results import DOCS, RESULTS, ROOT, Results, define_env, every, load
+from benchmarks.results import DOCS, RESULTS, ROOT, Results, define_env, every, load, revision
 from benchmarks.suite_time import outcome
 from kpi_forecast.model.precision import FLOAT16_BOUND, INT8_BOUND, UNIT_ROUNDOFF
 from kpi_forecast.model.recalibration import _PARTS
@@ -212,3 +213,23 @@ def test_a_figure_the_files_do_not_hold_fails_the_build(macros: dict) -> None:
         macros["measured"]("no_such_run")
     with pytest.raises(ValueError):  # a seasonal naive has no coverage: no figure to quote
         macros["cell"]("milan_day_ahead", "seasonal_naive_day", "coverage")
+
+
+def test_a_runs_revision_is_dirty_for_changed_code_not_for_its_own_results(
+        tmp_path: Path) -> None:
+    """A run writes its tables before it describes itself: those do not make the measured code
+    dirty; any other tracked change does."""
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (tmp_path / "docs" / "benchmarks").mkdir(parents=True)
+    table, code = tmp_path / "docs" / "benchmarks" / "run.csv", tmp_path / "code.py"
+    table.write_text("a\n1\n")
+    code.write_text("x = 1\n")
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "first"], check=True)
+    commit = revision(tmp_path)
+    assert re.fullmatch(r"[0-9a-f]{7,40}", commit)
+    table.write_text("a\n2\n")
+    assert revision(tmp_path) == commit
+    code.write_text("x = 2\n")
+    assert revision(tmp_path) == f"{commit}-dirty"
