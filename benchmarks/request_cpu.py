@@ -36,7 +36,8 @@ BUDGET_MS = 1000.0  # far above a call's time: no answer is the fallback's
 ROUTE, READY = "/v1/forecast", "/ric/v1/health/ready"
 
 
-def body(context: int) -> bytes:
+def single_cell_body(context: int) -> bytes:
+    """The single-cell forecast request the serving benchmarks send: ``context`` hours."""
     rng = np.random.default_rng(0)
     return json.dumps({
         "cell_id": "c1", "start": "2013-12-01T00:00:00+01:00", "freq": "1h",
@@ -81,7 +82,7 @@ async def measure(model_dir: Path, requests: int, rounds: int) -> list[float]:
         async with app.router.lifespan_context(app):
             while (await call(app, "GET", READY))[0] != 200:  # the model loads meanwhile
                 await asyncio.sleep(0.1)
-            payload = body(load_metadata(model_dir).context)
+            payload = single_cell_body(load_metadata(model_dir).context)
             for _ in range(requests // 10):  # warm-up
                 await call(app, "POST", ROUTE, payload)
             per_round = []

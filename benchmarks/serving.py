@@ -49,6 +49,7 @@ import pandas as pd
 
 from benchmarks.common import write_section
 from benchmarks.ports import free_port
+from benchmarks.request_cpu import single_cell_body
 from benchmarks.results import RESULTS, Results
 from kpi_forecast.cli.smoke import wait_ready
 from kpi_forecast.model.artifact import load_metadata
@@ -322,12 +323,7 @@ def main() -> int:
             default_model(model_dir)
         context = load_metadata(model_dir).context
         body = Path(tmp) / "body.json"
-        rng = np.random.default_rng(0)
-        body.write_text(json.dumps({
-            "cell_id": "c1", "start": "2013-12-01T00:00:00+01:00", "freq": "1h",
-            "values": [round(float(v), 2) for v in rng.gamma(2.0, 10.0, context)],
-            "horizon": 24,
-        }))
+        body.write_bytes(single_cell_body(context))
         results = run_scenarios(Path(tmp), model_dir, body, args) | {"context": context}
     write_results(results, args)
     return 0
