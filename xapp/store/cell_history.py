@@ -17,6 +17,7 @@ cells (recalibration offsets, A1 policy instances, E2 node leases) is ``shared_s
 
 from __future__ import annotations
 
+import heapq
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -56,7 +57,7 @@ class CellInfo:
 
 def newest_first(ends: list[tuple[int, str]], limit: int) -> list[str]:
     """The cell ids of the ``limit`` newest (slot, cell id) pairs, newest first, ties by id."""
-    return [cell_id for _, cell_id in sorted(ends, key=lambda end: (-end[0], end[1]))[:limit]]
+    return [cell_id for _, cell_id in heapq.nsmallest(limit, ends, key=lambda e: (-e[0], e[1]))]
 
 
 def locate(report_ns: int, step: int) -> tuple[int, int]:
