@@ -6,7 +6,8 @@ first), in process over ASGI, at the controls' default latency budget: `GET
 /v1/cells/{id}/forecast` sent at a steady rate, each request on its own as independent clients
 send them, first with nothing else running, then while the model's recalibration refreshes
 (finds the most recently reported cells, reads their windows, fits the offsets), refresh after
-refresh. Each phase:
+refresh, then while live scoring takes on two rounds (every cell forecast at an origin, then
+scored at the next and forecast again). Each phase:
 the answers by status and source, and the latency percentiles. Target: no request answered 503
 while only background work runs beside it.
 
@@ -29,23 +30,27 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pandas as pd
+import redis.asyncio as aioredis
 
 from benchmarks.common import write_section
 from benchmarks.results import RESULTS, Results
 from benchmarks.runtime import default_model
 from benchmarks.shared_history import CELLS, LENGTH, cell_values, seed
+from kpi_forecast.model.scores import POINTS
 from kpi_forecast.xapp.app import create_app
 from kpi_forecast.xapp.descriptor.config_file import CONFIG_FILE_NAME, DEFAULT_DIR, load_descriptor
 from kpi_forecast.xapp.serving.recalibrator import Recalibrator
+from kpi_forecast.xapp.serving.scoring import Scorer
 from tests.redis_server import redis_server
 
 
 def descriptor(directory: Path, model_dir: Path, port: int) -> Path:
     raw = json.loads((DEFAULT_DIR / CONFIG_FILE_NAME).read_text())
-    # The default budget and batching; recalibration only when this run asks for it.
+    # The default budget and batching; recalibration and scoring only when this run asks.
     raw["controls"].update(modelDir=str(model_dir), historyLength=LENGTH, historyStore={
         "backend": "redis", "host": "127.0.0.1", "port": port, "maxCells": CELLS})
     raw["controls"]["recalibration"]["everySeconds"] = 0
+    raw["controls"]["scoring"] = {"enabled": False}  # its rounds are called by the run
     path = directory / CONFIG_FILE_NAME
     path.write_text(json.dumps(raw))
     return path
@@ -98,7 +103,15 @@ async def refresh(recalibrator: Recalibrator, times: int) -> int:
     return fitted.windows
 
 
-async def measure(config: Path, rate: float, quiet_s: float, times: int) -> list[dict]:
+async def score(scorer: Scorer, first: int, horizon: int) -> int:
+    """The rounds of two origins in turn; the points the second scored over the day."""
+    await scorer.score_round(first)
+    summary = await scorer.score_round(first + horizon)
+    return int(summary.windows["day"][POINTS])
+
+
+async def measure(config: Path, rate: float, quiet_s: float, times: int, port: int
+                  ) -> tuple[list[dict], dict]:
     app = create_app(load_descriptor(config), watch_config=False)
     components = app.state.components
     async with app.router.lifespan_context(app), httpx.AsyncClient(
@@ -115,7 +128,22 @@ async def measure(config: Path, rate: float, quiet_s: float, times: int) -> list
         during = await load(client, rate, refreshes.done)
         rows.append(summary(f"{times} recalibrations, one after another ({refreshes.result()} "
                             "windows each)", during, time.perf_counter() - started))
-    return rows
+        model, history = components.state.now.model, components.state.now.history
+        horizon = model.metadata.horizon
+        last = history.newest_ns // model.step.value
+        started = time.perf_counter()
+        rounds = asyncio.create_task(score(components.default.scorer,
+                                           (last - 1) // horizon * horizon - horizon, horizon))
+        during = await load(client, rate, rounds.done)
+        rows.append(summary(f"2 scoring rounds of {CELLS:,} cells ({rounds.result():,} points "
+                            "scored)", during, time.perf_counter() - started))
+        # What one cell's live scores hold: its record, and what Redis spends on the key.
+        key = (f"{{kpi-forecast}},scores:{components.default.name}:"
+               f"{model.metadata.model_version}:cell-0")
+        async with aioredis.Redis(port=port) as redis:
+            held = {"record bytes": await redis.strlen(key),
+                    "redis bytes": await redis.memory_usage(key)}
+    return rows, held
 
 
 def main() -> int:
@@ -133,8 +161,8 @@ def main() -> int:
         model_dir.mkdir()
         default_model(model_dir)
         with redis_server(directory) as port:
-            rows = asyncio.run(measure(descriptor(directory, model_dir, port), args.rate,
-                                       args.quiet_seconds, args.refreshes))
+            rows, held = asyncio.run(measure(descriptor(directory, model_dir, port), args.rate,
+                                             args.quiet_seconds, args.refreshes, port))
     table = pd.DataFrame(rows)
     RESULTS.mkdir(parents=True, exist_ok=True)
     table.to_csv(RESULTS / "background_work.csv", index=False)
@@ -143,7 +171,11 @@ def main() -> int:
         f"--quiet-seconds {args.quiet_seconds:g} --refreshes {args.refreshes}", "benchmarks.md",
         "background-work",
         tables=["background_work"],
-        figures={"refused while recalibrating": int(table["refused (503)"].iloc[1])})
+        figures={"refused while recalibrating": int(table["refused (503)"].iloc[1]),
+                 "refused while scoring": int(table["refused (503)"].iloc[2]),
+                 "scoring rounds seconds": float(table["seconds"].iloc[2]),
+                 "score record bytes": held["record bytes"],
+                 "score record redis bytes": held["redis bytes"]})
     section = "\n".join([
         "## Forecasts while background work runs",
         "",
@@ -151,9 +183,15 @@ def main() -> int:
         f"({CELLS:,} cells x {LENGTH} hourly steps), the default model and latency budget; "
         f"`GET /v1/cells/{{id}}/forecast` at {args.rate:g} a second, each on its own, with "
         "nothing else running, then while the model's recalibration refreshes "
-        f"{args.refreshes} times in a row. Target: no 503 beside background work.",
+        f"{args.refreshes} times in a row, then while live scoring takes on two rounds (each "
+        "cell forecast at an origin, then scored at the next and forecast again). Target: no "
+        "503 beside background work.",
         "",
         table.to_markdown(index=False, floatfmt=".1f"),
+        "",
+        f"Live scores kept per cell and model version: a record of {held['record bytes']} "
+        f"bytes, {held['redis bytes']} bytes of Redis memory with its key "
+        "(`MEMORY USAGE`).",
         "",
     ])
     write_section(results, section)

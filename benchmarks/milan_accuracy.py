@@ -21,8 +21,8 @@ from benchmarks.common import HeldOut, held_out, write_section
 from benchmarks.results import RESULTS, Results
 from kpi_forecast.data.ingest import load_panel
 from kpi_forecast.model.config import ModelConfig
+from kpi_forecast.model.metrics import coverage
 from kpi_forecast.training.backtest import MODEL_NAME
-from kpi_forecast.training.metrics import coverage
 from kpi_forecast.training.train import TrainConfig
 
 CALENDAR_TZ = "+01:00"  # the Milan export's local offset (CET)

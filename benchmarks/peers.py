@@ -42,8 +42,8 @@ from benchmarks.peer_models import (
 )
 from benchmarks.results import RESULTS, Results
 from kpi_forecast.data.ingest import load_panel
+from kpi_forecast.model.metrics import evaluate, mase_scale
 from kpi_forecast.training.backtest import fold_origins
-from kpi_forecast.training.metrics import evaluate, mase_scale
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / "artifacts" / "bench-peers"

@@ -172,7 +172,8 @@ def _metrics_in(expr: str, recorded: set[str]) -> str:
 def _template(text: str) -> str:
     """An annotation with Prometheus's template fields as the reader sees them: *route*."""
     text = re.sub(r"\{\{\s*\$labels\.(\w+)\s*\}\}", r"*\1*", text)
-    return re.sub(r"\{\{\s*humanize\w*\s+\$value\s*\}\}", "*the value*", text)
+    return re.sub(r"\{\{\s*(?:humanize\w*|printf\s+\"[^\"]*\")\s+\$value\s*\}\}", "*the value*",
+                  text)
 
 
 def alerts_page(root: Path) -> str:

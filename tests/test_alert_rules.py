@@ -33,6 +33,8 @@ EXPECTED_ALERTS = {
     "KpiForecastNotReady",
     "KpiForecastNoE2Indications",
     "KpiForecastE2IngestLag",
+    "KpiForecastWorseThanNaive",
+    "KpiForecastCoverageOff",
 }
 
 

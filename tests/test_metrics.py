@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pytest
 
-from kpi_forecast.training.metrics import (
+from kpi_forecast.model.metrics import (
     METRIC_KEYS,
     coverage,
     error_by_step,

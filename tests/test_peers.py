@@ -24,7 +24,7 @@ from benchmarks.peer_models import (
     run_ours,
 )
 from kpi_forecast.data.panel import Panel
-from kpi_forecast.training.metrics import mae
+from kpi_forecast.model.metrics import mae
 
 
 def panel(n_cells: int = 3, days: int = 21, seed: int = 0) -> Panel:

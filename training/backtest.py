@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 
 from kpi_forecast.data.panel import DataError, Panel
+from kpi_forecast.model.metrics import error_by_step, evaluate, mase_scale, median_index
 from kpi_forecast.model.recalibration import Recalibration, recalibration
 from kpi_forecast.model.runtime import OnnxForecaster
 from kpi_forecast.training.baselines import baseline_forecasts
-from kpi_forecast.training.metrics import error_by_step, evaluate, mase_scale
 
 MODEL_NAME = "kpi-forecast"
 METRICS = ["mae", "rmse", "mase", "smape", "coverage", "pinball"]
@@ -65,7 +65,7 @@ def backtest(
     origins = fold_origins(panel.n_steps, horizon, folds, step)
     steps_per_day = panel.steps_per("1D")
     levels = np.asarray(meta.quantiles)
-    median = int(np.argmin(np.abs(levels - 0.5)))
+    median = median_index(levels)
     actual, quantiles, scales, recalibrations = [], [], [], []
     points: dict[str, list[np.ndarray]] = {}
     for origin in origins:

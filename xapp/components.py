@@ -1,7 +1,7 @@
 """The xApp's components wired together, apart from HTTP: the serving state
 (``serving.state``: the controls, each model and its stores, as one snapshot) and everyone who
 reads it, each model's parts (``serving.repository.ModelSlot``: the holder that swaps it in,
-its batcher, its background recalibration), the answering of forecasts
+its batcher, its background recalibration and live scoring), the answering of forecasts
 (``serving.forecasting``), admission, E2 and A1 (``ric``) and the metrics; their start and
 orderly stop, models loaded and unloaded by name, and a new descriptor handed to each."""
 
@@ -153,7 +153,8 @@ class Components:
     def _start_slot(self, slot: ModelSlot, first_load: bool = True) -> list[asyncio.Task]:
         name = slot.name
         tasks = [asyncio.create_task(slot.batcher.run(), name=f"batcher-{name}"),
-                 asyncio.create_task(slot.recalibrator.run(), name=f"recalibration-{name}")]
+                 asyncio.create_task(slot.recalibrator.run(), name=f"recalibration-{name}"),
+                 asyncio.create_task(slot.scorer.run(), name=f"scoring-{name}")]
         if first_load:
             tasks.append(asyncio.create_task(slot.holder.first_load(), name=f"load-{name}"))
         return tasks

@@ -7,8 +7,9 @@ goes through ``describe``, and every tenacity retry loop logs through ``log_retr
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import httpx
 from tenacity import (
@@ -75,3 +76,23 @@ def rest_retrying(log: logging.Logger, what: str, retry_max_s: float, attempts: 
         reraise=True,
         before_sleep=log_retry(log, what),
     )
+
+
+async def keep_ticking(tick: Callable[[], Awaitable[None]], seconds: float,
+                       log: logging.Logger, doing: str, expected: tuple[type[Exception], ...],
+                       kept: str) -> None:
+    """``tick`` every ``seconds`` until cancelled, for background work whose failure must not
+    end it: an ``expected`` failure is logged once until the next success ("``doing``: reason;
+    ``kept``"), anything else with its traceback."""
+    failing = False
+    while True:
+        try:
+            await tick()
+            failing = False
+        except expected as exc:
+            if not failing:
+                log.warning("%s: %s; %s", doing, describe(exc), kept)
+            failing = True
+        except Exception:  # a bug here must not end the task or stop serving
+            log.exception("%s failed, %s", doing, kept)
+        await asyncio.sleep(seconds)

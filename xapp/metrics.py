@@ -152,6 +152,43 @@ class Metrics:
         self.recalibration_time = gauge(
             "recalibration_last_timestamp_seconds",
             "Unix time of the last recalibration.", ["model"])
+        # Live scoring (serving.scoring): per model and window (day, week), never per cell
+        # but for the bounded worst-cell gauge; NaN where nothing is scored yet.
+        live = ["model", "window"]
+        self.live_points = gauge(
+            "live_scored_points", "Points of the model's recorded forecasts scored against "
+            "their actuals over the window.", live)
+        self.live_mae = gauge(
+            "live_mae", "Mean absolute error of the model's recorded forecasts (median) over "
+            "the window's scored points.", live)
+        self.live_naive_mae = gauge(
+            "live_naive_mae", "Mean absolute error of each seasonal naive (last_day, "
+            "last_week) on the same points.", [*live, "naive"])
+        self.live_skill = gauge(
+            "live_skill", "1 - the model's MAE / the better seasonal naive's: below 0, the "
+            "model forecast worse than the naive over the window.", live)
+        self.live_pinball = gauge(
+            "live_pinball_loss", "Mean pinball loss of the model's quantiles over the "
+            "window's scored points.", live)
+        self.live_coverage = gauge(
+            "live_interval_coverage", "Share of the window's actuals inside the recorded "
+            "P10-P90 band.", live)
+        self.live_worst_skill = gauge(
+            "live_worst_cell_skill", "Skill over the week of the cells scoring lowest "
+            "(controls.scoring.worstCells of them, by rank).", ["model", "rank", "cell"])
+        self.live_origin = gauge(
+            "live_scored_until_timestamp_seconds", "Unix time of the last scoring round's "
+            "origin: the scores cover the steps before it.", ["model"])
+        self.scoring_rounds = counter(
+            "scoring_rounds", "Scoring rounds this replica took on.", ["model"])
+        self.scoring_recorded = counter(
+            "scoring_forecasts_recorded", "Forecasts recorded to be scored.", ["model"])
+        self.scoring_unforecast = counter(
+            "scoring_unforecast_actuals", "Actuals of steps no forecast was recorded for "
+            "(a cell new since the last round, a model version loaded since): not scored.",
+            ["model"])
+        self.scoring_seconds = gauge(
+            "scoring_round_duration_seconds", "Time the last scoring round took.", ["model"])
         self.model_ready = gauge(
             "model_ready", "1 when a verified, warmed-up model is serving.", ["model"])
         self.admission_limit = gauge(

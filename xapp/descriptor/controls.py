@@ -197,6 +197,23 @@ class RecalibrationControls(BaseModel):
     """Most cells a refresh reads: the most recently reported ones."""
 
 
+class ScoringControls(BaseModel):
+    """Live scoring: at each origin (every horizon of the model, from midnight UTC on its
+    grid) the xApp records a forecast of each cell it holds and scores the one recorded a
+    horizon before against the actuals the history now holds, beside the seasonal naives;
+    GET /v1/models/{name}/accuracy and the kpi_forecast_live_* metrics show the scores."""
+
+    model_config = MODEL_CONFIG
+
+    enabled: bool = True
+    """Record and score forecasts (false: no live scores)."""
+    max_cells: int = Field(100_000, ge=1, le=10_000_000)
+    """Most cells a round forecasts and scores: the most recently reported ones."""
+    worst_cells: int = Field(10, ge=0, le=100)
+    """Cells of lowest skill over the last week that the accuracy route and the metrics
+    name (a bounded top k, not a series per cell)."""
+
+
 Access = Literal["open", "key", "off"]
 API_KEY_ENV = "KPI_FORECAST_API_KEY"
 API_KEY_HEADER = "X-Api-Key"
@@ -301,6 +318,7 @@ class Controls(BaseModel):
     """KPI samples kept per cell."""
     history_store: HistoryStore = Field(HistoryStore(), json_schema_extra=ON_RESTART)
     recalibration: RecalibrationControls = RecalibrationControls()
+    scoring: ScoringControls = ScoringControls()
     execution_provider: Literal["auto", "cuda", "cpu"] = Field(
         "auto", json_schema_extra=ON_RELOAD)
     """ONNX Runtime execution provider; auto: CUDA when available."""

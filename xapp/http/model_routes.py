@@ -1,30 +1,44 @@
 """The model routes, as Triton's model control: the models of the repository and their state
-(/v1/models), one model's data contract (/v1/models/{name}; /v1/model: the default one's), and
-a model loaded, reloaded or unloaded by name (the model-control access group; a bad model is
-refused and the one before keeps serving, the other models untouched)."""
+(/v1/models), one model's data contract (/v1/models/{name}; /v1/model: the default one's), its
+live accuracy (/v1/models/{name}/accuracy), and a model loaded, reloaded or unloaded by name
+(the model-control access group; a bad model is refused and the one before keeps serving, the
+other models untouched)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Annotated
 
-from fastapi import APIRouter
+import numpy as np
+import pandas as pd
+from fastapi import APIRouter, Query
 
 from kpi_forecast.model.artifact import ArtifactError
+from kpi_forecast.model.scores import FIELDS, Accuracy
 from kpi_forecast.xapp.components import Components
+from kpi_forecast.xapp.descriptor.fields import CELL_ID_PATTERN, MAX_CELL_ID
 from kpi_forecast.xapp.http.edge import facts
 from kpi_forecast.xapp.http.errors import ERRORS, ClientError
 from kpi_forecast.xapp.http.schemas import (
+    AccuracyOut,
     ModelNamePath,
     ModelOut,
     ModelsOut,
     ModelState,
     RecalibrationOut,
     ReloadRequest,
+    WindowAccuracy,
+    WorstCell,
 )
 from kpi_forecast.xapp.serving import repository
 from kpi_forecast.xapp.serving.errors import Shed
 from kpi_forecast.xapp.serving.repository import ModelSlot
+from kpi_forecast.xapp.serving.scoring import WINDOWS, Grid
+
+CellQuery = Annotated[str | None, Query(min_length=1, max_length=MAX_CELL_ID,
+                                        pattern=CELL_ID_PATTERN,
+                                        description="one cell's scores instead of the model's")]
 
 
 def add_model_routes(router: APIRouter, components: Components) -> None:
@@ -61,6 +75,15 @@ def add_model_routes(router: APIRouter, components: Components) -> None:
         """One model's version, data contract, runtime and recalibration in force."""
         return _model_out(components, components.slot(name))
 
+    @router.get("/v1/models/{name}/accuracy", response_model=AccuracyOut, responses=ERRORS,
+                tags=["model"])
+    async def accuracy(name: ModelNamePath, cell: CellQuery = None) -> AccuracyOut:
+        """The served version's live accuracy from its recorded forecasts, scored as their
+        actuals arrived (controls.scoring): MAE beside the seasonal naives', skill, pinball
+        loss and P10-P90 coverage over the last day and week, and the cells of lowest skill;
+        with ``cell``, that cell's."""
+        return await _accuracy(components, components.slot(name), cell)
+
     @router.post("/v1/models/{name}/load", **control,
                  description="Loads (or reloads) the model from its directory in the "
                  "repository, verifies and warms it up, then serves it; a model that fails "
@@ -87,6 +110,44 @@ async def _load(components: Components, name: str, model_dir: str | None = None)
         raise ClientError(422, f"model rejected, the previous one keeps serving: {exc}"
                           ) from None
     return _model_out(components, slot)
+
+
+def _window(scores: Accuracy) -> WindowAccuracy:
+    return WindowAccuracy(points=scores.points, mae=scores.mae, naive_mae=scores.naive_mae,
+                          skill=scores.skill, pinball=scores.pinball, coverage=scores.coverage)
+
+
+async def _accuracy(components: Components, slot: ModelSlot, cell: str | None) -> AccuracyOut:
+    served = components.state.view(slot.name)
+    model = served.model
+    if model is None:
+        status, reason = slot.status(components.state)
+        raise Shed("not_ready", f"model {slot.name} is {status}: {reason or 'loading it'}")
+    if not served.controls.scoring.enabled:
+        raise ClientError(404, "live scoring is off (controls.scoring.enabled)")
+    summary, nothing = slot.scorer.summary, Accuracy.of(np.zeros(len(FIELDS)))
+    if cell is None:
+        windows = {name: Accuracy.of(summary.windows[name]) if summary else nothing
+                   for name in WINDOWS}
+        worst = [WorstCell(cell_id=each, week=_window(Accuracy.of(sums)))
+                 for each, sums in (summary.worst if summary else [])]
+        cells = summary.cells if summary else 0
+    else:
+        windows = await slot.scorer.cell_accuracy(cell)
+        if windows is None:
+            raise ClientError(404, f"cell {cell!r}: no live scores of model {slot.name} "
+                              f"{model.metadata.model_version} (scored at each origin, from "
+                              "the cells reported within its last horizon)")
+        worst, cells = [], int(windows["week"].points > 0)
+    step = Grid.of(model).step_ns
+    return AccuracyOut(
+        model=slot.name, model_version=model.metadata.model_version, cell_id=cell,
+        scored_until=(pd.Timestamp(summary.origin * step, tz="UTC").isoformat()
+                      if summary else None),
+        scored_at=(pd.Timestamp(summary.scored_at, unit="s", tz="UTC").isoformat()
+                   if summary else None),
+        cells=cells, windows={name: _window(each) for name, each in windows.items()},
+        worst_cells=worst)
 
 
 def confined(model_dir: str, components: Components) -> str:

@@ -205,6 +205,39 @@ class RecalibrationOut(BaseModel):
     refreshed_at: str | None  # ISO 8601, UTC
 
 
+class WindowAccuracy(BaseModel):
+    """Live scores over a window (``model.scores.Accuracy``); null where nothing is scored."""
+
+    points: int  # steps scored: the actual and both naives known
+    mae: float | None  # of the recorded forecasts' median
+    naive_mae: dict[str, float | None]  # last_day, last_week: the seasonal naives
+    skill: float | None  # 1 - mae / the better naive's; below 0: worse than that naive
+    pinball: float | None  # mean over the quantiles
+    coverage: float | None  # share of the actuals inside P10-P90
+
+
+class WorstCell(BaseModel):
+    cell_id: str
+    week: WindowAccuracy
+
+
+class AccuracyOut(BaseModel):
+    """A model's live accuracy, from its last scoring round (``serving.scoring``)."""
+
+    model: str
+    model_version: str
+    cell_id: str | None = Field(description="the cell asked for; null: the model's cells")
+    scored_until: str | None = Field(
+        description="ISO 8601, UTC: the last round's origin; the scores cover the horizons "
+        "before it (null: no round yet)")
+    scored_at: str | None  # ISO 8601, UTC: when that round ran
+    cells: int = Field(description="cells with a scored point over the week")
+    windows: dict[str, WindowAccuracy] = Field(description="day, week: the steps before "
+                                               "scored_until")
+    worst_cells: list[WorstCell] = Field(description="lowest skill over the week first "
+                                         "(controls.scoring.worstCells); empty for one cell")
+
+
 class ModelOut(BaseModel):
     name: str = Field(description="the model's name: its directory's in the repository")
     model_version: str

@@ -25,7 +25,7 @@ import pandas as pd
 
 from kpi_forecast.model.recalibration import Recalibration, recalibration, week_of_windows
 from kpi_forecast.model.runtime import InputError, OnnxForecaster
-from kpi_forecast.xapp.failures import describe
+from kpi_forecast.xapp.failures import describe, keep_ticking
 from kpi_forecast.xapp.metrics import Metrics
 from kpi_forecast.xapp.serving.state import ServingState
 from kpi_forecast.xapp.store.cell_history import HistoryUnavailable
@@ -83,7 +83,6 @@ class Recalibrator:
         self.offsets: Offsets | None = None
         self._offset_names: list[str] = []  # the quantiles on the offset gauge
         self._retry_at = 0.0
-        self._failing = False
 
     def _for(self, model: OnnxForecaster) -> Offsets | None:
         offsets = self.offsets
@@ -203,19 +202,8 @@ class Recalibrator:
             await self.refresh()
 
     async def run(self) -> None:
-        """``tick`` every second until cancelled; a failure is logged once until the next
-        success, and the offsets in force stay."""
-        while True:
-            try:
-                await self.tick()
-                self._failing = False
-            except (HistoryUnavailable, InputError, ValueError, KeyError) as exc:
-                if not self._failing:
-                    log.warning("recalibration of %s: %s; the offsets in force stay",
-                                self.name, describe(exc))
-                self._failing = True
-            except Exception:  # a bug here must not end the task or stop serving
-                log.exception("recalibration of %s failed, the offsets in force stay",
-                              self.name)
-            await asyncio.sleep(TICK_S)
-
+        """``tick`` every second until cancelled; the offsets in force stay through a
+        failure."""
+        await keep_ticking(self.tick, TICK_S, log, f"recalibration of {self.name}",
+                           (HistoryUnavailable, InputError, ValueError, KeyError),
+                           "the offsets in force stay")

@@ -1,7 +1,7 @@
 """The models served, by name, as Triton serves a model repository: the directory of each
 (a subdirectory of ``controls.modelRepository`` named as the model, or the one ``modelDir``),
 which are loaded at start, and each model's own serving parts (``ModelSlot``: its holder,
-batcher and recalibrator), so that each loads, reloads, unloads and fails on its own.
+batcher, recalibrator and scorer), so that each loads, reloads, unloads and fails on its own.
 
 What can be told before anything loads is checked at start, each in one line: a repository
 that holds no model, a model named that it does not hold, two models that forecast one KPI
@@ -26,6 +26,7 @@ from kpi_forecast.xapp.serving.batcher import DynamicBatcher
 from kpi_forecast.xapp.serving.errors import UnknownModel
 from kpi_forecast.xapp.serving.model_holder import ModelHolder
 from kpi_forecast.xapp.serving.recalibrator import Recalibrator
+from kpi_forecast.xapp.serving.scoring import Scorer
 from kpi_forecast.xapp.serving.state import ServingState
 from kpi_forecast.xapp.store.cell_history import HistoryUnavailable
 from kpi_forecast.xapp.store.shared_state import SharedState
@@ -106,8 +107,8 @@ def claim_kpis(kpis: dict[str, str | None]) -> None:
 
 
 class ModelSlot:
-    """One model's serving parts: its holder (load, verify, swap in), its batcher, and its
-    recalibrator. The A1 policies, when on (``a1``), are checked
+    """One model's serving parts: its holder (load, verify, swap in), its batcher, its
+    recalibrator and its live scorer. The A1 policies, when on (``a1``), are checked
     again whenever a model is swapped in."""
 
     def __init__(self, name: str, state: ServingState, metrics: Metrics,
@@ -116,6 +117,7 @@ class ModelSlot:
         self.name = name
         self._a1 = a1
         self.recalibrator = Recalibrator(state, metrics, name)
+        self.scorer = Scorer(state, metrics, name)
         self.holder = ModelHolder(state, metrics, name, self._prepare, self._swapped)
         self.batcher = DynamicBatcher(state, metrics, name, batching.max_batch_size,
                                       batching.max_queue_delay_ms / 1000.0,

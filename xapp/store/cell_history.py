@@ -133,6 +133,9 @@ class CellHistory:
         self.max_rest_cells = max_rest_cells
         self.aggregate = aggregate
         self.kpi = kpi
+        # The newest report this process has written (UTC ns; None: none yet): where the
+        # cells' time stands, for the work that follows it (live scoring's rounds).
+        self.newest_ns: int | None = None
 
     def limit(self, origin: Origin) -> int:
         return self.max_rest_cells if origin == "rest" else self.max_cells
@@ -186,7 +189,11 @@ class CellHistory:
                           origin: Origin = "e2") -> list[int | HistoryError]:
         """``put_cells`` for reports already checked: (UTC ns, a KPI value) each, as E2
         ingestion makes them without a Timestamp per report."""
-        return await self._write_cells(items, origin)
+        written = await self._write_cells(items, origin)
+        newest = max((report for _, reports in items for report, _ in reports), default=None)
+        if newest is not None and (self.newest_ns is None or newest > self.newest_ns):
+            self.newest_ns = newest
+        return written
 
     def _checked(self, cell_id: str, timestamp: pd.Timestamp, value: float) -> tuple[int, float]:
         """(report time in UTC nanoseconds, value), or HistoryError."""

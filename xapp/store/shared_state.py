@@ -6,7 +6,11 @@ namespace: ``{ns},shared:recalibration:<model>`` holds a model's offsets, the ha
 owns an E2 node for now, ``{ns},e2-subscribed:<node>`` the owner once it has subscribed to the
 node, ``{ns},e2-replicas`` the replicas alive (``lease_round``), and the hash
 ``{ns},e2-subscriptions:<node>`` which replica made each of the node's subscriptions at the
-subscription manager (by its id), so that a crashed replica's are deleted by the next owner."""
+subscription manager (by its id), so that a crashed replica's are deleted by the next owner.
+Live scoring (``serving.scoring``) keeps per model version ``{ns},scores:<model>:<version>:<cell>``
+(a cell's ``ScoreRecord``), ``{ns},accuracy:<model>:<version>`` (the last round's summary) and
+``{ns},scoring-round:<model>:<version>`` (the origin of the last round a replica took on);
+they expire unless rewritten, so a version no longer served leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -39,6 +43,10 @@ class SharedState:
         self._recalibration: dict[str, bytes] = {}
         self._policies: dict[str, bytes] = {}
         self._subscriptions: dict[str, dict[str, str]] = {}  # node -> id -> replica
+        # (model, version) -> cell -> ScoreRecord bytes; -> summary; -> last round's origin
+        self._scores: dict[tuple[str, str], dict[str, bytes]] = {}
+        self._accuracy: dict[tuple[str, str], bytes] = {}
+        self._rounds: dict[tuple[str, str], int] = {}
 
     async def recalibration(self, model: str) -> bytes | None:
         """The model's recalibration offsets last written (None: never)."""
@@ -56,6 +64,36 @@ class SharedState:
 
     async def delete_policy(self, instance_id: str) -> None:
         self._policies.pop(instance_id, None)
+
+    async def score_records(self, model: str, version: str, cells: Sequence[str]
+                            ) -> list[bytes | None]:
+        """The cells' score records for a model version (None: none kept)."""
+        held = self._scores.get((model, version), {})
+        return [held.get(cell) for cell in cells]
+
+    async def put_score_records(self, model: str, version: str,
+                                records: Sequence[tuple[str, bytes]], ttl_s: float) -> None:
+        """Keep the cells' records (in Redis for ``ttl_s``); in memory, a model keeps the
+        records of its latest version only."""
+        for key in [key for key in self._scores if key[0] == model and key[1] != version]:
+            del self._scores[key]
+        self._scores.setdefault((model, version), {}).update(records)
+
+    async def accuracy(self, model: str, version: str) -> bytes | None:
+        """The summary of the model version's last scoring round (None: none yet)."""
+        return self._accuracy.get((model, version))
+
+    async def put_accuracy(self, model: str, version: str, summary: bytes, ttl_s: float) -> None:
+        self._accuracy[(model, version)] = summary
+
+    async def claim_scoring_round(self, model: str, version: str, origin: int,
+                                  ttl_s: float) -> bool:
+        """True for the one replica that takes on the scoring round of ``origin`` (a slot),
+        where no replica has taken on that round or a later one."""
+        if self._rounds.get((model, version), -1) >= origin:
+            return False
+        self._rounds[(model, version)] = origin
+        return True
 
     async def lease_round(self, replica: str, nodes: Sequence[str], ttl_s: float,
                           subscribed: Collection[str] = ()) -> Leases:
@@ -153,6 +191,16 @@ return orphaned
 """
 
 
+# KEYS: the model version's round key. ARGV: the round's origin, the key's life in ms. Sets the
+# key to the origin where it holds none or an earlier one: 1 then, else 0.
+_CLAIM_ROUND = """
+local held = redis.call('GET', KEYS[1])
+if held and tonumber(held) >= tonumber(ARGV[1]) then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
+
+
 class RedisSharedState(SharedState):
     """The same contract in Redis, for every replica of one namespace."""
 
@@ -162,6 +210,7 @@ class RedisSharedState(SharedState):
         self._prefix = f"{{{namespace}}},"
         self._lease_round = client.register_script(_LEASE_ROUND)
         self._orphaned = client.register_script(_ORPHANED)
+        self._claim_round = client.register_script(_CLAIM_ROUND)
 
     @classmethod
     def open(cls, settings: HistoryStore, environ: Mapping[str, str] = os.environ
@@ -188,6 +237,39 @@ class RedisSharedState(SharedState):
     async def delete_policy(self, instance_id: str) -> None:
         async with errors(f"deleting A1 policy instance {instance_id}"):
             await self._redis.hdel(self._prefix + POLICIES_KEY, instance_id)
+
+    async def score_records(self, model: str, version: str, cells: Sequence[str]
+                            ) -> list[bytes | None]:
+        if not cells:
+            return []
+        async with errors(f"reading the live scores of {model}"):
+            return await self._redis.mget(
+                [f"{self._prefix}scores:{model}:{version}:{cell}" for cell in cells])
+
+    async def put_score_records(self, model: str, version: str,
+                                records: Sequence[tuple[str, bytes]], ttl_s: float) -> None:
+        async with (errors(f"writing the live scores of {model}"),
+                    self._redis.pipeline(transaction=False) as pipe):
+            for cell, record in records:
+                pipe.set(f"{self._prefix}scores:{model}:{version}:{cell}", record,
+                         px=round(ttl_s * 1000))
+            await pipe.execute()
+
+    async def accuracy(self, model: str, version: str) -> bytes | None:
+        async with errors(f"reading the live accuracy of {model}"):
+            return await self._redis.get(f"{self._prefix}accuracy:{model}:{version}")
+
+    async def put_accuracy(self, model: str, version: str, summary: bytes, ttl_s: float) -> None:
+        async with errors(f"writing the live accuracy of {model}"):
+            await self._redis.set(f"{self._prefix}accuracy:{model}:{version}", summary,
+                                  px=round(ttl_s * 1000))
+
+    async def claim_scoring_round(self, model: str, version: str, origin: int,
+                                  ttl_s: float) -> bool:
+        async with errors(f"taking on a scoring round of {model}"):
+            return bool(await self._claim_round(
+                keys=[f"{self._prefix}scoring-round:{model}:{version}"],
+                args=[origin, round(ttl_s * 1000)]))
 
     async def lease_round(self, replica: str, nodes: Sequence[str], ttl_s: float,
                           subscribed: Collection[str] = ()) -> Leases:

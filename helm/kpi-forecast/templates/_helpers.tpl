@@ -149,6 +149,7 @@ chart's tests check for every values file they render.
       "historyLength" $x.historyLength
       "historyStore" $x.historyStore
       "recalibration" $x.recalibration
+      "scoring" $x.scoring
       "executionProvider" (include "kpi-forecast.executionProvider" .)
       "precision" $x.precision
       "intraOpThreads" $x.intraOpThreads

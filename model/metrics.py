@@ -115,14 +115,20 @@ def mase(actual: np.ndarray, point: np.ndarray, scale: np.ndarray) -> float:
     return float(ratio[finite].mean())
 
 
-def coverage(actual: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> float:
-    """Fraction of observed actuals inside the closed interval ``[lower, upper]``."""
+def inside(actual: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
+    """Per position, 1.0 where the actual lies in the closed interval ``[lower, upper]``, 0.0
+    where it does not, NaN where a bound is missing."""
     a, lo = _pair(actual, lower, "lower")
     _, hi = _pair(actual, upper, "upper")
-    inside = ((a >= lo) & (a <= hi)).astype(np.float64)
+    within = ((a >= lo) & (a <= hi)).astype(np.float64)
     # A comparison with NaN is False, which would count a missing bound as a miss.
-    inside[np.isnan(lo) | np.isnan(hi)] = np.nan
-    return _observed_mean(inside, a)
+    within[np.isnan(lo) | np.isnan(hi)] = np.nan
+    return within
+
+
+def coverage(actual: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> float:
+    """Fraction of observed actuals inside the closed interval ``[lower, upper]``."""
+    return _observed_mean(inside(actual, lower, upper), np.asarray(actual, dtype=np.float64))
 
 
 def _check_quantiles(
@@ -153,13 +159,25 @@ def pinball(
     actual is above the forecast and ``(q - 1) * d`` when below.
     """
     a = np.asarray(actual, dtype=np.float64)
+    return _observed_mean(pinball_losses(a, quantile_forecasts, levels), a)
+
+
+def pinball_losses(
+    actual: np.ndarray, quantile_forecasts: np.ndarray, levels: Sequence[float] | np.ndarray
+) -> np.ndarray:
+    """Per position, the pinball loss averaged over the levels (``pinball`` before pooling)."""
+    a = np.asarray(actual, dtype=np.float64)
     q, lv = _check_quantiles(a, quantile_forecasts, levels)
     d = a[..., None] - q
-    loss = np.maximum(lv * d, (lv - 1.0) * d)
-    return _observed_mean(loss.mean(axis=-1), a)
+    return np.maximum(lv * d, (lv - 1.0) * d).mean(axis=-1)
 
 
-def _level_index(levels: np.ndarray, level: float) -> int:
+def median_index(levels: Sequence[float] | np.ndarray) -> int:
+    """Position of the level nearest 0.5: the quantile scored as the point forecast."""
+    return int(np.argmin(np.abs(np.asarray(levels, dtype=np.float64) - 0.5)))
+
+
+def level_index(levels: np.ndarray, level: float) -> int:
     """Position of ``level`` in ``levels``, tolerant to float round-off (0.1 vs 0.1000001)."""
     hits = np.flatnonzero(np.isclose(levels, level, rtol=0.0, atol=1e-9))
     if hits.size == 0:
@@ -199,7 +217,7 @@ def evaluate(
     lo_level, hi_level = interval
     if not lo_level < hi_level:
         raise ValueError(f"interval must be (lower, upper) with lower < upper, got {interval}")
-    lo, hi = _level_index(lv, lo_level), _level_index(lv, hi_level)
+    lo, hi = level_index(lv, lo_level), level_index(lv, hi_level)
     result["coverage"] = coverage(actual, q[..., lo], q[..., hi])
     result["pinball"] = pinball(actual, q, lv)
     return result
