@@ -22,7 +22,7 @@ from tests.a1_mediator import Mediator
 from tests.faults.conftest import Report
 from tests.faults.ric import NAMESPACE, Ric, held, the_file, wait_for
 from tests.redis_server import RedisServer
-from tests.xapp_helpers import make_model
+from tests.xapp_helpers import HORIZON, make_model
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
@@ -115,6 +115,14 @@ def test_redis_restarted_with_its_data_keeps_history_offsets_policies_and_leases
         shared = f"{{{NAMESPACE}}},{RECALIBRATION_KEY}:model"  # the one model's
         wait_for(lambda: json.loads(keyspace(ric.redis.port).get(shared) or b"{}").get(
             "windows"), 30, ric.tail)
+        # And live scoring's last round, at the replay's last origin (a step past it, the
+        # grid's horizon): its records and summary are written by then.
+        step = panel.index[1] - panel.index[0]
+        last_origin = (int((panel.index[-1] - step).value // step.value) // HORIZON * HORIZON
+                       * step.value / 1e9)
+        wait_for(lambda: replica.metric(
+            'kpi_forecast_live_scored_until_timestamp_seconds{model="model"}') == last_origin,
+            30, ric.tail)
         handovers = replica.metric('kpi_forecast_e2_handovers_total{direction="taken"}')
         before = keyspace(ric.redis.port)
         # The live replicas' set, scored by when each was last seen: moved by every round.
