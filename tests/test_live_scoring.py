@@ -4,6 +4,7 @@ arrive, beside the seasonal naives (model.scores, xapp.serving.scoring)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from pathlib import Path
 
@@ -18,6 +19,8 @@ from kpi_forecast.model.naive import naive_forecasts
 from kpi_forecast.model.recalibration import calendar_sources
 from kpi_forecast.model.runtime import OnnxForecaster
 from kpi_forecast.model.scores import FIELDS, SCORED_NAIVES, Accuracy, block_sums
+from kpi_forecast.xapp.descriptor.config_file import Descriptor
+from kpi_forecast.xapp.descriptor.controls import ModelControls
 from kpi_forecast.xapp.serving.scoring import Grid, Scorer
 from kpi_forecast.xapp.store.score_records import ScoreRecord, size
 from tests.processes import ROOT
@@ -210,6 +213,53 @@ def test_replicas_share_the_rounds_and_a_restart_keeps_the_scores(tmp_path: Path
             assert held == size(grid.horizon, grid.quantiles, grid.blocks)
 
     asyncio.run(go())
+
+
+@pytest.mark.usefixtures("ticked_by_the_test")
+def test_a_guarded_model_answers_with_the_fallback_while_its_skill_is_below_the_threshold(
+        tmp_path: Path) -> None:
+    model_dir = make_model(tmp_path / MODEL)
+    first = DAYS * 24
+
+    def guarded(min_skill: float, where: Path = tmp_path) -> Descriptor:
+        return descriptor(where, model_dir, recalibration={"everySeconds": 0}, perModel={
+            MODEL: {"guard": {"enabled": True, "minSkill": min_skill, "minPoints": HORIZON}}})
+
+    async def go() -> None:
+        # No forecast has a skill of 1 (every error 0): the guard's threshold is not met.
+        async with running(guarded(1.0)) as client:
+            components = client.app.state.components
+            scorer = components.default.scorer
+            await write(client, 0, first + 2)
+            await scorer.tick()
+            unscored = (await client.get("/v1/cells/c0/forecast")).json()
+            await write(client, first + 2, first + HORIZON + 2)
+            await scorer.tick()
+            below = (await client.get("/v1/cells/c0/forecast")).json()
+            metrics = (await client.get("/ric/v1/metrics")).text
+            skill = (await client.get(f"/v1/models/{MODEL}/accuracy")).json()["windows"]["day"][
+                "skill"]
+            # A threshold the skill meets (a config change, live): the model answers again.
+            components.apply_descriptor(guarded(skill, tmp_path / "lower"))
+            await scorer.tick()
+            recovered = (await client.get("/v1/cells/c0/forecast")).json()
+        assert unscored["source"] == "model"  # fewer points than minPoints: no judgement yet
+        assert below["source"] == "fallback" and below["reason"] == "live_skill"
+        assert below["model_version"] is None
+        shown = {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines()
+                 if line.startswith("kpi_forecast_")}
+        assert shown[f'kpi_forecast_guard_active{{model="{MODEL}"}}'] == 1
+        assert shown[f'kpi_forecast_fallbacks_total{{model="{MODEL}",reason="live_skill"}}'] == 1
+        assert recovered["source"] == "model"
+
+    asyncio.run(go())
+
+
+def test_the_accuracy_pages_guard_example_is_a_valid_model_setting() -> None:
+    page = (ROOT / "docs" / "accuracy.md").read_text()
+    [example] = re.findall(r"```json\n(.*?)\n```", page, re.S)
+    for name, own in json.loads(example)["controls"]["perModel"].items():
+        assert ModelControls.model_validate(own).guard.enabled, name
 
 
 def test_the_accuracy_page_states_the_size_of_a_record() -> None:

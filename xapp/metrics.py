@@ -19,7 +19,7 @@ from kpi_forecast.xapp.descriptor.controls import Api
 PREFIX = "kpi_forecast"
 BUDGET_FRACTIONS = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1.25, 1.5, 2.0, 5.0)
 
-FALLBACK_REASONS = ("queue_delay", "timeout", "model_error")
+FALLBACK_REASONS = ("queue_delay", "timeout", "model_error", "live_skill")
 SHED_REASONS = ("queue_full", "deadline", "not_ready", "overload", "history_store")
 
 
@@ -179,6 +179,9 @@ class Metrics:
         self.live_origin = gauge(
             "live_scored_until_timestamp_seconds", "Unix time of the last scoring round's "
             "origin: the scores cover the steps before it.", ["model"])
+        self.guarded = gauge(
+            "guard_active", "1 while the model's forecasts are the fallback's because its "
+            "live skill is below its guard's threshold (controls.guard).", ["model"])
         self.scoring_rounds = counter(
             "scoring_rounds", "Scoring rounds this replica took on.", ["model"])
         self.scoring_recorded = counter(

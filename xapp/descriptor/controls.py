@@ -17,6 +17,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
+from kpi_forecast.xapp.descriptor.accuracy import Guard, RecalibrationControls, ScoringControls
 from kpi_forecast.xapp.descriptor.fields import (
     MODEL_CONFIG,
     ON_RELOAD,
@@ -184,36 +185,6 @@ class HistoryStore(BaseModel):
     so that REST writes never take the room of the cells E2 reports."""
 
 
-class RecalibrationControls(BaseModel):
-    """Background recalibration of the quantiles on the recent history of the cells held, as
-    `kpi-forecast predict` does: the offsets are refreshed in the background and a forecast
-    only applies them."""
-
-    model_config = MODEL_CONFIG
-
-    every_seconds: float = Field(3600.0, ge=0, le=7 * 86400)
-    """Seconds between refreshes (0: serve the model's own calibration)."""
-    max_cells: int = Field(256, ge=1, le=100_000)
-    """Most cells a refresh reads: the most recently reported ones."""
-
-
-class ScoringControls(BaseModel):
-    """Live scoring: at each origin (every horizon of the model, from midnight UTC on its
-    grid) the xApp records a forecast of each cell it holds and scores the one recorded a
-    horizon before against the actuals the history now holds, beside the seasonal naives;
-    GET /v1/models/{name}/accuracy and the kpi_forecast_live_* metrics show the scores."""
-
-    model_config = MODEL_CONFIG
-
-    enabled: bool = True
-    """Record and score forecasts (false: no live scores)."""
-    max_cells: int = Field(100_000, ge=1, le=10_000_000)
-    """Most cells a round forecasts and scores: the most recently reported ones."""
-    worst_cells: int = Field(10, ge=0, le=100)
-    """Cells of lowest skill over the last week that the accuracy route and the metrics
-    name (a bounded top k, not a series per cell)."""
-
-
 Access = Literal["open", "key", "off"]
 API_KEY_ENV = "KPI_FORECAST_API_KEY"
 API_KEY_HEADER = "X-Api-Key"
@@ -262,6 +233,8 @@ class ModelControls(BaseModel):
     quantiles: list[Quantile] | None = Field(None, min_length=1, json_schema_extra={
         "uniqueItems": True})
     """Quantiles returned when a request names none; null: the controls' quantiles."""
+    guard: Guard | None = None
+    """This model's guard in place of the controls' (null: the controls' guard)."""
 
     @field_validator("quantiles")
     @classmethod
@@ -307,7 +280,7 @@ class Controls(BaseModel):
     per_model: dict[ModelName, ModelControls] = Field(
         {}, json_schema_extra={"additionalProperties": False})
     """Settings of a model, by its name, in place of these (latencyBudgetMs, batching,
-    defaultHorizon, quantiles)."""
+    defaultHorizon, quantiles, guard)."""
     default_horizon: Annotated[int, Field(ge=1)] | None = None
     """Steps forecast when a request names none; null: the model's horizon."""
     quantiles: list[Quantile] | None = Field(None, min_length=1, json_schema_extra={
@@ -319,6 +292,7 @@ class Controls(BaseModel):
     history_store: HistoryStore = Field(HistoryStore(), json_schema_extra=ON_RESTART)
     recalibration: RecalibrationControls = RecalibrationControls()
     scoring: ScoringControls = ScoringControls()
+    guard: Guard = Guard()
     execution_provider: Literal["auto", "cuda", "cpu"] = Field(
         "auto", json_schema_extra=ON_RELOAD)
     """ONNX Runtime execution provider; auto: CUDA when available."""

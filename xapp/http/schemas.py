@@ -136,7 +136,9 @@ class ForecastResponse(BaseModel):
     )
     model_version: str | None
     source: Literal["model", "fallback"]
-    reason: str | None = Field(default=None, description="why the fallback answered")
+    reason: str | None = Field(default=None, description="why the fallback answered: "
+                               "queue_delay, timeout, model_error, or live_skill (the model's "
+                               "guard: its live skill is below the threshold)")
     latency_ms: float = Field(description="server-side latency, arrival to response")
 
 

@@ -276,6 +276,9 @@ class Forecasting:
         empty = np.isnan(history).all(axis=1)
         if empty.any():
             raise InvalidRequest(f"series {int(empty.argmax())} has no observed value")
+        if served.guarded is not None:  # its live skill is below its guard's threshold
+            return self._fallback(served, model, history, max(plan.horizons), plan.quantiles,
+                                  "live_skill", time.monotonic() - arrival)
         batcher, controls, rows = parts.batcher, served.controls, len(history)
         horizon, quantiles, budget_s = max(plan.horizons), plan.quantiles, plan.budget_s
         deadline = arrival + budget_for_rows(controls, rows, budget_s)

@@ -88,7 +88,7 @@ class ModelHolder:
                 old = self._state.view(self.name).history
                 # One view: a request sees the old model with its history or the new with its.
                 self._state.swap(self.name, model=forecaster, history=history,
-                                 recalibration=None)
+                                 recalibration=None, guarded=None)
                 self.load_seconds = seconds
                 self._swapped(forecaster)
                 self.problem = None
@@ -126,7 +126,8 @@ class ModelHolder:
         (in memory: dropped; in Redis: kept for the next load) is closed."""
         async with self._lock:
             old = self._state.view(self.name).history
-            self._state.swap(self.name, model=None, history=None, recalibration=None)
+            self._state.swap(self.name, model=None, history=None, recalibration=None,
+                             guarded=None)
             self.problem = "unloaded"
         if old is not None:
             await old.close()

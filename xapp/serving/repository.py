@@ -123,6 +123,7 @@ class ModelSlot:
                                       batching.max_queue_delay_ms / 1000.0,
                                       batching.max_queue_size)
         metrics.model_ready.labels(model=name).set(0)  # a series from the start, for alerts
+        metrics.guarded.labels(model=name).set(0)
         metrics.budget.labels(model=name).set(latency_budget_s(state.view(name).controls))
 
     def status(self, state: ServingState) -> tuple[ModelStatus, str | None]:

@@ -273,8 +273,41 @@ class Scorer:
         return {name: Accuracy.of(grid.window(record, summary.origin, days))
                 for name, days in WINDOWS.items()}
 
+    def guard(self) -> str | None:
+        """Why the model's forecasts are to be the fallback's now (its guard, controls.guard,
+        against the last round's scores); None: they are not."""
+        controls = self._state.view(self.name).controls
+        guard, summary = controls.guard, self.summary
+        if not guard.enabled or not controls.scoring.enabled or summary is None:
+            return None
+        scores = Accuracy.of(summary.windows[guard.window])
+        if scores.points < guard.min_points or scores.skill is None or (
+                scores.skill >= guard.min_skill):
+            return None
+        return (f"live skill {scores.skill:.3f} over the {guard.window} is below the guard's "
+                f"{guard.min_skill:g}")
+
+    def put_guard_in_force(self) -> None:
+        """Serve the fallback, or the model again, as ``guard`` says now."""
+        reason, served = self.guard(), self._state.view(self.name)
+        if served.model is None or reason == served.guarded:
+            return
+        self._state.swap(self.name, guarded=reason)
+        self.metrics.guarded.labels(model=self.name).set(reason is not None)
+        if reason is None:
+            log.info("%s: the guard lifted, the model answers again", self.name)
+        else:
+            log.warning("%s: %s; the fallback answers until it recovers", self.name, reason)
+
     async def tick(self) -> None:
-        """Take on the round that is due, or adopt the summary another replica wrote."""
+        """Take on the round that is due, or adopt the summary another replica wrote; then
+        put the guard in force as the scores and the controls say."""
+        try:
+            await self._follow()
+        finally:
+            self.put_guard_in_force()
+
+    async def _follow(self) -> None:
         served = self._state.view(self.name)
         model, history, shared = served.model, served.history, served.shared
         if model is None or history is None or shared is None:

@@ -150,6 +150,7 @@ chart's tests check for every values file they render.
       "historyStore" $x.historyStore
       "recalibration" $x.recalibration
       "scoring" $x.scoring
+      "guard" $x.guard
       "executionProvider" (include "kpi-forecast.executionProvider" .)
       "precision" $x.precision
       "intraOpThreads" $x.intraOpThreads
