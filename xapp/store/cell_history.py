@@ -234,6 +234,26 @@ class CellHistory:
     async def count(self) -> int:
         raise NotImplementedError
 
+    async def held(self, cells_per_read: int = 1000) -> pd.DataFrame:
+        """Every cell's observed steps, as the training reads its input (``data.ingest``):
+        columns ``timestamp`` (UTC), ``cell_id`` and the KPI's (``value`` where the store
+        names none), by cell, oldest first; a bounded number of cells a read."""
+        ids = sorted(info.cell_id for info in await self.cells())
+        frames = []
+        for first in range(0, len(ids), cells_per_read):
+            chunk = ids[first:first + cells_per_read]
+            for cell_id, window in zip(chunk, await self.windows(chunk), strict=True):
+                if window is None:
+                    continue
+                values, last = window
+                stamps = pd.date_range(end=last, periods=len(values), freq=self.step)
+                observed = ~np.isnan(values)
+                frames.append(pd.DataFrame({"timestamp": stamps[observed],
+                                            "cell_id": cell_id, "value": values[observed]}))
+        frame = (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
+            {"timestamp": pd.DatetimeIndex([], tz="UTC"), "cell_id": [], "value": []}))
+        return frame.rename(columns={"value": self.kpi or "value"})
+
     async def close(self) -> None:
         """Release connections; the history itself stays where it is."""
 

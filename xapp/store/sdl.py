@@ -186,6 +186,26 @@ class RedisCellHistory(CellHistory):
             raise
         return store
 
+    @classmethod
+    async def existing(cls, settings: HistoryStore, kpi: str, length: int,
+                       aggregate: Aggregate = "mean", environ: Mapping[str, str] = os.environ
+                       ) -> RedisCellHistory:
+        """The KPI's history as replicas left it, on the grid it holds, to read (nothing is
+        claimed); HistoryError where the namespace holds no history of ``kpi``."""
+        client = connect(settings, environ)
+        try:
+            async with errors("opening the history"):
+                step = await client.hget(f"{{{settings.namespace}}},kpi:{kpi},grid", "step_ns")
+        except BaseException:
+            await client.aclose()
+            raise
+        if step is None:
+            await client.aclose()
+            raise HistoryError(f"namespace {settings.namespace} holds no history of KPI {kpi}")
+        freq = pd.tseries.frequencies.to_offset(pd.Timedelta(int(step))).freqstr
+        return cls(client, settings.namespace, freq, length, settings.max_cells, aggregate, kpi,
+                   settings.max_rest_cells)
+
     def _key(self, name: str) -> str:
         return self._prefix + name
 
