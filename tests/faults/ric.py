@@ -77,7 +77,11 @@ class Replica:
         assert self.process is not None
         started = time.monotonic()
         self.process.send_signal(signal.SIGTERM)
-        code = self.process.wait(STOP_WITHIN_S + 5)
+        try:
+            code = self.process.wait(STOP_WITHIN_S + 5)
+        except subprocess.TimeoutExpired:  # what it was doing is in its log
+            raise AssertionError(f"no exit {STOP_WITHIN_S + 5} s after SIGTERM: "
+                                 f"{self.log.read_text()[-3000:]}") from None
         took = time.monotonic() - started
         assert code == 0 and took <= STOP_WITHIN_S, (code, took, self.log.read_text()[-2000:])
         return took
