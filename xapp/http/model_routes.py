@@ -34,7 +34,7 @@ from kpi_forecast.xapp.http.schemas import (
 from kpi_forecast.xapp.serving import repository
 from kpi_forecast.xapp.serving.errors import Shed
 from kpi_forecast.xapp.serving.repository import ModelSlot
-from kpi_forecast.xapp.serving.scoring import WINDOWS, Grid
+from kpi_forecast.xapp.serving.scoring import WINDOWS
 
 CellQuery = Annotated[str | None, Query(min_length=1, max_length=MAX_CELL_ID,
                                         pattern=CELL_ID_PATTERN,
@@ -139,7 +139,7 @@ async def _accuracy(components: Components, slot: ModelSlot, cell: str | None) -
                               f"{model.metadata.model_version} (scored at each origin, from "
                               "the cells reported within its last horizon)")
         worst, cells = [], int(windows["week"].points > 0)
-    step = Grid.of(model).step_ns
+    step = model.step.value
     return AccuracyOut(
         model=slot.name, model_version=model.metadata.model_version, cell_id=cell,
         scored_until=(pd.Timestamp(summary.origin * step, tz="UTC").isoformat()

@@ -138,9 +138,9 @@ def score_chunk(model: OnnxForecaster, recalibration: Recalibration | None, grid
     missed = np.array([r.origin != previous and not r.scored(previous) for r in records])
     unforecast = int((~np.isnan(actual[missed])).sum()) if missed.any() else 0
     if due.any():
-        before = take_slots(values[due], last_slots[due], previous - n + np.arange(n))
-        ends = pd.DatetimeIndex(np.full(len(before), (previous - 1) * grid.step_ns), tz="UTC")
-        naives = naive_forecasts(before, h, grid.steps_per_day,
+        earlier = take_slots(values[due], last_slots[due], previous - n + np.arange(n))
+        ends = pd.DatetimeIndex(np.full(len(earlier), (previous - 1) * grid.step_ns), tz="UTC")
+        naives = naive_forecasts(earlier, h, grid.steps_per_day,
                                  calendar_sources(model.metadata, step, ends), SCORED_NAIVES)
         scored = [records[i] for i in np.flatnonzero(due)]
         sums = block_sums(actual[due], np.stack([r.forecast for r in scored]),
@@ -212,9 +212,11 @@ class Scorer:
                                      in zip(held, chunk.records, strict=True)], grid.ttl_s())
             recorded, unforecast = recorded + chunk.recorded, unforecast + chunk.unforecast
             for (cell, _, _), record in zip(held, chunk.records, strict=True):
-                for name, days in WINDOWS.items():
-                    totals[name] += grid.window(record, origin, days)
-                weeks.append((cell, grid.window(record, origin, WINDOWS["week"])))
+                per_window = {name: grid.window(record, origin, days)
+                              for name, days in WINDOWS.items()}
+                for name, sums in per_window.items():
+                    totals[name] += sums
+                weeks.append((cell, per_window["week"]))
         summary = Summary(version, origin, time.time(),
                           sum(1 for _, sums in weeks if sums[POINTS] > 0), totals,
                           worst(weeks, served.controls.scoring.worst_cells, grid.horizon))
