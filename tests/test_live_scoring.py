@@ -166,14 +166,15 @@ def test_recorded_forecasts_are_scored_as_their_actuals_arrive(tmp_path: Path) -
         assert unknown.status_code == 404 and "c9" in unknown.json()["error"]
         shown = {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines()
                  if line.startswith("kpi_forecast_")}
-        assert shown[f'kpi_forecast_live_skill{{model="{MODEL}",window="day"}}'] == \
+        served = f'model="{MODEL}",role="served"'
+        assert shown[f'kpi_forecast_live_skill{{{served},window="day"}}'] == \
             pytest.approx(day["skill"])
-        assert shown[f'kpi_forecast_live_scored_points{{model="{MODEL}",window="day"}}'] == \
+        assert shown[f'kpi_forecast_live_scored_points{{{served},window="day"}}'] == \
             day["points"]
         # The first round's horizon had no recorded forecast: its actuals were counted.
-        assert shown[f'kpi_forecast_scoring_unforecast_actuals_total{{model="{MODEL}"}}'] == \
+        assert shown[f'kpi_forecast_scoring_unforecast_actuals_total{{{served}}}'] == \
             len(CELLS) * HORIZON
-        assert shown[f'kpi_forecast_scoring_rounds_total{{model="{MODEL}"}}'] == 2
+        assert shown[f'kpi_forecast_scoring_rounds_total{{{served}}}'] == 2
         assert sum(name.startswith("kpi_forecast_live_worst_cell_skill") for name in shown) == 3
 
     asyncio.run(go())
@@ -200,9 +201,8 @@ def test_replicas_share_the_rounds_and_a_restart_keeps_the_scores(tmp_path: Path
                 from_b = (await b.get(f"/v1/models/{MODEL}/accuracy")).json()
             assert from_a == from_b
             assert from_a["windows"]["day"]["points"] == len(CELLS) * HORIZON
-            rounds = (a.app.state.components.metrics.scoring_rounds.labels(model=MODEL)
-                      ._value.get(), b.app.state.components.metrics.scoring_rounds.labels(
-                          model=MODEL)._value.get())
+            rounds = tuple(each.app.state.components.metrics.scoring_rounds.labels(
+                model=MODEL, role="served")._value.get() for each in (a, b))
             assert rounds == (1, 1)
             async with running(desc) as restarted:
                 await restarted.app.state.components.default.scorer.tick()

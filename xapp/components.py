@@ -19,7 +19,7 @@ from kpi_forecast.xapp.ric.a1.handler import PolicyHandler
 from kpi_forecast.xapp.ric.a1.policies import Policies
 from kpi_forecast.xapp.ric.e2.ingest import Ingestor
 from kpi_forecast.xapp.ric.e2.link import E2Link
-from kpi_forecast.xapp.ric.e2.ownership import Ownership
+from kpi_forecast.xapp.ric.e2.ownership import Ownership, replica_name
 from kpi_forecast.xapp.ric.rmr import RmrTransport
 from kpi_forecast.xapp.ric.transport import Transport
 from kpi_forecast.xapp.serving import repository
@@ -30,6 +30,7 @@ from kpi_forecast.xapp.serving.admission import (
     latency_budget_s,
 )
 from kpi_forecast.xapp.serving.forecasting import Forecasting
+from kpi_forecast.xapp.serving.lifecycle import Lifecycle
 from kpi_forecast.xapp.serving.model_holder import check_controls
 from kpi_forecast.xapp.serving.repository import ModelSlot
 from kpi_forecast.xapp.serving.state import ServingState
@@ -74,10 +75,12 @@ class Components:
         self.a1 = (PolicyHandler(self.policies, transport, self.state, self.metrics)
                    if controls.a1.enabled and transport is not None else None)
         self.forecasting = Forecasting(self.state, self.policies, self.admission, self.metrics)
-        self.e2 = E2Link(self.state, transport, self.ingestor, http_port, Ownership(self.state),
-                         self.metrics, self.a1)
+        replica = replica_name()
+        self.e2 = E2Link(self.state, transport, self.ingestor, http_port,
+                         Ownership(self.state, replica), self.metrics, self.a1)
         # Each model's serving parts, by name.
         self.models: dict[str, ModelSlot] = {name: self._slot(name) for name in names}
+        self.lifecycle = Lifecycle(self.state, self.metrics, self.models, replica)
         # The parts of the model the routes without a model name answer for.
         self.default = self.models[default]
         self._tasks: dict[str, list[asyncio.Task]] = {}
@@ -97,8 +100,9 @@ class Components:
 
     async def load(self, name: str, model_dir: str | None = None) -> ModelSlot:
         """Load (or reload) the model ``name`` of the repository, from ``model_dir`` where
-        given; a model not served before gets its parts. Raises what ``ModelHolder.reload``
-        raises, and UnknownModel for a name the repository does not hold."""
+        given, as the deployment's decision; a model not served before gets its parts. Raises
+        what ``Lifecycle.decide`` raises, and UnknownModel for a name the repository does not
+        hold."""
         slot = self.models.get(name)
         if slot is None:
             if name not in repository.listed(self.state.controls):
@@ -106,11 +110,12 @@ class Components:
             self.state.add(name)
             slot = self.models[name] = self._slot(name)
             self._tasks[name] = self._start_slot(slot, first_load=False)
-        await slot.holder.reload(model_dir)
+        await self.lifecycle.decide(name, "load", model_dir)
         return slot
 
     async def unload(self, name: str) -> None:
-        await self.slot(name).holder.unload()
+        self.slot(name)  # UnknownModel
+        await self.lifecycle.decide(name, "unload")
         if self.a1 is not None:
             self.a1.models_changed()
 
@@ -154,7 +159,9 @@ class Components:
         name = slot.name
         tasks = [asyncio.create_task(slot.batcher.run(), name=f"batcher-{name}"),
                  asyncio.create_task(slot.recalibrator.run(), name=f"recalibration-{name}"),
-                 asyncio.create_task(slot.scorer.run(), name=f"scoring-{name}")]
+                 asyncio.create_task(slot.scorer.run(), name=f"scoring-{name}"),
+                 asyncio.create_task(slot.candidate_scorer.run(),
+                                     name=f"scoring-candidate-{name}")]
         if first_load:
             tasks.append(asyncio.create_task(slot.holder.first_load(), name=f"load-{name}"))
         return tasks
@@ -165,7 +172,8 @@ class Components:
         a1 = [] if self.a1 is None else [asyncio.create_task(self.a1.run(), name="a1")]
         self._tasks = {name: self._start_slot(slot) for name, slot in self.models.items()}
         return [*await self.e2.start(), *a1,
-                asyncio.create_task(self.loop_lag.run(), name="loop-lag")]
+                asyncio.create_task(self.loop_lag.run(), name="loop-lag"),
+                asyncio.create_task(self.lifecycle.run(), name="lifecycle")]
 
     async def stop(self, tasks: list[asyncio.Task]) -> None:
         """Stop E2, finish queued forecasts, close: each step bounded, so that the process

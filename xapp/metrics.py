@@ -152,9 +152,10 @@ class Metrics:
         self.recalibration_time = gauge(
             "recalibration_last_timestamp_seconds",
             "Unix time of the last recalibration.", ["model"])
-        # Live scoring (serving.scoring): per model and window (day, week), never per cell
-        # but for the bounded worst-cell gauge; NaN where nothing is scored yet.
-        live = ["model", "window"]
+        # Live scoring (serving.scoring): per model, role (the version served, or the
+        # candidate shadowed beside it) and window (day, week), never per cell but for the
+        # bounded worst-cell gauge; NaN where nothing is scored yet.
+        live = ["model", "role", "window"]
         self.live_points = gauge(
             "live_scored_points", "Points of the model's recorded forecasts scored against "
             "their actuals over the window.", live)
@@ -175,23 +176,29 @@ class Metrics:
             "P10-P90 band.", live)
         self.live_worst_skill = gauge(
             "live_worst_cell_skill", "Skill over the week of the cells scoring lowest "
-            "(controls.scoring.worstCells of them, by rank).", ["model", "rank", "cell"])
+            "(controls.scoring.worstCells of them, by rank).", ["model", "role", "rank", "cell"])
         self.live_origin = gauge(
             "live_scored_until_timestamp_seconds", "Unix time of the last scoring round's "
-            "origin: the scores cover the steps before it.", ["model"])
+            "origin: the scores cover the steps before it.", ["model", "role"])
         self.guarded = gauge(
             "guard_active", "1 while the model's forecasts are the fallback's because its "
             "live skill is below its guard's threshold (controls.guard).", ["model"])
         self.scoring_rounds = counter(
-            "scoring_rounds", "Scoring rounds this replica took on.", ["model"])
+            "scoring_rounds", "Scoring rounds this replica took on.", ["model", "role"])
         self.scoring_recorded = counter(
-            "scoring_forecasts_recorded", "Forecasts recorded to be scored.", ["model"])
+            "scoring_forecasts_recorded", "Forecasts recorded to be scored.",
+            ["model", "role"])
         self.scoring_unforecast = counter(
             "scoring_unforecast_actuals", "Actuals of steps no forecast was recorded for "
             "(a cell new since the last round, a model version loaded since): not scored.",
-            ["model"])
+            ["model", "role"])
         self.scoring_seconds = gauge(
-            "scoring_round_duration_seconds", "Time the last scoring round took.", ["model"])
+            "scoring_round_duration_seconds", "Time the last scoring round took.",
+            ["model", "role"])
+        self.decisions = counter(
+            "model_decisions", "The deployment's model decisions this replica made, by "
+            "action: load, unload, candidate, drop_candidate, promote, rollback.",
+            ["model", "action"])
         self.model_ready = gauge(
             "model_ready", "1 when a verified, warmed-up model is serving.", ["model"])
         self.admission_limit = gauge(

@@ -121,12 +121,13 @@ def test_redis_restarted_with_its_data_keeps_history_offsets_policies_and_leases
         last_origin = (int((panel.index[-1] - step).value // step.value) // HORIZON * HORIZON
                        * step.value / 1e9)
         wait_for(lambda: replica.metric(
-            'kpi_forecast_live_scored_until_timestamp_seconds{model="model"}') == last_origin,
-            30, ric.tail)
+            'kpi_forecast_live_scored_until_timestamp_seconds{model="model",role="served"}')
+            == last_origin, 30, ric.tail)
         handovers = replica.metric('kpi_forecast_e2_handovers_total{direction="taken"}')
         before = keyspace(ric.redis.port)
-        # The live replicas' set, scored by when each was last seen: moved by every round.
+        # The live replicas' sets, scored by when each was last seen: moved by every round.
         replicas = before.pop(f"{{{NAMESPACE}}},e2-replicas")
+        reporting = before.pop(f"{{{NAMESPACE}}},model-replicas-alive")
         leases = {k: v for k, v in before.items() if ",e2-lease:" in k}
         assert len(leases) == 2 and set(leases.values()) == {next(iter(leases.values()))}
         assert before[f"{{{NAMESPACE}}},{POLICIES_KEY}"]
@@ -138,6 +139,8 @@ def test_redis_restarted_with_its_data_keeps_history_offsets_policies_and_leases
         after = keyspace(ric.redis.port)  # before the replica has written again
         assert [m for m, _ in after.pop(f"{{{NAMESPACE}}},e2-replicas")] == \
             [m for m, _ in replicas]
+        assert [m for m, _ in after.pop(f"{{{NAMESPACE}}},model-replicas-alive")] == \
+            [m for m, _ in reporting]
         for key, value in before.items():
             if key == shared:
                 assert offsets(after[key]) == offsets(value)

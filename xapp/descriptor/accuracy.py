@@ -57,3 +57,33 @@ class Guard(BaseModel):
     """Skill (1 - MAE / the better seasonal naive's) below which the fallback answers."""
     min_points: int = Field(24, ge=1, le=10_000_000)
     """Points scored over the window before the guard judges."""
+
+
+WEEK_DAYS = 7  # live scores are kept for a week (the longest window)
+
+
+class Promotion(BaseModel):
+    """A model's promotion rule: its candidate (a version shadowed beside the one served)
+    is promoted once, over the horizons both have been scored on within the last week, it
+    has ``minPoints`` scored points spanning ``minDays`` days, a lower MAE than the version
+    served, and a P10-P90 coverage no further from 0.8."""
+
+    model_config = MODEL_CONFIG
+
+    enabled: bool = False
+    """Promote the candidate when the rule holds (false: by a call only)."""
+    min_points: int = Field(168, ge=1, le=10**9)
+    """Scored points of the candidate before it is judged."""
+    min_days: float = Field(1.0, gt=0, le=WEEK_DAYS)
+    """Days of scored horizons before the candidate is judged (live scores are kept for
+    a week)."""
+
+    def never_met(self, steps_per_day: int, max_cells: int) -> str | None:
+        """Why the rule can never hold for a model of ``steps_per_day`` whose rounds score
+        ``max_cells`` cells (None: it can)."""
+        most = WEEK_DAYS * steps_per_day * max_cells
+        if self.enabled and self.min_points > most:
+            return (f"promotion.minPoints {self.min_points} can never be met: a week of live "
+                    f"scores holds at most {most} points ({max_cells} cells, scoring.maxCells, "
+                    f"x {steps_per_day} steps a day x {WEEK_DAYS} days)")
+        return None

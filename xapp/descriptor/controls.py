@@ -17,7 +17,12 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from kpi_forecast.xapp.descriptor.accuracy import Guard, RecalibrationControls, ScoringControls
+from kpi_forecast.xapp.descriptor.accuracy import (
+    Guard,
+    Promotion,
+    RecalibrationControls,
+    ScoringControls,
+)
 from kpi_forecast.xapp.descriptor.fields import (
     MODEL_CONFIG,
     ON_RELOAD,
@@ -199,8 +204,9 @@ class Api(BaseModel):
     model_config = MODEL_CONFIG
 
     model_control: Access = "key"
-    """Model control: reload, and a repository's models loaded and unloaded
-    (POST /v1/model/reload, /v1/models/{name}/load, /v1/models/{name}/unload)."""
+    """Model control: reload, a repository's models loaded and unloaded, candidates shadowed,
+    promoted and rolled back (POST /v1/model/reload, /v1/models/{name}/load, .../unload,
+    .../candidate, .../promote, .../rollback; DELETE .../candidate)."""
     history_writes: Access = "key"
     """History written over REST, of the default model's KPI or a named model's
     (POST /v1/cells/{cell_id}/history, /v1/cells/history, and the same under
@@ -235,6 +241,8 @@ class ModelControls(BaseModel):
     """Quantiles returned when a request names none; null: the controls' quantiles."""
     guard: Guard | None = None
     """This model's guard in place of the controls' (null: the controls' guard)."""
+    promotion: Promotion | None = None
+    """This model's promotion rule in place of the controls' (null: the controls')."""
 
     @field_validator("quantiles")
     @classmethod
@@ -280,7 +288,7 @@ class Controls(BaseModel):
     per_model: dict[ModelName, ModelControls] = Field(
         {}, json_schema_extra={"additionalProperties": False})
     """Settings of a model, by its name, in place of these (latencyBudgetMs, batching,
-    defaultHorizon, quantiles, guard)."""
+    defaultHorizon, quantiles, guard, promotion)."""
     default_horizon: Annotated[int, Field(ge=1)] | None = None
     """Steps forecast when a request names none; null: the model's horizon."""
     quantiles: list[Quantile] | None = Field(None, min_length=1, json_schema_extra={
@@ -293,6 +301,7 @@ class Controls(BaseModel):
     recalibration: RecalibrationControls = RecalibrationControls()
     scoring: ScoringControls = ScoringControls()
     guard: Guard = Guard()
+    promotion: Promotion = Promotion()
     execution_provider: Literal["auto", "cuda", "cpu"] = Field(
         "auto", json_schema_extra=ON_RELOAD)
     """ONNX Runtime execution provider; auto: CUDA when available."""

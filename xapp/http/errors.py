@@ -11,9 +11,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from kpi_forecast.xapp.metrics import Metrics
 from kpi_forecast.xapp.serving.errors import (
+    DecisionConflict,
     Excluded,
     InvalidRequest,
     NotHeld,
@@ -48,6 +50,7 @@ class ClientError(Exception):
 # The status of each error of the serving core a client can fix.
 STATUS: dict[type[RequestError], int] = {
     InvalidRequest: 422, UnknownModel: 404, NotHeld: 404, TooLittleHistory: 409, Excluded: 409,
+    DecisionConflict: 409,
 }
 
 
@@ -114,5 +117,19 @@ def add_error_handlers(app: FastAPI, metrics: Metrics, state: ServingState) -> N
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if getattr(request.state, "body_too_large", False):
             return too_large(state.now.controls.max_request_bytes)
+        headers = getattr(exc, "headers", None)
+        if exc.status_code == 405:  # every method of the path, not only its first route's
+            headers = {**(headers or {}), "Allow": ", ".join(allowed(request))}
         return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code,
-                            headers=getattr(exc, "headers", None))
+                            headers=headers)
+
+
+def allowed(request: Request) -> list[str]:
+    """The methods the app's routes take on the request's path (a path served by several
+    routes, one per method, answers 405 naming them all)."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches({**request.scope, "method": "_"})
+        if match is Match.PARTIAL:
+            methods.update(getattr(route, "methods", None) or ())
+    return sorted(methods)

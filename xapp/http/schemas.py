@@ -23,7 +23,6 @@ from pydantic import (
     field_validator,
 )
 
-from kpi_forecast.model.artifact import HolidayReading
 from kpi_forecast.model.kpi import MAX_KPI_VALUE
 from kpi_forecast.model.runtime import OnnxForecaster
 from kpi_forecast.xapp.descriptor.fields import CELL_ID_PATTERN, MAX_CELL_ID, CellId
@@ -182,109 +181,12 @@ class CellsHistoryAccepted(BaseModel):
     items: list[HistoryAccepted]
 
 
-class ReloadRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    model_dir: str | None = Field(default=None, description="default: the configured one")
-
-
-class RecalibrationOut(BaseModel):
-    """The offsets applied to the served model's quantiles (``model.recalibration``)."""
-
-    model_weight: float  # the model's share of the median
-    # Each simple forecast's share (model.naive: last_day, last_week, weekly_profile).
-    naive_weights: dict[str, float]
-    offsets: dict[str, float]  # pNN -> offset in units of the forecast's outer band
-    # pNN -> the level its recent residuals were read at: as asked, or further out where
-    # windows held out in turn needed it (model.recalibration.covering_level).
-    read_at: dict[str, float]
-    # pNN -> offset in units of the cell's day-to-day change, for the points whose band is
-    # zero wide (every quantile the same); empty where the recent windows had none.
-    zero_width_offsets: dict[str, float]
-    windows: int  # recent horizons they come from; 0: the model's own calibration
-    residuals: int
-    cells: int  # cells read for them
-    refreshed_at: str | None  # ISO 8601, UTC
-
-
-class WindowAccuracy(BaseModel):
-    """Live scores over a window (``model.scores.Accuracy``); null where nothing is scored."""
-
-    points: int  # steps scored: the actual and both naives known
-    mae: float | None  # of the recorded forecasts' median
-    naive_mae: dict[str, float | None]  # last_day, last_week: the seasonal naives
-    skill: float | None  # 1 - mae / the better naive's; below 0: worse than that naive
-    pinball: float | None  # mean over the quantiles
-    coverage: float | None  # share of the actuals inside P10-P90
-
-
-class WorstCell(BaseModel):
-    cell_id: str
-    week: WindowAccuracy
-
-
-class AccuracyOut(BaseModel):
-    """A model's live accuracy, from its last scoring round (``serving.scoring``)."""
-
-    model: str
-    model_version: str
-    cell_id: str | None = Field(description="the cell asked for; null: the model's cells")
-    scored_until: str | None = Field(
-        description="ISO 8601, UTC: the last round's origin; the scores cover the horizons "
-        "before it (null: no round yet)")
-    scored_at: str | None  # ISO 8601, UTC: when that round ran
-    cells: int = Field(description="cells with a scored point over the week")
-    windows: dict[str, WindowAccuracy] = Field(description="day, week: the steps before "
-                                               "scored_until")
-    worst_cells: list[WorstCell] = Field(description="lowest skill over the week first "
-                                         "(controls.scoring.worstCells); empty for one cell")
-
-
-class ModelOut(BaseModel):
-    name: str = Field(description="the model's name: its directory's in the repository")
-    model_version: str
-    model_dir: str
-    target: str
-    freq: str
-    context: int
-    horizon: int
-    quantiles: list[float]
-    calendar_tz: str
-    holidays: str = Field(description="public-holiday calendar of the calendar features; "
-                          "empty for none")
-    holiday_reading: HolidayReading = Field(
-        description="how a holiday on a working day is read: as_sunday (as a Sunday: models "
-        "with horizon tokens), from_sunday (the forecast of the horizon's nearest Sunday: "
-        "models without), none (no holiday calendar)")
-    load_seconds: float
-    runtime: dict
-    recalibration: RecalibrationOut
-
-
 class CellForecastsResponse(BaseModel):
     """A held cell's forecasts by every model serving, by model name."""
 
     cell_id: str
     forecasts: dict[str, ForecastResponse]
     errors: dict[str, str] = Field(description="why a model gave no forecast, by model name")
-
-
-class ModelState(BaseModel):
-    """One model of the repository, as Triton's repository index lists it."""
-
-    name: str
-    state: Literal["READY", "LOADING", "UNAVAILABLE"]
-    reason: str | None = Field(None, description="why it is not ready")
-    default: bool = Field(description="answers the routes without a model name")
-    kpi: str | None = Field(description="the KPI it forecasts (null: not readable)")
-    version: str | None = Field(description="the version served (null: none loaded)")
-    measurement: str | None = Field(
-        description="the E2SM-KPM measurement its KPI's history is filled from "
-        "(controls.e2.kpis); null: none maps its KPI, and it is served over REST only")
-
-
-class ModelsOut(BaseModel):
-    models: list[ModelState]
 
 
 def span(body: SeriesIn, model: OnnxForecaster) -> tuple[pd.Timestamp, pd.Timestamp]:

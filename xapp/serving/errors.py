@@ -29,6 +29,11 @@ class Excluded(RequestError):
     """A cell an A1 policy instance excludes from forecasting."""
 
 
+class DecisionConflict(RequestError):
+    """A model decision the deployment's state does not allow now: no candidate to promote,
+    nothing to roll back to, or another decision made meanwhile."""
+
+
 class Shed(Exception):
     """Refused to protect the latency budget, or while no model is loaded: the client may try
     again after ``retry_after_s``."""

@@ -15,6 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 import httpx
+import pandas as pd
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
 from kpi_forecast.model.artifact import ArtifactError
@@ -71,14 +72,21 @@ class ModelHolder:
         check_controls(controls.for_model(self.name), forecaster)
         return forecaster, time.monotonic() - started
 
-    async def reload(self, model_dir: str | None = None) -> OnnxForecaster:
-        """Load, verify and warm up a model directory, then swap it in; on any failure the
-        current model keeps serving and the error propagates."""
+    async def reload(self, model_dir: str | None = None, expect_version: str | None = None,
+                     loaded: OnnxForecaster | None = None) -> OnnxForecaster:
+        """Load, verify and warm up a model directory (or serve ``loaded``, a candidate's
+        model), then swap it in; on any failure the current model keeps serving and the error
+        propagates. ``expect_version``: refuse a directory holding another version."""
         model_dir = model_dir or self.directory
         async with self._lock:
             loading, self.loading = self.loading, True
             try:
-                forecaster, seconds = await asyncio.to_thread(self._load, model_dir)
+                if loaded is None:
+                    forecaster, seconds = await asyncio.to_thread(self._load, model_dir)
+                else:
+                    check_controls(self._state.controls.for_model(self.name), loaded)
+                    forecaster, seconds = loaded, 0.0
+                check_version(model_dir, forecaster, expect_version)
                 self._check_kpi(model_dir, forecaster)
                 history = await self._history_for(model_dir, forecaster)
                 if self._state.now.shared is None:  # the first model's load opens it
@@ -86,9 +94,14 @@ class ModelHolder:
                 shared = self._state.now.shared
                 await self._prepare(forecaster, shared)
                 old = self._state.view(self.name).history
+                candidate = self._state.view(self.name).candidate
+                if candidate is not None and (candidate is forecaster or (
+                        candidate.metadata.freq, candidate.metadata.target) != (
+                        forecaster.metadata.freq, forecaster.metadata.target)):
+                    candidate = None  # promoted, or no longer the served model's like
                 # One view: a request sees the old model with its history or the new with its.
                 self._state.swap(self.name, model=forecaster, history=history,
-                                 recalibration=None, guarded=None)
+                                 recalibration=None, guarded=None, candidate=candidate)
                 self.load_seconds = seconds
                 self._swapped(forecaster)
                 self.problem = None
@@ -127,12 +140,44 @@ class ModelHolder:
         async with self._lock:
             old = self._state.view(self.name).history
             self._state.swap(self.name, model=None, history=None, recalibration=None,
-                             guarded=None)
+                             guarded=None, candidate=None)
             self.problem = "unloaded"
         if old is not None:
             await old.close()
         self._metrics.model_ready.labels(model=self.name).set(0)
         log.info("unloaded %s", self.name)
+
+    async def load_candidate(self, model_dir: str, expect_version: str | None = None
+                             ) -> OnnxForecaster:
+        """Load, verify and warm up a candidate version of the model and shadow it: it must
+        forecast the served model's KPI on its grid, and be another version (ArtifactError)."""
+        async with self._lock:
+            served = self._state.view(self.name).model
+            if served is None:
+                raise ArtifactError(f"{model_dir}: model {self.name} serves no version to "
+                                    "shadow a candidate beside; load it first")
+            candidate, _ = await asyncio.to_thread(self._load, model_dir)
+            check_version(model_dir, candidate, expect_version)
+            meta, own = candidate.metadata, served.metadata
+            if meta.target != own.target:
+                raise ArtifactError(f"{model_dir}: candidate KPI {meta.target} differs from "
+                                    f"model {self.name}'s {own.target}")
+            if meta.freq != own.freq:
+                raise ArtifactError(f"{model_dir}: candidate frequency {meta.freq} differs "
+                                    f"from model {self.name}'s {own.freq}")
+            if meta.model_version == own.model_version:
+                raise ArtifactError(f"{model_dir}: candidate version {meta.model_version} is "
+                                    f"the one model {self.name} serves")
+            self._state.swap(self.name, candidate=candidate)
+        log.info("%s: shadowing candidate %s from %s beside %s", self.name, meta.model_version,
+                 model_dir, own.model_version)
+        return candidate
+
+    def drop_candidate(self) -> None:
+        """Stop shadowing the candidate."""
+        if self._state.view(self.name).candidate is not None:
+            self._state.swap(self.name, candidate=None)
+            log.info("%s: the candidate is no longer shadowed", self.name)
 
     async def _history_for(self, model_dir: str, model: OnnxForecaster) -> CellHistory:
         """The history held if it is on the model's grid and of its KPI, else a new one that
@@ -215,6 +260,13 @@ async def open_history(controls: Controls, freq: str, aggregate: Aggregate,
     return await RedisCellHistory.open(settings, freq, controls.history_length, aggregate, kpi)
 
 
+def check_version(model_dir: str, model: OnnxForecaster, expected: str | None) -> None:
+    """ArtifactError where ``model_dir`` holds another version than the one decided."""
+    if expected is not None and model.metadata.model_version != expected:
+        raise ArtifactError(f"{model_dir} holds version {model.metadata.model_version}, not "
+                            f"{expected} as decided: the directory changed since")
+
+
 def check_controls(controls: Controls, model: OnnxForecaster) -> None:
     """Controls that only make sense for some models: reject the pair, with the reason."""
     meta = model.metadata
@@ -225,3 +277,7 @@ def check_controls(controls: Controls, model: OnnxForecaster) -> None:
     if controls.default_horizon and controls.default_horizon > meta.horizon:
         raise ValueError(f"controls.defaultHorizon {controls.default_horizon} exceeds the "
                          f"model's horizon {meta.horizon}")
+    steps_per_day = max(1, pd.Timedelta("1D") // model.step)
+    reason = controls.promotion.never_met(steps_per_day, controls.scoring.max_cells)
+    if reason:
+        raise ValueError(f"controls.{reason}")

@@ -15,6 +15,8 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+import pandas as pd
+
 from kpi_forecast.model.artifact import METADATA_FILE, repository_models
 from kpi_forecast.model.errors import UserError
 from kpi_forecast.model.runtime import OnnxForecaster
@@ -57,13 +59,35 @@ def listed(controls: Controls) -> list[str]:
         return []
 
 
-def kpi_of(model_dir: Path) -> str | None:
-    """The KPI a model directory's metadata names (None: unreadable; loading will say why)."""
+def declared(model_dir: Path, field: str) -> str | None:
+    """A field of a model directory's metadata (None: unreadable; loading will say why)."""
     try:
-        target = json.loads((model_dir / METADATA_FILE).read_text()).get("target")
+        value = json.loads((model_dir / METADATA_FILE).read_text()).get(field)
     except (OSError, ValueError, AttributeError):
         return None
-    return target if isinstance(target, str) else None
+    return value if isinstance(value, str) else None
+
+
+def kpi_of(model_dir: Path) -> str | None:
+    """The KPI a model directory's metadata names (None: unreadable)."""
+    return declared(model_dir, "target")
+
+
+def check_promotion(controls: Controls, names: tuple[str, ...]) -> None:
+    """RepositoryError for a model whose promotion rule can never be met on its grid."""
+    for name in names:
+        own = controls.for_model(name)
+        freq = declared(controls.directory_of(name), "freq")
+        try:
+            step = pd.Timedelta(pd.tseries.frequencies.to_offset(freq)) if freq else None
+        except (ValueError, TypeError):
+            step = None
+        if step is None or step <= pd.Timedelta(0):
+            continue
+        reason = own.promotion.never_met(max(1, pd.Timedelta("1D") // step),
+                                         own.scoring.max_cells)
+        if reason:
+            raise RepositoryError(f"model {name}: controls.{reason}")
 
 
 def at_start(controls: Controls) -> tuple[tuple[str, ...], str]:
@@ -75,6 +99,7 @@ def at_start(controls: Controls) -> tuple[tuple[str, ...], str]:
         if others:
             raise RepositoryError(f"controls.perModel names {', '.join(others)}: the model "
                                   f"of modelDir {controls.model_dir} is named {name}")
+        check_promotion(controls, (name,))
         return (name,), name
     root = controls.model_repository
     try:
@@ -91,6 +116,7 @@ def at_start(controls: Controls) -> tuple[tuple[str, ...], str]:
         raise RepositoryError(f"modelRepository {root} holds no model {', '.join(missing)}; "
                               f"it holds {', '.join(held)}")
     claim_kpis({name: kpi_of(controls.directory_of(name)) for name in names})
+    check_promotion(controls, names)
     return names, controls.default_model or names[0]
 
 
@@ -108,8 +134,8 @@ def claim_kpis(kpis: dict[str, str | None]) -> None:
 
 class ModelSlot:
     """One model's serving parts: its holder (load, verify, swap in), its batcher, its
-    recalibrator and its live scorer. The A1 policies, when on (``a1``), are checked
-    again whenever a model is swapped in."""
+    recalibrator and its live scorers (of the version served and of its candidate). The A1
+    policies, when on (``a1``), are checked again whenever a model is swapped in."""
 
     def __init__(self, name: str, state: ServingState, metrics: Metrics,
                  a1: PolicyHandler | None = None) -> None:
@@ -118,6 +144,7 @@ class ModelSlot:
         self._a1 = a1
         self.recalibrator = Recalibrator(state, metrics, name)
         self.scorer = Scorer(state, metrics, name)
+        self.candidate_scorer = Scorer(state, metrics, name, candidate=True)
         self.holder = ModelHolder(state, metrics, name, self._prepare, self._swapped)
         self.batcher = DynamicBatcher(state, metrics, name, batching.max_batch_size,
                                       batching.max_queue_delay_ms / 1000.0,

@@ -32,7 +32,7 @@ from kpi_forecast.model.runtime import InputError, OnnxForecaster
 from kpi_forecast.model.scores import FIELDS, POINTS, SCORED_NAIVES, Accuracy, block_sums, in_window
 from kpi_forecast.xapp.failures import describe, keep_ticking
 from kpi_forecast.xapp.metrics import Metrics
-from kpi_forecast.xapp.serving.state import ServingState
+from kpi_forecast.xapp.serving.state import ModelView, ServingState
 from kpi_forecast.xapp.store.cell_history import HistoryUnavailable
 from kpi_forecast.xapp.store.score_records import ScoreRecord
 
@@ -67,6 +67,14 @@ class Grid:
         mask = in_window(record.origins, self.horizon, end, days * self.steps_per_day)
         return record.sums[mask].sum(axis=0)
 
+    def pool_blocks(self, record: ScoreRecord, end: int, blocks: dict[int, np.ndarray]) -> None:
+        """Add the record's sums of each horizon of the week before slot ``end`` to
+        ``blocks`` (by the horizon's origin)."""
+        mask = in_window(record.origins, self.horizon, end, WINDOWS["week"] * self.steps_per_day)
+        for origin, sums in zip(record.origins[mask], record.sums[mask], strict=True):
+            if sums[POINTS] > 0:
+                blocks[int(origin)] = blocks.get(int(origin), 0) + sums
+
     def ttl_s(self) -> float:
         """How long a version's records outlive their last write: a week and two horizons of
         the grid, as wall time."""
@@ -83,13 +91,16 @@ class Summary:
     cells: int  # cells with a scored point over the week
     windows: dict[str, np.ndarray]  # window -> FIELDS sums
     worst: list[tuple[str, np.ndarray]]  # (cell, its week's sums), lowest skill first
+    blocks: dict[int, np.ndarray]  # origin -> the cells' sums of that horizon, over the week
 
     def to_json(self) -> bytes:
         return json.dumps({
             "model_version": self.model_version, "origin": self.origin,
             "scored_at": self.scored_at, "cells": self.cells,
             "windows": {name: sums.tolist() for name, sums in self.windows.items()},
-            "worst": [[cell, sums.tolist()] for cell, sums in self.worst]}).encode()
+            "worst": [[cell, sums.tolist()] for cell, sums in self.worst],
+            "blocks": [[origin, sums.tolist()] for origin, sums in self.blocks.items()]}
+        ).encode()
 
     @classmethod
     def from_json(cls, blob: bytes) -> Summary:
@@ -101,7 +112,9 @@ class Summary:
                        {name: np.asarray(sums, np.float64)
                         for name, sums in raw["windows"].items()},
                        [(str(cell), np.asarray(sums, np.float64))
-                        for cell, sums in raw["worst"]])
+                        for cell, sums in raw["worst"]],
+                       {int(origin): np.asarray(sums, np.float64)
+                        for origin, sums in raw["blocks"]})
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"not a scoring summary as this xApp writes it ({describe(exc)})"
                              ) from exc
@@ -162,12 +175,16 @@ def score_chunk(model: OnnxForecaster, recalibration: Recalibration | None, grid
 
 
 class Scorer:
-    """Records and scores the forecasts of the model ``name`` in ``state``."""
+    """Records and scores the forecasts of the model ``name`` in ``state``: of the version
+    served, or (``candidate``) of the candidate shadowed beside it."""
 
-    def __init__(self, state: ServingState, metrics: Metrics, name: str) -> None:
+    def __init__(self, state: ServingState, metrics: Metrics, name: str,
+                 candidate: bool = False) -> None:
         self._state = state
         self.metrics = metrics
         self.name = name
+        self.candidate = candidate
+        self.role = "candidate" if candidate else "served"
         self.summary: Summary | None = None  # the last round's, of the version served
         self._worst_shown: list[tuple[str, str]] = []  # (rank, cell) on the worst-cell gauge
 
@@ -179,10 +196,13 @@ class Scorer:
                 log.warning("%s: a live score record dropped: %s", self.name, exc)
         return ScoreRecord.empty(grid.horizon, grid.quantiles, grid.blocks)
 
+    def _model(self, served: ModelView) -> OnnxForecaster | None:
+        return served.candidate if self.candidate else served.model
+
     async def score_round(self, origin: int) -> Summary | None:
         """Take on the round of ``origin`` where no replica has: score, record, summarise."""
         served = self._state.view(self.name)
-        model, history, shared = served.model, served.history, served.shared
+        model, history, shared = self._model(served), served.history, served.shared
         if model is None or history is None or shared is None:
             return None
         grid, version = Grid.of(model), model.metadata.model_version
@@ -192,7 +212,10 @@ class Scorer:
         chosen = await history.recent(served.controls.scoring.max_cells)
         totals = {name: np.zeros(len(FIELDS)) for name in WINDOWS}
         weeks: list[tuple[str, np.ndarray]] = []
+        blocks: dict[int, np.ndarray] = {}
         recorded = unforecast = 0
+        # The candidate's forecasts are its own: the offsets in force are the served one's.
+        recalibration = None if self.candidate else served.recalibration
         for first in range(0, len(chosen), CELLS_PER_READ):
             cells = chosen[first:first + CELLS_PER_READ]
             windows = await history.windows(cells)
@@ -205,7 +228,7 @@ class Scorer:
             values = np.stack([window[0] for _, window, _ in held])
             last_slots = np.array([window[1].value // grid.step_ns for _, window, _ in held])
             chunk = await asyncio.to_thread(
-                score_chunk, model, served.recalibration, grid, origin, values, last_slots,
+                score_chunk, model, recalibration, grid, origin, values, last_slots,
                 [self._record(blob, grid) for _, _, blob in held])
             await shared.put_score_records(
                 self.name, version, [(cell, record.to_bytes()) for (cell, _, _), record
@@ -217,29 +240,31 @@ class Scorer:
                 for name, sums in per_window.items():
                     totals[name] += sums
                 weeks.append((cell, per_window["week"]))
+                grid.pool_blocks(record, origin, blocks)
         summary = Summary(version, origin, time.time(),
                           sum(1 for _, sums in weeks if sums[POINTS] > 0), totals,
-                          worst(weeks, served.controls.scoring.worst_cells, grid.horizon))
+                          worst(weeks, served.controls.scoring.worst_cells, grid.horizon),
+                          blocks)
         await shared.put_accuracy(self.name, version, summary.to_json(), grid.ttl_s())
-        m = self.metrics
-        m.scoring_rounds.labels(model=self.name).inc()
-        m.scoring_recorded.labels(model=self.name).inc(recorded)
-        m.scoring_unforecast.labels(model=self.name).inc(unforecast)
-        m.scoring_seconds.labels(model=self.name).set(time.monotonic() - started)
+        m, labels = self.metrics, {"model": self.name, "role": self.role}
+        m.scoring_rounds.labels(**labels).inc()
+        m.scoring_recorded.labels(**labels).inc(recorded)
+        m.scoring_unforecast.labels(**labels).inc(unforecast)
+        m.scoring_seconds.labels(**labels).set(time.monotonic() - started)
         self.adopt(summary, grid)
-        log.info("%s: scored the horizon before %s over %d cells, recorded %d forecasts "
-                 "(%d actuals had none); skill over the day %s", self.name,
+        log.info("%s (%s %s): scored the horizon before %s over %d cells, recorded %d forecasts "
+                 "(%d actuals had none); skill over the day %s", self.name, self.role, version,
                  pd.Timestamp(origin * grid.step_ns, tz="UTC").isoformat(), summary.cells,
                  recorded, unforecast, Accuracy.of(totals["day"]).skill)
         return summary
 
-    def adopt(self, summary: Summary | None, grid: Grid) -> None:
+    def adopt(self, summary: Summary | None, grid: Grid | None) -> None:
         """Put ``summary`` on the live gauges (None: no scores, NaN)."""
         self.summary = summary
         m, nan = self.metrics, float("nan")
         for name in WINDOWS:
             scores = Accuracy.of(summary.windows[name]) if summary else None
-            labels = {"model": self.name, "window": name}
+            labels = {"model": self.name, "role": self.role, "window": name}
             m.live_points.labels(**labels).set(scores.points if scores else 0)
             for gauge, value in ((m.live_mae, scores and scores.mae),
                                  (m.live_skill, scores and scores.skill),
@@ -251,20 +276,21 @@ class Scorer:
                 m.live_naive_mae.labels(**labels, naive=naive).set(
                     nan if value is None else value)
         for rank, cell in self._worst_shown:
-            m.live_worst_skill.remove(self.name, rank, cell)
+            m.live_worst_skill.remove(self.name, self.role, rank, cell)
         self._worst_shown = []
         for rank, (cell, sums) in enumerate(summary.worst if summary else [], start=1):
             skill = Accuracy.of(sums).skill
-            m.live_worst_skill.labels(model=self.name, rank=str(rank), cell=cell).set(
+            m.live_worst_skill.labels(model=self.name, role=self.role, rank=str(rank),
+                                      cell=cell).set(
                 nan if skill is None else skill)
             self._worst_shown.append((str(rank), cell))
-        m.live_origin.labels(model=self.name).set(
-            nan if summary is None else summary.origin * grid.step_ns / 1e9)
+        m.live_origin.labels(model=self.name, role=self.role).set(
+            nan if summary is None or grid is None else summary.origin * grid.step_ns / 1e9)
 
     async def cell_accuracy(self, cell_id: str) -> dict[str, Accuracy] | None:
         """One cell's scores per window as of the last round; None: none kept for it."""
         served = self._state.view(self.name)
-        model, shared, summary = served.model, served.shared, self.summary
+        model, shared, summary = self._model(served), served.shared, self.summary
         if model is None or shared is None or summary is None:
             return None
         grid = Grid.of(model)
@@ -280,7 +306,7 @@ class Scorer:
         against the last round's scores); None: they are not."""
         controls = self._state.view(self.name).controls
         guard, summary = controls.guard, self.summary
-        if not guard.enabled or not controls.scoring.enabled or summary is None:
+        if self.candidate or not guard.enabled or not controls.scoring.enabled or summary is None:
             return None
         scores = Accuracy.of(summary.windows[guard.window])
         if scores.points < guard.min_points or scores.skill is None or (
@@ -292,7 +318,7 @@ class Scorer:
     def put_guard_in_force(self) -> None:
         """Serve the fallback, or the model again, as ``guard`` says now."""
         reason, served = self.guard(), self._state.view(self.name)
-        if served.model is None or reason == served.guarded:
+        if self.candidate or served.model is None or reason == served.guarded:
             return
         self._state.swap(self.name, guarded=reason)
         self.metrics.guarded.labels(model=self.name).set(reason is not None)
@@ -311,8 +337,10 @@ class Scorer:
 
     async def _follow(self) -> None:
         served = self._state.view(self.name)
-        model, history, shared = served.model, served.history, served.shared
+        model, history, shared = self._model(served), served.history, served.shared
         if model is None or history is None or shared is None:
+            if self.summary is not None and self.candidate:  # no candidate now: no scores
+                self.adopt(None, None)
             return
         grid = Grid.of(model)
         if not served.controls.scoring.enabled:

@@ -30,6 +30,8 @@ class ModelView:
     history: CellHistory | None = None  # on the model's grid, of its KPI
     shared: SharedState | None = None  # one for every model, opened with the first history
     recalibration: Recalibration | None = None  # the model's offsets in force; None: none
+    # A version shadowed beside the model: it forecasts and is scored, never answers.
+    candidate: OnnxForecaster | None = None
     # Why the model's forecasts are the fallback's now (its guard: controls.guard); None: not.
     guarded: str | None = None
     # The E2 measurement behind the model's KPI (controls.e2.kpis); None: not mapped, or no

@@ -10,10 +10,14 @@ subscription manager (by its id), so that a crashed replica's are deleted by the
 Live scoring (``serving.scoring``) keeps per model version ``{ns},scores:<model>:<version>:<cell>``
 (a cell's ``ScoreRecord``), ``{ns},accuracy:<model>:<version>`` (the last round's summary) and
 ``{ns},scoring-round:<model>:<version>`` (the origin of the last round a replica took on);
-they expire unless rewritten, so a version no longer served leaves nothing behind."""
+they expire unless rewritten, so a version no longer served leaves nothing behind. The
+deployment's model decisions (``serving.lifecycle``) are ``{ns},model-decision:<model>``, and
+what each replica serves the hash ``{ns},model-replicas`` (by replica) beside the sorted set
+``{ns},model-replicas-alive`` (when each report expires)."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -47,6 +51,8 @@ class SharedState:
         self._scores: dict[tuple[str, str], dict[str, bytes]] = {}
         self._accuracy: dict[tuple[str, str], bytes] = {}
         self._rounds: dict[tuple[str, str], int] = {}
+        self._decisions: dict[str, bytes] = {}
+        self._serving: dict[str, bytes] = {}
 
     async def recalibration(self, model: str) -> bytes | None:
         """The model's recalibration offsets last written (None: never)."""
@@ -74,10 +80,13 @@ class SharedState:
     async def put_score_records(self, model: str, version: str,
                                 records: Sequence[tuple[str, bytes]], ttl_s: float) -> None:
         """Keep the cells' records (in Redis for ``ttl_s``); in memory, a model keeps the
-        records of its latest version only."""
-        for key in [key for key in self._scores if key[0] == model and key[1] != version]:
+        records of the two versions written last (the one served and its candidate)."""
+        held = self._scores.pop((model, version), {})
+        held.update(records)
+        self._scores[(model, version)] = held  # the dict's order: the last written last
+        versions = [key for key in self._scores if key[0] == model]
+        for key in versions[:-2]:
             del self._scores[key]
-        self._scores.setdefault((model, version), {}).update(records)
 
     async def accuracy(self, model: str, version: str) -> bytes | None:
         """The summary of the model version's last scoring round (None: none yet)."""
@@ -94,6 +103,27 @@ class SharedState:
             return False
         self._rounds[(model, version)] = origin
         return True
+
+    async def decision(self, model: str) -> bytes | None:
+        """The deployment's last decision about the model (None: none made)."""
+        return self._decisions.get(model)
+
+    async def put_decision(self, model: str, sequence: int, decision: bytes) -> bool:
+        """Keep ``decision``, the model's ``sequence``-th, where the one held is the one before
+        it (none for the first); False, keeping nothing, where another was made meanwhile."""
+        held = self._decisions.get(model)
+        if (json.loads(held)["sequence"] if held else 0) != sequence - 1:
+            return False
+        self._decisions[model] = decision
+        return True
+
+    async def report_serving(self, replica: str, report: bytes, ttl_s: float) -> None:
+        """What ``replica`` serves, for ``ttl_s`` unless reported again."""
+        self._serving = {replica: report}
+
+    async def serving_reports(self) -> dict[str, bytes]:
+        """What each replica alive serves, by replica, as it last reported."""
+        return dict(self._serving)
 
     async def lease_round(self, replica: str, nodes: Sequence[str], ttl_s: float,
                           subscribed: Collection[str] = ()) -> Leases:
@@ -201,6 +231,36 @@ return 1
 """
 
 
+# KEYS: the model's decision. ARGV: the decision's sequence, the decision (JSON). Sets it where
+# the decision held is the one before (none: sequence 1): 1 then, else 0.
+_PUT_DECISION = """
+local held = redis.call('GET', KEYS[1])
+local last = 0
+if held then last = tonumber(cjson.decode(held)['sequence']) end
+if last + 1 ~= tonumber(ARGV[1]) then return 0 end
+redis.call('SET', KEYS[1], ARGV[2])
+return 1
+"""
+
+# KEYS: the sorted set of reports' expiry (ms of Redis's clock), the hash of reports. ARGV: the
+# replica, its report, the report's life in ms (empty: only read). Drops expired reports, keeps
+# the replica's, returns the hash.
+_SERVING_REPORTS = """
+local now = redis.call('TIME')
+now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)) do
+  redis.call('HDEL', KEYS[2], gone)
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if ARGV[3] ~= '' then
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
+  redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+  return {}
+end
+return redis.call('HGETALL', KEYS[2])
+"""
+
+
 class RedisSharedState(SharedState):
     """The same contract in Redis, for every replica of one namespace."""
 
@@ -211,6 +271,8 @@ class RedisSharedState(SharedState):
         self._lease_round = client.register_script(_LEASE_ROUND)
         self._orphaned = client.register_script(_ORPHANED)
         self._claim_round = client.register_script(_CLAIM_ROUND)
+        self._put_decision = client.register_script(_PUT_DECISION)
+        self._serving_reports = client.register_script(_SERVING_REPORTS)
 
     @classmethod
     def open(cls, settings: HistoryStore, environ: Mapping[str, str] = os.environ
@@ -270,6 +332,28 @@ class RedisSharedState(SharedState):
             return bool(await self._claim_round(
                 keys=[f"{self._prefix}scoring-round:{model}:{version}"],
                 args=[origin, round(ttl_s * 1000)]))
+
+    async def decision(self, model: str) -> bytes | None:
+        async with errors(f"reading the deployment's decision about {model}"):
+            return await self._redis.get(f"{self._prefix}model-decision:{model}")
+
+    async def put_decision(self, model: str, sequence: int, decision: bytes) -> bool:
+        async with errors(f"writing the deployment's decision about {model}"):
+            return bool(await self._put_decision(
+                keys=[f"{self._prefix}model-decision:{model}"], args=[sequence, decision]))
+
+    def _reports_keys(self) -> list[str]:
+        return [self._prefix + "model-replicas-alive", self._prefix + "model-replicas"]
+
+    async def report_serving(self, replica: str, report: bytes, ttl_s: float) -> None:
+        async with errors("reporting the models this replica serves"):
+            await self._serving_reports(keys=self._reports_keys(),
+                                        args=[replica, report, round(ttl_s * 1000)])
+
+    async def serving_reports(self) -> dict[str, bytes]:
+        async with errors("reading the models the replicas serve"):
+            flat = await self._serving_reports(keys=self._reports_keys(), args=["", "", ""])
+        return {flat[i].decode(): flat[i + 1] for i in range(0, len(flat), 2)}
 
     async def lease_round(self, replica: str, nodes: Sequence[str], ttl_s: float,
                           subscribed: Collection[str] = ()) -> Leases:

@@ -151,6 +151,7 @@ chart's tests check for every values file they render.
       "recalibration" $x.recalibration
       "scoring" $x.scoring
       "guard" $x.guard
+      "promotion" $x.promotion
       "executionProvider" (include "kpi-forecast.executionProvider" .)
       "precision" $x.precision
       "intraOpThreads" $x.intraOpThreads
