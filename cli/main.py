@@ -10,7 +10,7 @@ import argparse
 import logging
 import sys
 
-from kpi_forecast.cli import e2sim, history, k8s, serve
+from kpi_forecast.cli import e2sim, history, k8s, models, serve
 from kpi_forecast.model.errors import UserError
 from kpi_forecast.training import commands as training_commands
 from kpi_forecast.training import evaluation_commands, job_commands
@@ -23,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluation_commands.add_commands(commands)
     serve.add_commands(commands)
     history.add_commands(commands)
+    models.add_commands(commands)
     ops = commands.add_parser("k8s", help="Kubernetes: the xApp's status, package, rollout; "
                               "distributed training jobs")
     k8s_commands = ops.add_subparsers(dest="k8s_command", required=True)

@@ -27,6 +27,7 @@ import jsonschema
 import pytest
 import yaml
 
+from kpi_forecast.cli.main import main
 from kpi_forecast.cli.schema_files import A1_POLICY_TYPE
 from kpi_forecast.xapp.ric.a1.policy_type import POLICY_TYPE_ID
 from tests.rmr_library import rmr_transport
@@ -44,10 +45,12 @@ DASHBOARD = CHART / "files" / "dashboard.json"
 
 RELEASE = "kpi"
 NAMESPACE = "ricxapp"
+FULLNAME = "ricxapp-kpi-forecast"  # the chart's name for the release's objects
 VALUES_SETS: dict[str, list[str]] = {
     "default": [],
     "gpu": ["-f", str(DATA / "gpu.yaml")],
     "all-features": ["-f", str(DATA / "all-features.yaml")],
+    "retraining": ["-f", str(DATA / "retraining.yaml")],
 }
 
 # Custom resources of the Prometheus Operator: kubernetes-validate has no schema for them (it
@@ -479,7 +482,8 @@ def test_configmap_holds_a_descriptor_the_xapp_accepts(
     assert [p["name"] for p in config["messaging"]["ports"]] == ["http", "rmr-data", "rmr-route"]
     assert config["livenessProbe"]["httpGet"] == {"path": "ric/v1/health/alive", "port": 8080}
     assert config["readinessProbe"]["httpGet"] == {"path": "ric/v1/health/ready", "port": 8080}
-    expected_provider = {"default": "auto", "gpu": "cuda", "all-features": "cuda"}[values]
+    expected_provider = {"default": "auto", "gpu": "cuda", "all-features": "cuda",
+                         "retraining": "auto"}[values]
     assert controls.execution_provider == expected_provider
 
 
@@ -978,3 +982,48 @@ def test_each_pod_names_itself_as_the_e2_endpoint_unless_told_a_host(
     told = template(helm, "--set", "xapp.e2.clientHost=e2-side.example")
     assert "--e2-client-host" not in xapp_container(told)["args"]
     assert descriptor(told)["controls"]["e2"]["clientHost"] == "e2-side.example"
+
+
+def test_the_retraining_cronjob_runs_the_pod_train_job_from_history_renders(
+        rendered: Callable[[str], Docs], capsys: pytest.CaptureFixture) -> None:
+    """One pod, two renderings: the chart's CronJob and `kpi-forecast k8s train-job
+    --from-history` with the same settings run the same steps with the same commands."""
+    docs = rendered("retraining")
+    cron = find(docs, "CronJob")
+    assert "CronJob" not in {d["kind"] for d in rendered("default")}  # off by default
+    pod = cron["spec"]["jobTemplate"]["spec"]["template"]
+    values = yaml.safe_load((DATA / "retraining.yaml").read_text())["retraining"]
+    assert main(["k8s", "train-job", "--from-history", "--dry-run",
+                 "--image", "docker.io/kpi-forecast-train:0.1.0",
+                 "--serving-image", "docker.io/kpi-forecast:0.1.0",
+                 "--target", values["kpi"], "--model", values["model"],
+                 "--out", "/opt/ric/model/candidates", "--mount-path", "/opt/ric/model",
+                 "--xapp-config", find(docs, "ConfigMap", f"configmap-{FULLNAME}-appconfig")[
+                     "metadata"]["name"],
+                 "--xapp", f"http://service-{FULLNAME}-http:8080",
+                 "--", *values["trainArgs"]]) == 0
+    job = yaml.safe_load(capsys.readouterr().out)["spec"]["template"]
+
+    def steps(spec: dict) -> list[tuple[str, str, list[str]]]:
+        return [(c["name"], c["image"], c["command"])
+                for c in [*spec["initContainers"], *spec["containers"]]]
+
+    assert steps(pod["spec"]) == steps(job["spec"])
+    # Not the xApp's pods: its Services and NetworkPolicy select by these labels.
+    selector = find(docs, "Service", f"service-{FULLNAME}-http")["spec"]["selector"]
+    assert not selector.items() <= pod["metadata"]["labels"].items()
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert volumes["model"]["persistentVolumeClaim"]["claimName"] == "kpi-forecast-models"
+
+
+@pytest.mark.parametrize(("values", "says"), [
+    (["--set", "retraining.enabled=true", "--set", "retraining.model=m",
+      "--set", "retraining.kpi=k"], "needs model.source pvc"),
+    (["-f", str(DATA / "retraining.yaml"), "--set", "xapp.historyStore.backend=memory"],
+     "needs xapp.historyStore.backend redis"),
+    (["-f", str(DATA / "retraining.yaml"), "--set", "retraining.kpi="],
+     "needs retraining.model"),
+])
+def test_a_retraining_that_cannot_run_is_refused_at_render(helm: Path, values: list[str],
+                                                           says: str) -> None:
+    assert says in template_error(helm, *values)

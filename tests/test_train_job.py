@@ -143,3 +143,65 @@ def test_an_unreachable_cluster_is_one_line(tmp_path: Path) -> None:
                            str(config)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert done.stderr.startswith("kpi-forecast: error: cannot reach the Kubernetes API server")
+
+
+HISTORY_ARGS = ["k8s", "train-job", "--from-history", "--image",
+                "registry.example/kpi-forecast:train", "--serving-image",
+                "registry.example/kpi-forecast:1", "--target", "prb_util", "--out",
+                "/opt/ric/model/candidates", "--claim", "kpi-models", "--xapp-config",
+                "kpi-forecast-config", "--xapp", "http://service-ricxapp-kpi-forecast-http:8080",
+                "--model", "prb", "--dbaas", "service-ricplt-dbaas-tcp.ricplt:6379",
+                "--api-key-secret", "kpi-forecast-key"]
+
+
+def test_a_retraining_from_history_exports_trains_and_asks_for_the_candidate(capsys) -> None:
+    assert main([*HISTORY_ARGS, "--dry-run", "--", "--max-minutes", "20"]) == 0
+    [job] = yaml.safe_load_all(capsys.readouterr().out)
+    kubernetes_validate.validate(job, KUBE_VERSION, strict=True)
+    pod = job["spec"]["template"]["spec"]
+    export, train = pod["initContainers"]
+    [ask] = pod["containers"]
+    # Each step is a command our own CLI takes, in order: export, train on it, shadow it.
+    exported = build_parser().parse_args(export["command"][1:])
+    trained = build_parser().parse_args(train["command"][1:])
+    asked = build_parser().parse_args(ask["command"][1:])
+    assert (exported.kpi, trained.data) == ("prb_util", exported.out)
+    assert (trained.target, trained.max_minutes) == ("prb_util", 20.0)
+    assert trained.out == asked.model_dir == "/opt/ric/model/candidates/$(JOB_NAME)"
+    assert (asked.model, asked.xapp) == ("prb", "http://service-ricxapp-kpi-forecast-http:8080")
+    assert export["image"] == ask["image"] == "registry.example/kpi-forecast:1"
+    assert train["image"] == "registry.example/kpi-forecast:train"
+    # $(JOB_NAME) is expanded by the kubelet from the label the Job controller sets.
+    for container in (train, ask):
+        [name] = [e for e in container["env"] if e["name"] == "JOB_NAME"]
+        assert name["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.labels['job-name']"
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["name"]: m["mountPath"] for m in train["volumeMounts"]}
+    assert volumes["models"]["persistentVolumeClaim"]["claimName"] == "kpi-models"
+    assert mounts["models"] == "/opt/ric/model" and mounts["history"] == "/history"
+    assert {m["name"] for m in export["volumeMounts"]} == {"history", "config"}
+    assert volumes["config"]["configMap"]["name"] == "kpi-forecast-config"
+    env = {e["name"]: e for e in [*export["env"], *ask["env"]]}
+    assert env["DBAAS_SERVICE_HOST"]["value"] == "service-ricplt-dbaas-tcp.ricplt"
+    assert env["KPI_FORECAST_API_KEY"]["valueFrom"]["secretKeyRef"]["name"] == \
+        "kpi-forecast-key"
+
+
+@pytest.mark.parametrize(("change", "says"), [
+    (["--nodes", "2"], "--from-history trains on one node"),
+    (["--kind", "pytorchjob"], "no --kind pytorchjob"),
+    (["--data", "/workspace/kpis"], "no --data"),
+    (["--out", "/workspace/models"], "must lie on the model repository's volume"),
+])
+def test_a_retraining_from_history_that_cannot_run_is_one_line(change: list[str],
+                                                                says: str) -> None:
+    args = list(HISTORY_ARGS)
+    if change[0] in args:
+        args[args.index(change[0]) + 1] = change[1]
+    else:
+        args += change
+    done = subprocess.run([sys.executable, "-m", "kpi_forecast.cli", *args, "--dry-run"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("kpi-forecast: error: ") and says in line, line

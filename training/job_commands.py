@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+from typing import TYPE_CHECKING
 
 from kpi_forecast.cli.cluster import kubernetes_client
 from kpi_forecast.model.errors import UserError
 from kpi_forecast.training.arguments import non_negative_int, positive_int
+
+if TYPE_CHECKING:
+    from kpi_forecast.training import k8s_job
 
 log = logging.getLogger(__name__)
 
@@ -23,15 +27,17 @@ def cmd_train_job(args: argparse.Namespace) -> None:
 
     logging.getLogger("urllib3").setLevel(logging.ERROR)
     extra = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
+    source = from_history(args)
     try:
         spec = k8s_job.TrainJobSpec(
-            name=args.name, image=args.image, data=args.data, out=args.out,
+            name=args.name, image=args.image, data=args.data or k8s_job.HISTORY, out=args.out,
             target=args.target, namespace=args.namespace, nodes=args.nodes, gpus=args.gpus,
             procs_per_node=args.procs_per_node, cpu=args.cpu, memory=args.memory,
             claim=args.claim, train_args=extra)
+        objects = [k8s_job.history_job_manifest(spec, source)] if source else None
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    kind, api = args.kind, None
+    kind, api = ("job" if source else args.kind), None
     try:
         if kind == "auto" or not args.dry_run:
             try:
@@ -43,7 +49,7 @@ def cmd_train_job(args: argparse.Namespace) -> None:
                 kind = "job"
         if kind == "auto":
             kind = "pytorchjob" if k8s_job.has_pytorchjob(api) else "job"
-        objects = k8s_job.manifests(spec, kind)
+        objects = objects or k8s_job.manifests(spec, kind)
         if args.dry_run:
             print(yaml.safe_dump_all(objects, sort_keys=False), end="")
             return
@@ -55,6 +61,31 @@ def cmd_train_job(args: argparse.Namespace) -> None:
     print(f"{args.namespace}: created {', '.join(created)}; {k8s_job.describe(spec)}")
 
 
+HISTORY_OPTIONS = ("serving_image", "xapp_config", "xapp", "model")
+
+
+def from_history(args: argparse.Namespace) -> k8s_job.FromHistory | None:
+    """The retraining from the RIC's own history the options ask for (None: a training of
+    --data); UserError naming what is missing or contradicts it."""
+    from kpi_forecast.training import k8s_job
+
+    if not args.from_history:
+        if args.data is None:
+            raise UserError("--data is required (or --from-history: the RIC's own history)")
+        return None
+    missing = [f"--{name.replace('_', '-')}" for name in HISTORY_OPTIONS
+               if not getattr(args, name)]
+    if missing:
+        raise UserError(f"--from-history needs {', '.join(missing)}")
+    if args.data is not None or args.kind == "pytorchjob":
+        raise UserError("--from-history reads the exported history on one node: no --data, "
+                        "no --kind pytorchjob")
+    return k8s_job.FromHistory(
+        serving_image=args.serving_image, config_map=args.xapp_config, xapp=args.xapp,
+        model=args.model, mount=args.mount_path, dbaas=args.dbaas or "",
+        api_key_secret=args.api_key_secret or "")
+
+
 def add_k8s_commands(k8s: argparse._SubParsersAction) -> None:
     """k8s train-job."""
     job = k8s.add_parser(
@@ -64,9 +95,11 @@ def add_k8s_commands(k8s: argparse._SubParsersAction) -> None:
     job.set_defaults(run=cmd_train_job)
     job.add_argument("--image", required=True, help="the training image (Dockerfile target "
                      "train, or its GPU build)")
-    job.add_argument("--data", required=True, help="file or Parquet dataset directory on the "
-                     "workspace volume, e.g. /workspace/kpis")
-    job.add_argument("--out", required=True, help="model directory on the workspace volume")
+    job.add_argument("--data", help="file or Parquet dataset directory on the workspace "
+                     "volume, e.g. /workspace/kpis")
+    job.add_argument("--out", required=True, help="model directory on the workspace volume; "
+                     "with --from-history, the folder of the candidates on the model "
+                     "repository's volume (each run writes a directory named by its Job)")
     job.add_argument("--target", required=True, help="KPI column to forecast")
     job.add_argument("--gpus", type=non_negative_int, default=0, help="GPUs per node "
                      "(default 0: CPU with gloo)")
@@ -83,6 +116,22 @@ def add_k8s_commands(k8s: argparse._SubParsersAction) -> None:
     job.add_argument("--kind", choices=["auto", "job", "pytorchjob"], default="auto",
                      help="auto: a PyTorchJob when the cluster has the Kubeflow training "
                      "operator, else a Job")
+    history = job.add_argument_group(
+        "retraining from the RIC's own history (--from-history): export the KPI's history "
+        "from the RIC's Redis, train on it, shadow the result as the model's candidate")
+    history.add_argument("--from-history", action="store_true")
+    history.add_argument("--serving-image", help="the xApp's image (it reads the RIC's Redis)")
+    history.add_argument("--xapp-config", help="the xApp's descriptor ConfigMap")
+    history.add_argument("--xapp", help="the xApp's HTTP address, e.g. "
+                         "http://service-ricxapp-kpi-forecast-http.ricxapp:8080")
+    history.add_argument("--model", help="the model the candidate is for")
+    history.add_argument("--mount-path", default="/opt/ric/model", help="where --claim (the "
+                         "model repository's volume) is mounted, as the xApp mounts it "
+                         "(default /opt/ric/model, the chart's model.path)")
+    history.add_argument("--dbaas", help="HOST:PORT of the RIC's Redis, where the descriptor "
+                         "names none (the chart's sdl.host and sdl.port)")
+    history.add_argument("--api-key-secret", help="Secret holding the model-control key "
+                         "(entry api-key)")
     job.add_argument("--dry-run", action="store_true", help="print the manifests as YAML")
     job.add_argument("--kubeconfig")
     job.add_argument("--context")

@@ -12,6 +12,13 @@ Data and output live on a volume every node mounts (a ReadWriteMany claim for se
 so that each rank reads its own files of a partitioned dataset and a restarted pod resumes
 from the checkpoint rank 0 wrote. torchrun restarts failed ranks (``--max-restarts``); the
 Job or the operator restarts a lost pod.
+
+A third form retrains from the RIC's own history (``FromHistory``, one pod): an init container
+of the serving image exports the KPI's history from the RIC's Redis (``kpi-forecast history
+export``, with the xApp's descriptor), another of the training image trains on it into a
+directory of its own (named by the Job) on the model repository's volume, and the pod's
+container asks the xApp to shadow it as the model's candidate (``kpi-forecast models
+candidate``). The chart's retraining CronJob runs the same pod.
 """
 
 from __future__ import annotations
@@ -56,9 +63,10 @@ class TrainJobSpec:
                 "app.kubernetes.io/instance": self.name,
                 "app.kubernetes.io/component": "training"}
 
-    def train_command(self) -> list[str]:
-        return ["kpi-forecast", "train", "--data", self.data, "--out", self.out, "--target",
-                self.target, "--device", "cuda" if self.gpus else "cpu", "--quiet",
+    def train_command(self, data: str | None = None, out: str | None = None) -> list[str]:
+        """The training, of ``data`` into ``out`` (default: the spec's)."""
+        return ["kpi-forecast", "train", "--data", data or self.data, "--out", out or self.out,
+                "--target", self.target, "--device", "cuda" if self.gpus else "cpu", "--quiet",
                 *self.train_args]
 
 
@@ -146,6 +154,95 @@ def pytorchjob_manifest(spec: TrainJobSpec) -> dict:
             "runPolicy": {"cleanPodPolicy": "None", "backoffLimit": spec.max_restarts},
             "pytorchReplicaSpecs": replicas,
         },
+    }
+
+
+CONFIG_DIR = "/opt/ric/config"  # where the xApp's descriptor ConfigMap is mounted, as in the chart
+HISTORY = "/history/history.parquet"  # the exported history, on an emptyDir of the pod
+
+
+@dataclass
+class FromHistory:
+    """A retraining from the RIC's own history: what the pod reads and whom it tells."""
+
+    serving_image: str  # the xApp's image: it reads the RIC's Redis
+    config_map: str  # the xApp's descriptor (config-file.json): the history store it names
+    xapp: str  # the xApp's HTTP address, for the candidate
+    model: str  # the model the candidate is for
+    mount: str  # where the model repository's volume (spec.claim) is, as the xApp mounts it
+    dbaas: str = ""  # HOST:PORT of the RIC's Redis, where the descriptor names none
+    api_key_secret: str = ""  # Secret holding the model-control key (entry "api-key")
+
+    def candidate_dir(self, spec: TrainJobSpec) -> str:
+        """Each run's own directory (the Job's name), so a promoted one is never overwritten."""
+        return f"{spec.out}/$(JOB_NAME)"
+
+
+def _job_name() -> dict:
+    """$(JOB_NAME): the Job's name, which the Job controller puts on its pods' labels."""
+    return {"name": "JOB_NAME",
+            "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['job-name']"}}}
+
+
+def _restricted() -> dict:
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+def history_pod(spec: TrainJobSpec, source: FromHistory) -> dict:
+    """The retraining pod: export, train, then the candidate asked for."""
+    candidate = source.candidate_dir(spec)
+    dbaas = []
+    if source.dbaas:
+        host, _, port = source.dbaas.rpartition(":")
+        dbaas = [{"name": "DBAAS_SERVICE_HOST", "value": host},
+                 {"name": "DBAAS_SERVICE_PORT", "value": port}]
+    key = ([{"name": "KPI_FORECAST_API_KEY", "valueFrom": {"secretKeyRef": {
+        "name": source.api_key_secret, "key": "api-key"}}}] if source.api_key_secret else [])
+    pod = _pod_spec(spec, spec.train_command(HISTORY, candidate), "Never")
+    [train] = pod.pop("containers")
+    train["name"] = "train"
+    train["env"].append(_job_name())
+    train["volumeMounts"] = [{"name": "history", "mountPath": "/history"},
+                             {"name": "models", "mountPath": source.mount},
+                             {"name": "dshm", "mountPath": "/dev/shm"}]
+    export = {
+        "name": "export", "image": source.serving_image,
+        "command": ["kpi-forecast", "history", "export", "--kpi", spec.target, "--out",
+                    HISTORY, "--config", f"{CONFIG_DIR}/config-file.json"],
+        "env": dbaas, "securityContext": _restricted(),
+        "volumeMounts": [{"name": "history", "mountPath": "/history"},
+                         {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}],
+    }
+    ask = {
+        "name": "candidate", "image": source.serving_image,
+        "command": ["kpi-forecast", "models", "candidate", "--xapp", source.xapp, "--model",
+                    source.model, "--model-dir", candidate],
+        "env": [_job_name(), *key], "securityContext": _restricted(),
+    }
+    pod["initContainers"] = [export, train]
+    pod["containers"] = [ask]
+    pod["volumes"] = [
+        {"name": "history", "emptyDir": {}},
+        {"name": "config", "configMap": {"name": source.config_map}},
+        {"name": "models", "persistentVolumeClaim": {"claimName": spec.claim}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+    ]
+    return pod
+
+
+def history_job_manifest(spec: TrainJobSpec, source: FromHistory) -> dict:
+    """The retraining from the RIC's own history as a Job (one pod, not retried: the next
+    run is the retry)."""
+    if spec.nodes != 1:
+        raise ValueError(f"--from-history trains on one node (got --nodes {spec.nodes})")
+    if not spec.out.startswith(source.mount.rstrip("/") + "/"):
+        raise ValueError(f"--out {spec.out} must lie on the model repository's volume, "
+                         f"mounted at --mount-path {source.mount}")
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": spec.name, "namespace": spec.namespace, "labels": spec.labels},
+        "spec": {"backoffLimit": 0, "template": {"metadata": {"labels": spec.labels},
+                                                 "spec": history_pod(spec, source)}},
     }
 
 
