@@ -13,13 +13,16 @@ import numpy as np
 import pytest
 
 from kpi_forecast.model.metrics import coverage, mae
+from kpi_forecast.model.runtime import OnnxForecaster
 from kpi_forecast.model.scores import FIELDS, POINTS
 from kpi_forecast.xapp.descriptor.accuracy import Promotion
 from kpi_forecast.xapp.descriptor.config_file import ConfigError
 from kpi_forecast.xapp.descriptor.controls import ModelControls
 from kpi_forecast.xapp.serving import repository
 from kpi_forecast.xapp.serving.lifecycle import Lifecycle, promotion_due
-from kpi_forecast.xapp.serving.scoring import Grid, Scorer, Summary
+from kpi_forecast.xapp.serving.model_holder import check_controls
+from kpi_forecast.xapp.serving.scoring import MAX_BLOCKS, Grid, Scorer, Summary
+from kpi_forecast.xapp.store.score_records import size
 from kpi_forecast.xapp.store.shared_state import SharedState
 from tests.processes import ROOT
 from tests.redis_server import redis_server
@@ -180,9 +183,8 @@ def test_a_promotion_rule_that_can_never_be_met_is_refused_when_the_descriptor_l
     with pytest.raises(repository.RepositoryError) as refused:
         repository.at_start(never.controls)
     assert str(refused.value) == (
-        f"model {MODEL}: controls.promotion.minPoints 337 can never be met: a week of live "
-        "scores holds at most 336 points (2 cells, scoring.maxCells, x 24 steps a day x 7 "
-        "days)")
+        f"model {MODEL}: controls.promotion.minPoints 337 can never be met: the live scores "
+        "hold at most 336 points (2 cells, scoring.maxCells, x 168 steps kept a cell)")
     just = descriptor(tmp_path, served_dir, scoring={"maxCells": 2},
                       promotion={"enabled": True, "minPoints": 2 * 24 * 7})
     assert repository.at_start(just.controls) == ((MODEL,), MODEL)
@@ -280,4 +282,20 @@ def test_the_lifecycle_pages_rule_example_is_a_rule_that_can_be_met() -> None:
     for name, own in controls["perModel"].items():
         rule = ModelControls.model_validate(own).promotion
         assert rule is not None and rule.enabled, name
-        assert rule.never_met(24, controls["scoring"]["maxCells"]) is None  # hourly
+        assert rule.never_met(7 * 24, 24, controls["scoring"]["maxCells"]) is None  # hourly
+
+
+def test_a_fine_grid_keeps_its_last_horizons_and_a_rule_longer_than_them_is_refused(
+        tmp_path: Path) -> None:
+    model_dir = make_model(tmp_path / "seconds")
+    meta = json.loads((model_dir / "metadata.json").read_text())
+    meta["freq"] = "1s"  # a week of one-second steps: 25,200 horizons of 24
+    (model_dir / "metadata.json").write_text(json.dumps(meta))
+    model = OnnxForecaster(model_dir)
+    grid = Grid.of(model)
+    assert grid.blocks == MAX_BLOCKS and grid.steps_kept == MAX_BLOCKS * HORIZON
+    assert size(grid.horizon, grid.quantiles, grid.blocks) == size(24, 3, MAX_BLOCKS)
+    rule = descriptor(tmp_path, model_dir, promotion={"enabled": True, "minDays": 1}).controls
+    with pytest.raises(ValueError, match=r"minDays 1 can never be met: the live scores keep "
+                                         r"0\.0467 days"):
+        check_controls(rule, model)

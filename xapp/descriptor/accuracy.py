@@ -78,12 +78,19 @@ class Promotion(BaseModel):
     """Days of scored horizons before the candidate is judged (live scores are kept for
     a week)."""
 
-    def never_met(self, steps_per_day: int, max_cells: int) -> str | None:
-        """Why the rule can never hold for a model of ``steps_per_day`` whose rounds score
-        ``max_cells`` cells (None: it can)."""
-        most = WEEK_DAYS * steps_per_day * max_cells
-        if self.enabled and self.min_points > most:
-            return (f"promotion.minPoints {self.min_points} can never be met: a week of live "
-                    f"scores holds at most {most} points ({max_cells} cells, scoring.maxCells, "
-                    f"x {steps_per_day} steps a day x {WEEK_DAYS} days)")
+    def never_met(self, steps_kept: int, steps_per_day: int, max_cells: int) -> str | None:
+        """Why the rule can never hold for a model whose live scores keep ``steps_kept`` steps
+        of a cell (a week, or fewer for a fine grid) at ``steps_per_day``, over ``max_cells``
+        cells (None: it can)."""
+        if not self.enabled:
+            return None
+        days = steps_kept / steps_per_day
+        if self.min_days > days:
+            return (f"promotion.minDays {self.min_days:g} can never be met: the live scores "
+                    f"keep {days:.3g} days of this model's horizons")
+        most = steps_kept * max_cells
+        if self.min_points > most:
+            return (f"promotion.minPoints {self.min_points} can never be met: the live scores "
+                    f"hold at most {most} points ({max_cells} cells, scoring.maxCells, x "
+                    f"{steps_kept} steps kept a cell)")
         return None

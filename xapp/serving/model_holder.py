@@ -15,7 +15,6 @@ import time
 from collections.abc import Awaitable, Callable
 
 import httpx
-import pandas as pd
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
 from kpi_forecast.model.artifact import ArtifactError
@@ -24,6 +23,7 @@ from kpi_forecast.xapp.descriptor.controls import Controls
 from kpi_forecast.xapp.failures import describe, log_retry
 from kpi_forecast.xapp.metrics import Metrics
 from kpi_forecast.xapp.serving import model_source
+from kpi_forecast.xapp.serving.scoring import Grid
 from kpi_forecast.xapp.serving.state import ServingState
 from kpi_forecast.xapp.store.cell_history import (
     Aggregate,
@@ -277,7 +277,8 @@ def check_controls(controls: Controls, model: OnnxForecaster) -> None:
     if controls.default_horizon and controls.default_horizon > meta.horizon:
         raise ValueError(f"controls.defaultHorizon {controls.default_horizon} exceeds the "
                          f"model's horizon {meta.horizon}")
-    steps_per_day = max(1, pd.Timedelta("1D") // model.step)
-    reason = controls.promotion.never_met(steps_per_day, controls.scoring.max_cells)
+    grid = Grid.of(model)
+    reason = controls.promotion.never_met(grid.steps_kept, grid.steps_per_day,
+                                          controls.scoring.max_cells)
     if reason:
         raise ValueError(f"controls.{reason}")

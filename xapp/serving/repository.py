@@ -28,7 +28,7 @@ from kpi_forecast.xapp.serving.batcher import DynamicBatcher
 from kpi_forecast.xapp.serving.errors import UnknownModel
 from kpi_forecast.xapp.serving.model_holder import ModelHolder
 from kpi_forecast.xapp.serving.recalibrator import Recalibrator
-from kpi_forecast.xapp.serving.scoring import Scorer
+from kpi_forecast.xapp.serving.scoring import WINDOWS, Scorer
 from kpi_forecast.xapp.serving.state import ServingState
 from kpi_forecast.xapp.store.cell_history import HistoryUnavailable
 from kpi_forecast.xapp.store.shared_state import SharedState
@@ -84,7 +84,8 @@ def check_promotion(controls: Controls, names: tuple[str, ...]) -> None:
             step = None
         if step is None or step <= pd.Timedelta(0):
             continue
-        reason = own.promotion.never_met(max(1, pd.Timedelta("1D") // step),
+        per_day = max(1, pd.Timedelta("1D") // step)  # the horizon is read at load
+        reason = own.promotion.never_met(WINDOWS["week"] * per_day, per_day,
                                          own.scoring.max_cells)
         if reason:
             raise RepositoryError(f"model {name}: controls.{reason}")

@@ -42,6 +42,9 @@ TICK_S = 1.0  # how often the loop looks for a due round, or another replica's s
 GRACE_STEPS = 1  # a round waits for the first report this many steps past its origin
 CELLS_PER_READ = 256  # cells a round reads, forecasts and writes at a time
 WINDOWS = {"day": 1, "week": 7}  # the windows scored, in days
+# Horizons a cell's record keeps at most: a week of an hourly model's hours. A finer model
+# keeps its last MAX_BLOCKS horizons, which its windows then cover.
+MAX_BLOCKS = 168
 NS_PER_DAY = 86_400 * 10**9
 
 
@@ -53,14 +56,19 @@ class Grid:
     horizon: int
     steps_per_day: int
     quantiles: int
-    blocks: int  # a week of blocks
+    blocks: int  # a week of horizons, at most MAX_BLOCKS
 
     @classmethod
     def of(cls, model: OnnxForecaster) -> Grid:
         meta, step = model.metadata, model.step.value
         per_day = max(1, NS_PER_DAY // step)
         return cls(step, meta.horizon, per_day, len(meta.quantiles),
-                   -(-WINDOWS["week"] * per_day // meta.horizon))
+                   min(-(-WINDOWS["week"] * per_day // meta.horizon), MAX_BLOCKS))
+
+    @property
+    def steps_kept(self) -> int:
+        """Steps of a cell the records keep scores of: a week, or MAX_BLOCKS horizons."""
+        return min(WINDOWS["week"] * self.steps_per_day, self.blocks * self.horizon)
 
     def window(self, record: ScoreRecord, end: int, days: int) -> np.ndarray:
         """The record's sums over the blocks in the ``days`` before slot ``end``."""
