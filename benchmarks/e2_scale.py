@@ -163,14 +163,15 @@ class Bench:
              "--wall-clock"], cwd=ROOT, env=self.env, stdout=subprocess.DEVNULL,
             stderr=self.log.open("a"))
 
-    def start_replica(self, name: str) -> Replica:
+    def start_replica(self, name: str, **controls: object) -> Replica:
+        """A replica with the bench's descriptor, ``controls`` (camelCase) replaced."""
         rmr_port, http_port = free_port(), free_port()
         e2 = {"enabled": True, "port": rmr_port, "submgrUrl": f"{self.node_url}/ric/v1",
               "e2mgrUrl": f"{self.node_url}/v1",
               "kpis": {"traffic": {"measurement": MEASUREMENT}}}
         store = {"backend": "redis", "host": "127.0.0.1", "port": self.redis_port}
-        config = write_descriptor(self.tmp / name, self.model_dir, e2=e2,
-                                  historyStore=store, historyLength=HISTORY_LENGTH)
+        config = write_descriptor(self.tmp / name, self.model_dir, **{
+            "e2": e2, "historyStore": store, "historyLength": HISTORY_LENGTH, **controls})
         process = subprocess.Popen(
             [sys.executable, "-m", "kpi_forecast.cli", "serve", "--config", str(config),
              "--host", "127.0.0.1", "--port", str(http_port)],
