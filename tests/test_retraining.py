@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import pandas as pd
 
 from benchmarks.ports import free_port
 from kpi_forecast.data.ingest import load_panel
@@ -61,6 +62,17 @@ def test_the_pages_retraining_block_shadows_a_model_of_the_exported_history(
         away = cli("models", "rollback", "--xapp", f"http://127.0.0.1:{free_port()}",
                    "--model", "prb")
     assert done.returncode == 0, done.stderr
+    # The export is what the replica holds: the observed steps, as the training reads them.
+    values = sample.values[:3, -LENGTH:]
+    assert done.stdout.startswith(f"wrote {np.count_nonzero(~np.isnan(values))} values of 3 "
+                                  "cells (prb_util)"), done.stdout
+    frame = pd.read_parquet(tmp_path / "recent.parquet")
+    assert list(frame.columns) == ["timestamp", "cell_id", "prb_util"]
+    exported = load_panel(tmp_path / "recent.parquet", "prb_util")
+    assert exported.cell_ids == sample.cell_ids[:3] and exported.freq == "1h"
+    first = int(np.argmax(~np.isnan(values).all(axis=0)))  # the export's first observed step
+    assert exported.index[0] == sample.index[-LENGTH + first]
+    np.testing.assert_allclose(exported.values, values[:, first:], rtol=1e-6)
     trained = json.loads((models / "candidates" / "prb-recent" / "metadata.json")
                          .read_text())["model_version"]
     assert done.stdout.splitlines()[-1] == (

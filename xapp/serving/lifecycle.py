@@ -144,34 +144,36 @@ class Lifecycle:
                       reason: str) -> Decision:
         slot = self._slots[name]
         before = await self.held(name)
-        served, candidate = self._serving(name)
-        previous = before.previous if before else None
-        if action in ("load", "unload"):
-            if action == "load":
-                await slot.holder.reload(model_dir)
-            else:
-                await slot.holder.unload()
-            previous = served
+        old, shadowed = self._serving(name)
+        kept = before.previous if before else None  # what a rollback serves now
+        if action == "load":
+            await slot.holder.reload(model_dir)
+        elif action == "unload":
+            await slot.holder.unload()
         elif action == "candidate":
             await slot.holder.load_candidate(model_dir or "")
         elif action == "drop_candidate":
-            if candidate is None:
+            if shadowed is None:
                 raise DecisionConflict(f"model {name} has no candidate")
             slot.holder.drop_candidate()
         elif action == "promote":
-            shadowed = self._state.view(name).candidate
-            if shadowed is None or candidate is None:
+            loaded = self._state.view(name).candidate
+            if loaded is None or shadowed is None:
                 raise DecisionConflict(f"model {name} has no candidate to promote (POST "
                                        f"/v1/models/{name}/candidate shadows one)")
-            await slot.holder.reload(candidate.model_dir, loaded=shadowed)
-            previous = served
+            await slot.holder.reload(shadowed.model_dir, loaded=loaded)
         else:  # rollback
-            if previous is None:
+            if kept is None:
                 raise DecisionConflict(f"model {name}: no version served before this one to "
                                        "roll back to")
-            await slot.holder.reload(previous.model_dir, expect_version=previous.version)
-            previous = None
+            await slot.holder.reload(kept.model_dir, expect_version=kept.version)
         served, candidate = self._serving(name)
+        if action == "rollback":
+            previous = None
+        elif old is not None and (served is None or served.version != old.version):
+            previous = old  # replaced: what a rollback serves again
+        else:
+            previous = kept
         shared = self._shared()
         if before is None:  # a first model's load opened the shared state
             before = await self.held(name)
