@@ -110,6 +110,23 @@ def test_reloads_and_descriptor_writes_under_load_answer_each_version_with_its_n
                     assert response.status_code == expected, response.text
                     turn += 1
 
+        name = client.get("/v1/model").json()["name"]
+        decisions: list[tuple[str, int]] = []
+
+        def shadower(order: list[Path]) -> None:
+            """Shadow a version, promote it, roll back, again and again: beside the reloads,
+            each may find the candidate gone (409) or the version already served (422)."""
+            with httpx.Client(base_url=f"{url}/v1/models/{name}", timeout=60) as own:
+                turn = 0
+                while not stop.is_set():
+                    calls = (("candidate", {"model_dir": str(order[turn % len(order)])}),
+                             ("promote", None), ("rollback", None))
+                    for action, body in calls:
+                        response = own.post(f"/{action}", json=body)
+                        decisions.append((action, response.status_code))
+                        assert response.status_code in (200, 409, 422), response.text
+                    turn += 1
+
         def write_descriptors() -> None:
             path = config.parent / CONFIG_FILE_NAME
             turn = 0
@@ -127,7 +144,8 @@ def test_reloads_and_descriptor_writes_under_load_answer_each_version_with_its_n
 
         a, b = models.values()
         workers = [guarded(ask), guarded(lambda: reloader([a, b])),
-                   guarded(lambda: reloader([b, broken, a])), guarded(write_descriptors)]
+                   guarded(lambda: reloader([b, broken, a])), guarded(write_descriptors),
+                   guarded(lambda: shadower([a, b]))]
         for worker in workers:
             worker.start()
         load = subprocess.run([hey, "-z", f"{LOAD_S}s", "-c", "2", "-q", "20", "-m", "POST",
@@ -152,6 +170,7 @@ def test_reloads_and_descriptor_writes_under_load_answer_each_version_with_its_n
         assert sum(code == 200 for code, _ in reloads) >= 4
         assert any(code == 422 for code, _ in reloads)
         assert writes["valid"] and writes["invalid"]
+        assert ("promote", 200) in decisions and ("rollback", 200) in decisions, decisions
         assert "configuration change rejected" in xapp.log
         assert client.get("/ric/v1/health/ready").status_code == 200
         assert client.get("/v1/model").json()["model_version"] in models
@@ -159,7 +178,8 @@ def test_reloads_and_descriptor_writes_under_load_answer_each_version_with_its_n
     report.row(fault="Model reloads and descriptor writes under load",
                injected=f"{len(reloads)} reloads from two clients at once between two models of "
                f"different weights (a truncated model among them), {sum(writes.values())} "
-               f"descriptor writes ({writes['invalid']} invalid) racing them",
+               f"descriptor writes ({writes['invalid']} invalid) and {len(decisions)} candidate, "
+               "promotion and rollback calls racing them",
                load=f"hey, 2 connections x 20 requests/s for {LOAD_S} s, and a client checking "
                "every answer", lost=f"nothing: {codes[200]} answers, all 200; each of "
                f"{len(from_model)} checked answers the numbers of the version it names",
