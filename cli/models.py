@@ -8,8 +8,6 @@ from __future__ import annotations
 import argparse
 import os
 
-import httpx
-
 from kpi_forecast.model.errors import UserError
 from kpi_forecast.xapp.descriptor.controls import API_KEY_ENV, API_KEY_HEADER
 
@@ -18,6 +16,8 @@ TIMEOUT_S = 120.0  # a candidate is loaded, verified and warmed up before the an
 
 def decide(xapp: str, method: str, path: str, body: dict | None = None) -> dict:
     """The decision the xApp at ``xapp`` answers; UserError (one line) for any refusal."""
+    import httpx  # the serving side's: the training image's command line leaves it out
+
     key = os.environ.get(API_KEY_ENV)
     url = xapp.rstrip("/") + path
     try:
