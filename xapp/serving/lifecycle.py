@@ -24,6 +24,7 @@ from typing import Literal
 import numpy as np
 
 from kpi_forecast.model.artifact import ArtifactError
+from kpi_forecast.model.runtime import OnnxForecaster
 from kpi_forecast.model.scores import INTERVAL, Accuracy
 from kpi_forecast.xapp.descriptor.accuracy import Promotion
 from kpi_forecast.xapp.failures import describe, keep_ticking
@@ -73,6 +74,10 @@ class Decision:
         placed = {key: Placed(**raw[key]) if raw[key] else None
                   for key in ("served", "candidate", "previous")}
         return cls(**{**raw, **placed})
+
+
+def placed(model: OnnxForecaster | None) -> Placed | None:
+    return None if model is None else Placed(str(model.model_dir), model.metadata.model_version)
 
 
 def promotion_due(served: Summary, candidate: Summary, rule: Promotion, grid: Grid
@@ -126,11 +131,9 @@ class Lifecycle:
         return None if blob is None else Decision.from_json(blob)
 
     def _serving(self, name: str) -> tuple[Placed | None, Placed | None]:
+        """The version served here and the candidate shadowed, where each was loaded from."""
         view = self._state.view(name)
-        placed = [None if model is None else Placed(str(model.model_dir),
-                                                    model.metadata.model_version)
-                  for model in (view.model, view.candidate)]
-        return placed[0], placed[1]
+        return placed(view.model), placed(view.candidate)
 
     async def decide(self, name: str, action: Action, model_dir: str | None = None,
                      reason: str = "call") -> Decision:
