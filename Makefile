@@ -88,6 +88,7 @@ bench: $(VENV)/.installed-bench
 	$(BIN)/python -m benchmarks.shared_history
 	$(BIN)/python -m benchmarks.background_work
 	$(BIN)/python -m benchmarks.scoring_cost
+	$(BIN)/python -m benchmarks.regime_change
 	$(BIN)/python -m benchmarks.repository
 	$(BIN)/python -m benchmarks.images
 	$(BIN)/python -m benchmarks.reliability

@@ -98,6 +98,7 @@ class Ric:
     data: Path
     model_dir: Path
     redis: RedisServer
+    column: str = "prb_util"  # the file's KPI column, replayed as MEASUREMENT
     node_port: int = field(default_factory=free_port)
     node_rmr_port: int = field(default_factory=free_port)
     node: subprocess.Popen | None = None
@@ -120,7 +121,7 @@ class Ric:
         """The mock E2 node on its ports (the same ones again after a restart)."""
         self.node = subprocess.Popen(
             [sys.executable, "-m", "kpi_forecast.cli", "e2sim", "--data", str(self.data),
-             "--kpi", f"prb_util={MEASUREMENT}", "--listen", f"127.0.0.1:{self.node_port}",
+             "--kpi", f"{self.column}={MEASUREMENT}", "--listen", f"127.0.0.1:{self.node_port}",
              "--rmr-port", str(self.node_rmr_port), *options],
             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=self.log.open("a"))
         node = self.node
@@ -142,7 +143,7 @@ class Ric:
     def add_replica(self, name: str, **controls: object) -> Replica:
         rmr_port, port = free_port(), free_port()
         e2 = {"enabled": True, "port": rmr_port, "submgrUrl": f"{self.node_url}/ric/v1",
-              "e2mgrUrl": f"{self.node_url}/v1", "kpis": {"kpi": {"measurement": MEASUREMENT}}}
+              "e2mgrUrl": f"{self.node_url}/v1", "kpis": {self.kpi: {"measurement": MEASUREMENT}}}
         store = {"backend": "redis", "host": "127.0.0.1", "port": self.redis.port,
                  "namespace": NAMESPACE, "timeoutMs": 300}
         config = write_descriptor(self.directory / name, self.model_dir, e2=e2,

@@ -1,0 +1,329 @@
+"""The model lifecycle's loop, end to end with real parts, through a regime change.
+
+The sample's traffic with a lasting level change (``--factor``, 0.4: a drop) in half its cells
+from day 35. A served model trained on the 35 days before it; the mock E2 node replays the file
+over librmr into `kpi-forecast serve` on redis-server (one simulated day every two seconds, so
+that every scoring round is taken) with the promotion rule on; a real Prometheus scrapes the
+xApp and evaluates the chart's alert rules. A week after the change the history is exported
+(`kpi-forecast history export`), a candidate is trained on it (`kpi-forecast train`) and loaded
+(`kpi-forecast models candidate`); a second replay (the node restarted) goes on to the end of
+the file. Throughout, a client asks a changed cell's forecast ten times a second.
+
+Reported, in simulated hours from the change: the alert's expression holding
+(``KpiForecastWorseThanNaive`` pending), the served version's day skill back at 0 or above,
+the candidate's arrival and the rule's decision; the reports sent and taken; the forecast
+answers that were not 200.
+
+    python -m benchmarks.regime_change [--minutes 2] [--factor 0.4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pandas as pd
+
+from benchmarks.common import write_section
+from benchmarks.ports import free_port
+from benchmarks.results import RESULTS, Results
+from kpi_forecast.cli.mock_e2_node import cell_id
+from kpi_forecast.data.ingest import load_panel
+from kpi_forecast.model.artifact import load_metadata
+from kpi_forecast.xapp.ric import rmr
+from tests.faults.ric import Ric
+from tests.processes import ROOT
+from tests.redis_server import RedisServer
+from tests.rmr_library import RMR
+from tests.system_tools import system_tool
+from tests.waiting import wait_for
+
+SAMPLE = ROOT / "data/sample/cells_hourly.csv.gz"
+KPI = "traffic_mb"
+CHANGE_DAY = 35  # the sample's first 35 days train the served model
+SPEED = 43_200.0  # simulated seconds per second: a day in two, each scoring round taken
+ALERT = "KpiForecastWorseThanNaive"
+RULES = ROOT / "helm/kpi-forecast/files/prometheus-rules.yaml"
+BIN = Path(sys.executable).parent
+
+
+def regime_file(out: Path, factor: float) -> tuple[Path, pd.Timestamp]:
+    """The sample with half its cells' load times ``factor`` from ``CHANGE_DAY`` on."""
+    frame = pd.read_csv(SAMPLE)[["timestamp", "cell_id", KPI]]
+    stamps = pd.to_datetime(frame["timestamp"], utc=True)
+    change = stamps.min() + pd.Timedelta(days=CHANGE_DAY)
+    cells = sorted(frame["cell_id"].unique())
+    changed = frame["cell_id"].isin(cells[: len(cells) // 2]) & (stamps >= change)
+    frame.loc[changed, KPI] *= factor
+    frame.to_csv(out, index=False)
+    frame[stamps < change].to_csv(out.with_name("before.csv"), index=False)
+    return out, change
+
+
+def cli(*args: str, timeout: float = 900) -> str:
+    done = subprocess.run([str(BIN / "kpi-forecast"), *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise RuntimeError(f"kpi-forecast {args[0]} exited {done.returncode}: "
+                           f"{done.stderr[-2000:]}")
+    return done.stdout
+
+
+@dataclass
+class Watch:
+    """What the loop looked like, sampled every quarter second from the xApp and Prometheus."""
+
+    xapp: str
+    prometheus: str
+    model: str
+    cell: str
+    rows: list[dict] = field(default_factory=list)
+    answers: list[int] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def sample(self, client: httpx.Client) -> None:
+        accuracy = client.get(f"{self.xapp}/v1/models/{self.model}/accuracy").json()
+        alerts = client.get(f"{self.prometheus}/api/v1/query",
+                            params={"query": f'ALERTS{{alertname="{ALERT}"}}'}).json()
+        candidate = accuracy.get("candidate") or {}
+        self.rows.append({
+            "scored_until": accuracy.get("scored_until"),
+            "version": accuracy["model_version"],
+            "day_skill": accuracy["windows"]["day"]["skill"],
+            "candidate_version": candidate.get("model_version"),
+            "candidate_day_skill": (candidate.get("windows") or {}).get("day", {}).get("skill"),
+            "alert": bool(alerts["data"]["result"])})
+
+    def ask(self, client: httpx.Client) -> None:
+        self.answers.append(client.get(f"{self.xapp}/v1/cells/{self.cell}/forecast").status_code)
+
+    def answered(self) -> list[int]:
+        """The answers from the first 200 on: before it, the cell is unknown (404) or holds
+        too little history (409), as documented."""
+        first = self.answers.index(200) if 200 in self.answers else len(self.answers)
+        return self.answers[first:]
+
+    def run(self) -> None:
+        with httpx.Client(timeout=10) as client:
+            while not self.stop.is_set():
+                self.sample(client)
+                for _ in range(3):
+                    self.ask(client)
+                    time.sleep(0.08)
+
+    def timeline(self) -> pd.DataFrame:
+        table = pd.DataFrame(self.rows).dropna(subset=["scored_until"])
+        table["scored_until"] = pd.to_datetime(table["scored_until"], utc=True)
+        return table.drop_duplicates("scored_until", keep="last").reset_index(drop=True)
+
+
+def prometheus(directory: Path, xapp_port: int) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    (directory / "prometheus.yml").write_text(f"""
+global: {{scrape_interval: 1s, evaluation_interval: 1s}}
+rule_files: ["{RULES}"]
+scrape_configs:
+  - job_name: kpi-forecast
+    metrics_path: /ric/v1/metrics
+    static_configs: [{{targets: ["127.0.0.1:{xapp_port}"]}}]
+""")
+    process = subprocess.Popen(
+        [system_tool("prometheus"), f"--config.file={directory / 'prometheus.yml'}",
+         f"--storage.tsdb.path={directory / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return process, f"http://127.0.0.1:{port}"
+
+
+def replay(ric: Ric, start: pd.Timestamp, end: pd.Timestamp, taken: float) -> float:
+    """One run of the node over [start, end), waited out: every report it sent taken."""
+    ric.start_node("--start", start.isoformat(), "--end", end.isoformat(),
+                   "--speed", f"{SPEED:g}")
+    replica = ric.replicas[0]
+    bound = (end - start).total_seconds() / SPEED * 3 + 60
+
+    def done() -> bool:
+        stats = ric.node_stats()
+        ends = sum(len(ends) for ends in stats["subscribers"].values())
+        return (ends > 0 and stats.get("replays_done", 0) == ends
+                and replica.metric("kpi_forecast_e2_indications_total") - taken
+                == stats["indications"])
+
+    wait_for(done, bound, ric.tail)
+    sent = ric.node_stats()["indications"]
+    ric.stop_node()
+    return sent
+
+
+def train(data: Path, out: Path, minutes: float, *extra: str) -> None:
+    """`kpi-forecast train` on the sample's calendar (Europe/Paris, French holidays)."""
+    cli("train", "--data", str(data), "--target", KPI, "--out", str(out), "--tz",
+        "Europe/Paris", "--holidays", "FR", "--max-minutes", f"{minutes:g}", "--quiet", *extra)
+
+
+@dataclass
+class Scenario:
+    minutes: float = 2.0  # each model's training budget
+    factor: float = 0.4  # the changed cells' load after the change, times their own
+    days_before: int = 14  # replayed before the change: a week of context, a week scored
+    retrain_days: int = 7  # from the change to the export
+    days_after: int | None = None  # replayed after the change (None: to the file's end)
+
+
+def loop(directory: Path, scenario: Scenario, timeline_csv: Path) -> dict:
+    """The whole loop once; its timeline goes to ``timeline_csv``."""
+    minutes = scenario.minutes
+    data, change = regime_file(directory / "regime.csv", scenario.factor)
+    served = directory / "models" / KPI
+    if not (served / "model.onnx").is_file():  # one there from an earlier run with --work
+        train(data.with_name("before.csv"), served, minutes, "--context", "7D")
+    panel = load_panel(data, KPI)
+    redis = RedisServer(directory).start()
+    ric = Ric(directory, data, served, redis, column=KPI)
+    processes: list[subprocess.Popen] = []
+    try:
+        replica = ric.add_replica("a", promotion={"enabled": True,
+                                                  "minPoints": panel.n_cells * 24,
+                                                  "minDays": 1})
+        prom, prom_url = prometheus(directory, replica.port)
+        processes.append(prom)
+        wait_for(lambda: httpx.get(f"{prom_url}/-/ready", timeout=2).is_success, 60, ric.tail)
+        watch = Watch(replica.url, prom_url, KPI, cell_id(0))
+        watcher = threading.Thread(target=watch.run, daemon=True)
+        watcher.start()
+        retrain_at = change + pd.Timedelta(days=scenario.retrain_days)
+        end = (panel.index[-1] + panel.step if scenario.days_after is None
+               else change + pd.Timedelta(days=scenario.days_after))
+        sent = replay(ric, change - pd.Timedelta(days=scenario.days_before), retrain_at, 0.0)
+        export = directory / "export.parquet"
+        cli("history", "export", "--kpi", KPI, "--out", str(export), "--config",
+            str(replica.config))
+        candidate = directory / "models" / "candidate"
+        train(export, candidate, minutes)
+        cli("models", "candidate", "--xapp", replica.url, "--model", KPI,
+            "--model-dir", str(candidate))
+        sent += replay(ric, retrain_at, end, replica.metric("kpi_forecast_e2_indications_total"))
+        time.sleep(3)  # the last round, scraped
+        watch.stop.set()
+        watcher.join(30)
+        taken = replica.metric("kpi_forecast_e2_indications_total")
+        decisions = replica.metric(
+            f'kpi_forecast_model_decisions_total{{action="promote",model="{KPI}"}}')
+    finally:
+        for process in processes:
+            process.terminate()
+            process.wait(30)
+        ric.close()
+    timeline = watch.timeline()
+    hours = (timeline["scored_until"] - change) / pd.Timedelta(hours=1)
+    timeline.insert(0, "hours", hours)
+    timeline.to_csv(timeline_csv, index=False)
+    # A round scores the day before its origin: the first wholly after the change is 24 h on.
+    before, after = timeline[hours <= 0], timeline[hours >= 24]
+    alerted = after[after["alert"]]
+    onset = alerted["hours"].min() if len(alerted) else None
+    recovered = after[(after["hours"] > (onset or 0)) & (after["day_skill"] >= 0)]
+    promoted = after[after["version"] == load_metadata(candidate).model_version]
+    answered = watch.answered()
+    return {
+        "factor": scenario.factor, "minutes": minutes, "retrain days": scenario.retrain_days,
+        "reports sent": sent, "reports taken": taken, "forecasts asked": len(answered),
+        "forecasts not 200": sum(code != 200 for code in answered),
+        "promotions": decisions,
+        "alert before the change": bool(before["alert"].tail(3).any()),
+        "skill before the change": float(before["day_skill"].tail(3).mean()),
+        "lowest skill": float(after["day_skill"].min()),
+        "hours to alert": onset,
+        "hours to recovery": recovered["hours"].min() if len(recovered) else None,
+        "hours to candidate": scenario.retrain_days * 24.0,
+        "hours to promotion": promoted["hours"].min() if len(promoted) else None,
+        "skill after": float(after["day_skill"].tail(7).mean()),
+        "candidate scored": bool(timeline["candidate_day_skill"].notna().any())}
+
+
+def report(figures: dict, results: Results) -> str:
+    """The section of docs/benchmarks.md."""
+    def hours(name: str) -> str:
+        value = figures[name]
+        return "never" if value is None or np.isnan(value) else f"{value:.0f} h"
+
+    results.figures.update(figures)
+    return "\n".join([
+        "## Through a regime change",
+        "",
+        f"{results.measured} (part of `make bench`): the sample's traffic, half its cells "
+        f"times {figures['factor']:g} from day {CHANGE_DAY}; a served model trained on the "
+        f"days before, the candidate on the history exported {figures['retrain days']} days "
+        f"after the change ({figures['minutes']:g} min each); the mock E2 node over librmr, "
+        "redis-server, a real Prometheus with the chart's rules; simulated hours from the change.",
+        "",
+        "| alert pending | day skill back at 0 | candidate loaded | promoted by the rule | "
+        "day skill: before, lowest, last week | reports sent, taken | forecasts not 200 |",
+        "|---|---|---|---|---|---|---|",
+        f"| {hours('hours to alert')} | {hours('hours to recovery')} | "
+        f"{hours('hours to candidate')} | {hours('hours to promotion')} | "
+        f"{figures['skill before the change']:.2f}, {figures['lowest skill']:.2f}, "
+        f"{figures['skill after']:.2f} | {figures['reports sent']:,.0f}, "
+        f"{figures['reports taken']:,.0f} | {figures['forecasts not 200']} of "
+        f"{figures['forecasts asked']:,} |",
+    ])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=2.0)
+    parser.add_argument("--factor", type=float, default=0.4)
+    parser.add_argument("--retrain-days", type=int, default=7)
+    parser.add_argument("--work", type=Path, help="keep the models, the export and the logs "
+                        "here; a served model already there is reused")
+    args = parser.parse_args()
+    if not (RMR / "lib").is_dir():
+        print("regime_change: ../shared/rmr is absent; nothing measured")
+        return 0
+    # Every process started finds librmr as an installed one, with no route table service.
+    os.environ.update({"LD_LIBRARY_PATH": os.pathsep.join(filter(None, [
+        str(RMR / "lib"), os.environ.get("LD_LIBRARY_PATH")])),
+        "RMR_SEED_RT": str(rmr.NO_ROUTES), "RMR_RTG_SVC": "-1"})
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = args.work or Path(tmp)
+        for stale in ("models/candidate", "tsdb", "a", "export.parquet", "processes.log"):
+            if (work / stale).is_dir():
+                shutil.rmtree(work / stale)
+            else:
+                (work / stale).unlink(missing_ok=True)
+        work.mkdir(parents=True, exist_ok=True)
+        figures = loop(work, Scenario(args.minutes, args.factor, retrain_days=args.retrain_days),
+                       RESULTS / "regime_change.csv")
+    options = {"--minutes": (args.minutes, 2.0), "--factor": (args.factor, 0.4),
+               "--retrain-days": (args.retrain_days, 7)}
+    results = Results(
+        "regime_change", " ".join(["python -m benchmarks.regime_change", *(
+            f"{name} {value:g}" for name, (value, default) in options.items()
+            if value != default)]), "benchmarks.md", "regime-change", tables=["regime_change"])
+    section = report(figures, results)
+    print(section)
+    write_section(results, section)
+    # The loop's mechanics, whatever the models: nothing lost, nothing failed, each step taken.
+    problems = [what for what, bad in (
+        ("reports lost", figures["reports taken"] != figures["reports sent"]),
+        ("forecasts failed", figures["forecasts not 200"] > 0),
+        ("the alert never pending after the change", figures["hours to alert"] is None),
+        ("the candidate never scored", not figures["candidate scored"])) if bad]
+    if problems:
+        print(f"regime_change: {'; '.join(problems)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
