@@ -90,6 +90,7 @@ class Watch:
     rows: list[dict] = field(default_factory=list)
     answers: list[int] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
+    error: Exception | None = None
 
     def sample(self, client: httpx.Client) -> None:
         accuracy = client.get(f"{self.xapp}/v1/models/{self.model}/accuracy").json()
@@ -100,6 +101,7 @@ class Watch:
             "scored_until": accuracy.get("scored_until"),
             "version": accuracy["model_version"],
             "day_skill": accuracy["windows"]["day"]["skill"],
+            "candidate_until": candidate.get("scored_until"),
             "candidate_version": candidate.get("model_version"),
             "candidate_day_skill": (candidate.get("windows") or {}).get("day", {}).get("skill"),
             "alert": bool(alerts["data"]["result"])})
@@ -114,17 +116,27 @@ class Watch:
         return self.answers[first:]
 
     def run(self) -> None:
-        with httpx.Client(timeout=10) as client:
-            while not self.stop.is_set():
-                self.sample(client)
-                for _ in range(3):
-                    self.ask(client)
-                    time.sleep(0.08)
+        try:
+            with httpx.Client(timeout=10) as client:
+                while not self.stop.is_set():
+                    self.sample(client)
+                    for _ in range(3):
+                        self.ask(client)
+                        time.sleep(0.08)
+        except Exception as error:  # kept for the loop to raise: a thread's would be lost
+            self.error = error
 
     def timeline(self) -> pd.DataFrame:
-        table = pd.DataFrame(self.rows).dropna(subset=["scored_until"])
-        table["scored_until"] = pd.to_datetime(table["scored_until"], utc=True)
-        return table.drop_duplicates("scored_until", keep="last").reset_index(drop=True)
+        """A row per round of the served version, the candidate's of the same origin beside."""
+        table = pd.DataFrame(self.rows)
+        served = table.dropna(subset=["scored_until"]).drop_duplicates("scored_until",
+                                                                      keep="last")
+        candidate = table.dropna(subset=["candidate_until"]).drop_duplicates(
+            "candidate_until", keep="last")[["candidate_until", "candidate_day_skill"]]
+        served = served.drop(columns=["candidate_until", "candidate_day_skill"]).merge(
+            candidate, how="left", left_on="scored_until", right_on="candidate_until")
+        served["scored_until"] = pd.to_datetime(served["scored_until"], utc=True)
+        return served.drop(columns=["candidate_until"]).reset_index(drop=True)
 
 
 def prometheus(directory: Path, xapp_port: int) -> tuple[subprocess.Popen, str]:
@@ -164,9 +176,9 @@ def replay(ric: Ric, start: pd.Timestamp, end: pd.Timestamp, taken: float) -> fl
     return sent
 
 
-def train(data: Path, out: Path, minutes: float, *extra: str) -> None:
+def train(data: Path, target: str, out: Path, minutes: float, *extra: str) -> None:
     """`kpi-forecast train` on the sample's calendar (Europe/Paris, French holidays)."""
-    cli("train", "--data", str(data), "--target", KPI, "--out", str(out), "--tz",
+    cli("train", "--data", str(data), "--target", target, "--out", str(out), "--tz",
         "Europe/Paris", "--holidays", "FR", "--max-minutes", f"{minutes:g}", "--quiet", *extra)
 
 
@@ -179,13 +191,19 @@ class Scenario:
     days_after: int | None = None  # replayed after the change (None: to the file's end)
 
 
-def loop(directory: Path, scenario: Scenario, timeline_csv: Path) -> dict:
-    """The whole loop once; its timeline goes to ``timeline_csv``."""
+def loop(directory: Path, scenario: Scenario, timeline_csv: Path,
+         served_from: Path | None = None) -> dict:
+    """The whole loop once, serving a copy of ``served_from`` (None: a model trained on the
+    days before the change); its timeline goes to ``timeline_csv``."""
     minutes = scenario.minutes
+    directory.mkdir(parents=True, exist_ok=True)
     data, change = regime_file(directory / "regime.csv", scenario.factor)
-    served = directory / "models" / KPI
-    if not (served / "model.onnx").is_file():  # one there from an earlier run with --work
-        train(data.with_name("before.csv"), served, minutes, "--context", "7D")
+    target = KPI if served_from is None else load_metadata(served_from).target
+    served = directory / "models" / target  # the model is named by its directory
+    if served_from is not None:
+        shutil.copytree(served_from, served)
+    elif not (served / "model.onnx").is_file():  # one there from an earlier run with --work
+        train(data.with_name("before.csv"), target, served, minutes, "--context", "7D")
     panel = load_panel(data, KPI)
     redis = RedisServer(directory).start()
     ric = Ric(directory, data, served, redis, column=KPI)
@@ -197,7 +215,7 @@ def loop(directory: Path, scenario: Scenario, timeline_csv: Path) -> dict:
         prom, prom_url = prometheus(directory, replica.port)
         processes.append(prom)
         wait_for(lambda: httpx.get(f"{prom_url}/-/ready", timeout=2).is_success, 60, ric.tail)
-        watch = Watch(replica.url, prom_url, KPI, cell_id(0))
+        watch = Watch(replica.url, prom_url, target, cell_id(0))
         watcher = threading.Thread(target=watch.run, daemon=True)
         watcher.start()
         retrain_at = change + pd.Timedelta(days=scenario.retrain_days)
@@ -205,19 +223,21 @@ def loop(directory: Path, scenario: Scenario, timeline_csv: Path) -> dict:
                else change + pd.Timedelta(days=scenario.days_after))
         sent = replay(ric, change - pd.Timedelta(days=scenario.days_before), retrain_at, 0.0)
         export = directory / "export.parquet"
-        cli("history", "export", "--kpi", KPI, "--out", str(export), "--config",
+        cli("history", "export", "--kpi", target, "--out", str(export), "--config",
             str(replica.config))
         candidate = directory / "models" / "candidate"
-        train(export, candidate, minutes)
-        cli("models", "candidate", "--xapp", replica.url, "--model", KPI,
+        train(export, target, candidate, minutes)
+        cli("models", "candidate", "--xapp", replica.url, "--model", target,
             "--model-dir", str(candidate))
         sent += replay(ric, retrain_at, end, replica.metric("kpi_forecast_e2_indications_total"))
         time.sleep(3)  # the last round, scraped
         watch.stop.set()
         watcher.join(30)
+        if watch.error is not None:
+            raise watch.error
         taken = replica.metric("kpi_forecast_e2_indications_total")
         decisions = replica.metric(
-            f'kpi_forecast_model_decisions_total{{action="promote",model="{KPI}"}}')
+            f'kpi_forecast_model_decisions_total{{action="promote",model="{target}"}}')
     finally:
         for process in processes:
             process.terminate()
@@ -301,7 +321,6 @@ def main() -> int:
                 shutil.rmtree(work / stale)
             else:
                 (work / stale).unlink(missing_ok=True)
-        work.mkdir(parents=True, exist_ok=True)
         figures = loop(work, Scenario(args.minutes, args.factor, retrain_days=args.retrain_days),
                        RESULTS / "regime_change.csv")
     options = {"--minutes": (args.minutes, 2.0), "--factor": (args.factor, 0.4),
