@@ -11,10 +11,14 @@ the file. Throughout, a client asks a changed cell's forecast ten times a second
 
 Reported, in simulated hours from the change: the alert's expression holding
 (``KpiForecastWorseThanNaive`` pending), the served version's day skill back at 0 or above,
-the candidate's arrival and the rule's decision; the reports sent and taken; the forecast
-answers that were not 200.
+the candidate's arrival and the rule's decision; both versions' day skill while the candidate
+was shadowed; the reports sent and taken; the forecast answers that were not 200 (from the
+cell's first 200: before, it is unknown or holds too little history). The run fails if a
+report was lost, a forecast failed, the alert never held after the change or the candidate
+was never scored.
 
-    python -m benchmarks.regime_change [--minutes 2] [--factor 0.4]
+    python -m benchmarks.regime_change [--minutes 2] [--factor 0.4] [--retrain-days 7]
+        [--work DIR]
 """
 
 from __future__ import annotations
@@ -251,9 +255,13 @@ def loop(directory: Path, scenario: Scenario, timeline_csv: Path,
     before, after = timeline[hours <= 0], timeline[hours >= 24]
     alerted = after[after["alert"]]
     onset = alerted["hours"].min() if len(alerted) else None
-    recovered = after[(after["hours"] > (onset or 0)) & (after["day_skill"] >= 0)]
+    # Recovered by itself: the version served at the change, before any promotion.
+    recovered = after[(after["hours"] > (onset or 0)) & (after["day_skill"] >= 0)
+                      & (after["version"] == timeline["version"].iloc[0])]
     promoted = after[after["version"] == load_metadata(candidate).model_version]
     answered = watch.answered()
+    shadowed = timeline["candidate_day_skill"].notna() & ~timeline.index.isin(promoted.index)
+    since = promoted["hours"].min() - scenario.retrain_days * 24.0 if len(promoted) else None
     return {
         "factor": scenario.factor, "minutes": minutes, "retrain days": scenario.retrain_days,
         "reports sent": sent, "reports taken": taken, "forecasts asked": len(answered),
@@ -267,7 +275,11 @@ def loop(directory: Path, scenario: Scenario, timeline_csv: Path,
         "hours to candidate": scenario.retrain_days * 24.0,
         "hours to promotion": promoted["hours"].min() if len(promoted) else None,
         "skill after": float(after["day_skill"].tail(7).mean()),
-        "candidate scored": bool(timeline["candidate_day_skill"].notna().any())}
+        "candidate scored": bool(timeline["candidate_day_skill"].notna().any()),
+        "served skill shadowed": float(timeline.loc[shadowed, "day_skill"].mean()),
+        "candidate skill shadowed": float(timeline.loc[shadowed, "candidate_day_skill"].mean()),
+        "rule": ("kept the served version" if since is None
+                 else f"promoted the candidate {since:.0f} h after it was loaded")}
 
 
 def report(figures: dict, results: Results) -> str:
@@ -287,12 +299,14 @@ def report(figures: dict, results: Results) -> str:
         "redis-server, a real Prometheus with the chart's rules; simulated hours from the change.",
         "",
         "| alert pending | day skill back at 0 | candidate loaded | promoted by the rule | "
-        "day skill: before, lowest, last week | reports sent, taken | forecasts not 200 |",
-        "|---|---|---|---|---|---|---|",
+        "day skill: before, lowest, last week | while shadowed: served, candidate | "
+        "reports sent, taken | forecasts not 200 |",
+        "|---|---|---|---|---|---|---|---|",
         f"| {hours('hours to alert')} | {hours('hours to recovery')} | "
         f"{hours('hours to candidate')} | {hours('hours to promotion')} | "
         f"{figures['skill before the change']:.2f}, {figures['lowest skill']:.2f}, "
-        f"{figures['skill after']:.2f} | {figures['reports sent']:,.0f}, "
+        f"{figures['skill after']:.2f} | {figures['served skill shadowed']:.2f}, "
+        f"{figures['candidate skill shadowed']:.2f} | {figures['reports sent']:,.0f}, "
         f"{figures['reports taken']:,.0f} | {figures['forecasts not 200']} of "
         f"{figures['forecasts asked']:,} |",
     ])

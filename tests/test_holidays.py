@@ -39,7 +39,7 @@ def frames(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def train_command(data: Path, out: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "kpi_forecast.cli", "train", "--data", str(data),
             "--target", "traffic_mb", "--out", str(out), "--tz", "Europe/Paris",
-            "--context", "14D", "--horizon", "24h", "--max-epochs", "9", "--quiet",
+            "--context", "7D", "--horizon", "24h", "--max-epochs", "6", "--quiet",
             "--no-gpu-graph", *extra]
 
 
