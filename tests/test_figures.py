@@ -233,3 +233,12 @@ def test_a_runs_revision_is_dirty_for_changed_code_not_for_its_own_results(
     assert revision(tmp_path) == commit
     code.write_text("x = 2\n")
     assert revision(tmp_path) == f"{commit}-dirty"
+
+
+def test_every_page_that_quotes_a_figure_renders_its_macros() -> None:
+    """A page's macros run only where its front matter asks (the site renders none by
+    default): without it, the reader would see the call instead of the figure."""
+    for page in PAGES:
+        text = page.read_text()
+        if re.search(r"(?<!`)\{\{ (figure|cell|span|markdown)\(", text):  # not quoted
+            assert text.startswith("---\nrender_macros: true\n"), page.relative_to(DOCS)
