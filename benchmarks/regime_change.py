@@ -24,6 +24,7 @@ was never scored.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import subprocess
@@ -39,7 +40,6 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.common import write_section
-from benchmarks.ports import free_port
 from benchmarks.results import RESULTS, Results
 from kpi_forecast.cli.mock_e2_node import cell_id
 from kpi_forecast.data.ingest import load_panel
@@ -47,9 +47,9 @@ from kpi_forecast.model.artifact import load_metadata
 from kpi_forecast.xapp.ric import rmr
 from tests.faults.ric import Ric
 from tests.processes import ROOT
+from tests.prometheus_server import prometheus_server
 from tests.redis_server import RedisServer
 from tests.rmr_library import RMR
-from tests.system_tools import system_tool
 from tests.waiting import wait_for
 
 SAMPLE = ROOT / "data/sample/cells_hourly.csv.gz"
@@ -57,7 +57,6 @@ KPI = "traffic_mb"
 CHANGE_DAY = 35  # the sample's first 35 days train the served model
 SPEED = 43_200.0  # simulated seconds per second: a day in two, each scoring round taken
 ALERT = "KpiForecastWorseThanNaive"
-RULES = ROOT / "helm/kpi-forecast/files/prometheus-rules.yaml"
 BIN = Path(sys.executable).parent
 
 
@@ -143,23 +142,6 @@ class Watch:
         return served.drop(columns=["candidate_until"]).reset_index(drop=True)
 
 
-def prometheus(directory: Path, xapp_port: int) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    (directory / "prometheus.yml").write_text(f"""
-global: {{scrape_interval: 1s, evaluation_interval: 1s}}
-rule_files: ["{RULES}"]
-scrape_configs:
-  - job_name: kpi-forecast
-    metrics_path: /ric/v1/metrics
-    static_configs: [{{targets: ["127.0.0.1:{xapp_port}"]}}]
-""")
-    process = subprocess.Popen(
-        [system_tool("prometheus"), f"--config.file={directory / 'prometheus.yml'}",
-         f"--storage.tsdb.path={directory / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return process, f"http://127.0.0.1:{port}"
-
-
 def replay(ric: Ric, start: pd.Timestamp, end: pd.Timestamp, taken: float) -> float:
     """One run of the node over [start, end), waited out: every report it sent taken."""
     ric.start_node("--start", start.isoformat(), "--end", end.isoformat(),
@@ -211,14 +193,12 @@ def loop(directory: Path, scenario: Scenario, timeline_csv: Path,
     panel = load_panel(data, KPI)
     redis = RedisServer(directory).start()
     ric = Ric(directory, data, served, redis, column=KPI)
-    processes: list[subprocess.Popen] = []
+    stack = contextlib.ExitStack()
     try:
         replica = ric.add_replica("a", promotion={"enabled": True,
                                                   "minPoints": panel.n_cells * 24,
                                                   "minDays": 1})
-        prom, prom_url = prometheus(directory, replica.port)
-        processes.append(prom)
-        wait_for(lambda: httpx.get(f"{prom_url}/-/ready", timeout=2).is_success, 60, ric.tail)
+        prom_url = stack.enter_context(prometheus_server(directory, replica.port))
         watch = Watch(replica.url, prom_url, target, cell_id(0))
         watcher = threading.Thread(target=watch.run, daemon=True)
         watcher.start()
@@ -243,9 +223,7 @@ def loop(directory: Path, scenario: Scenario, timeline_csv: Path,
         decisions = replica.metric(
             f'kpi_forecast_model_decisions_total{{action="promote",model="{target}"}}')
     finally:
-        for process in processes:
-            process.terminate()
-            process.wait(30)
+        stack.close()
         ric.close()
     timeline = watch.timeline()
     hours = (timeline["scored_until"] - change) / pd.Timedelta(hours=1)

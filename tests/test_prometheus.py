@@ -3,6 +3,7 @@ the chart's alert rules work against the metrics the xApp really exports."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
@@ -15,12 +16,11 @@ import pytest
 
 from benchmarks.ports import free_port
 from kpi_forecast.cli.smoke import wait_ready
-from tests.system_tools import system_tool
+from tests.prometheus_server import prometheus_server
 from tests.test_xapp_process import NO_TORCH
 from tests.xapp_helpers import CONTEXT, make_model, write_descriptor
 
 ROOT = Path(__file__).resolve().parents[1]
-RULES = ROOT / "helm/kpi-forecast/files/prometheus-rules.yaml"
 
 
 def query(prometheus: str, expr: str) -> list[dict]:
@@ -49,29 +49,16 @@ def test_prometheus_scrapes_the_xapp_and_evaluates_the_alert_rules(tmp_path: Pat
     # (the event loop alone runs later than 1 ms), and the fallbacks are what is tested here.
     config = write_descriptor(tmp_path / "config", model_dir, latencyBudgetMs=1,
                               batching={"admission": "off"})
-    port, prom_port = free_port(), free_port()
+    port = free_port()
     xapp = subprocess.Popen(
         [sys.executable, "-c", NO_TORCH, "serve", "--config", str(config), "--host",
          "127.0.0.1", "--port", str(port)],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    (tmp_path / "prometheus.yml").write_text(f"""
-global:
-  scrape_interval: 1s
-  evaluation_interval: 1s
-rule_files: ["{RULES}"]
-scrape_configs:
-  - job_name: kpi-forecast
-    metrics_path: /ric/v1/metrics
-    static_configs: [{{targets: ["127.0.0.1:{port}"]}}]
-""")
-    prometheus = subprocess.Popen(
-        [system_tool("prometheus"), f"--config.file={tmp_path / 'prometheus.yml'}",
-         f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{prom_port}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    prom = f"http://127.0.0.1:{prom_port}"
     url = f"http://127.0.0.1:{port}"
+    stack = contextlib.ExitStack()
     try:
         assert wait_ready(url, xapp), "the xApp never became ready"
+        prom = stack.enter_context(prometheus_server(tmp_path, port))
 
         def target_up() -> bool:
             """the xApp target is up"""
@@ -151,6 +138,6 @@ scrape_configs:
         rules = httpx.get(f"{prom}/api/v1/rules").json()["data"]["groups"]
         assert all(rule["health"] == "ok" for group in rules for rule in group["rules"])
     finally:
-        for process in (prometheus, xapp):
-            process.send_signal(signal.SIGTERM)
-            process.wait(30)
+        stack.close()
+        xapp.send_signal(signal.SIGTERM)
+        xapp.wait(30)
