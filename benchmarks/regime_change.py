@@ -226,9 +226,20 @@ def loop(directory: Path, scenario: Scenario, timeline_csv: Path,
         stack.close()
         ric.close()
     timeline = watch.timeline()
-    hours = (timeline["scored_until"] - change) / pd.Timedelta(hours=1)
-    timeline.insert(0, "hours", hours)
+    timeline.insert(0, "hours", (timeline["scored_until"] - change) / pd.Timedelta(hours=1))
     timeline.to_csv(timeline_csv, index=False)
+    answered = watch.answered()
+    return {
+        "factor": scenario.factor, "minutes": minutes, "retrain days": scenario.retrain_days,
+        "reports sent": sent, "reports taken": taken, "forecasts asked": len(answered),
+        "forecasts not 200": sum(code != 200 for code in answered),
+        "promotions": decisions,
+        **summary(timeline, scenario.retrain_days * 24.0, load_metadata(candidate).model_version)}
+
+
+def summary(timeline: pd.DataFrame, candidate_hours: float, candidate_version: str) -> dict:
+    """The loop's figures read off its timeline (a row per round, ``hours`` since the change)."""
+    hours = timeline["hours"]
     # A round scores the day before its origin: the first wholly after the change is 24 h on.
     before, after = timeline[hours <= 0], timeline[hours >= 24]
     alerted = after[after["alert"]]
@@ -236,21 +247,16 @@ def loop(directory: Path, scenario: Scenario, timeline_csv: Path,
     # Recovered by itself: the version served at the change, before any promotion.
     recovered = after[(after["hours"] > (onset or 0)) & (after["day_skill"] >= 0)
                       & (after["version"] == timeline["version"].iloc[0])]
-    promoted = after[after["version"] == load_metadata(candidate).model_version]
-    answered = watch.answered()
+    promoted = after[after["version"] == candidate_version]
     shadowed = timeline["candidate_day_skill"].notna() & ~timeline.index.isin(promoted.index)
-    since = promoted["hours"].min() - scenario.retrain_days * 24.0 if len(promoted) else None
+    since = promoted["hours"].min() - candidate_hours if len(promoted) else None
     return {
-        "factor": scenario.factor, "minutes": minutes, "retrain days": scenario.retrain_days,
-        "reports sent": sent, "reports taken": taken, "forecasts asked": len(answered),
-        "forecasts not 200": sum(code != 200 for code in answered),
-        "promotions": decisions,
         "alert before the change": bool(before["alert"].tail(3).any()),
         "skill before the change": float(before["day_skill"].tail(3).mean()),
         "lowest skill": float(after["day_skill"].min()),
         "hours to alert": onset,
         "hours to recovery": recovered["hours"].min() if len(recovered) else None,
-        "hours to candidate": scenario.retrain_days * 24.0,
+        "hours to candidate": candidate_hours,
         "hours to promotion": promoted["hours"].min() if len(promoted) else None,
         "skill after": float(after["day_skill"].tail(7).mean()),
         "candidate scored": bool(timeline["candidate_day_skill"].notna().any()),
