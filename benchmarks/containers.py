@@ -55,6 +55,13 @@ def missing() -> list[str]:
     return lacking
 
 
+def lower_autogroup(pid: int, niceness: int) -> None:
+    """Give the scheduling autogroup of ``pid``'s session ``niceness`` (sched(7)); nothing where
+    the kernel has no autogroups."""
+    with contextlib.suppress(OSError):
+        Path(f"/proc/{pid}/autogroup").write_text(str(niceness))
+
+
 @dataclass
 class Podman:
     home: Path  # storage, configuration, the project copy: removed by ``close``
@@ -92,7 +99,10 @@ class Podman:
         work that must keep its pace; their I/O then waits for an idle disk (``ionice``), and
         their RUN steps run in podman's process rather than in a container of their own
         (buildah's chroot isolation): runc puts a container in a CPU cgroup of its own, which
-        shares the CPU with the rest as an equal whatever its processes' niceness."""
+        shares the CPU with the rest as an equal whatever its processes' niceness. Each command
+        runs in a session of its own, which the kernel's autogroup scheduling (where enabled)
+        weighs as an equal of every other session whatever its processes' niceness, so the
+        session's own niceness is lowered too."""
         priority = ["nice", "-n", str(niceness)]
         env = self.env
         if niceness:
@@ -109,6 +119,8 @@ class Podman:
                     [*priority, "bash", "-o", "pipefail", "-c", command],
                     cwd=self.project, env=env, stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE, text=True, start_new_session=True)
+                if niceness:
+                    lower_autogroup(self._current.pid, niceness)
                 stdout, stderr = self._current.communicate(timeout=1800)
                 if self._current.returncode != 0:
                     raise RuntimeError(f"`{command}` exited {self._current.returncode}:\n"
