@@ -36,6 +36,13 @@ $(VENV)/.installed-dev: $(BIN)/python pyproject.toml
 	$(COMPILE)
 	touch $@ $(VENV)/.installed-train
 
+# The examples' environment (examples/requirements.txt): O-RAN SC's Python xApp framework, whose
+# pins (redis 4, protobuf 3) are an xApp's of its own, apart from this project's.
+$(VENV)/examples/.installed: examples/requirements.txt | $(BIN)/python
+	$(PYTHON) -m venv $(VENV)/examples
+	$(VENV)/examples/bin/pip install --quiet -r examples/requirements.txt
+	touch $@
+
 # Two KPIs of the sample, a model each in one repository, served together.
 demo: $(VENV)/.installed-train
 	$(BIN)/kpi-forecast train --data $(SAMPLE) --target traffic_mb,prb_util --tz Europe/Paris \
@@ -46,7 +53,7 @@ demo: $(VENV)/.installed-train
 	@echo "reports:   $(DEMO_DIR)/traffic_mb/report.md, $(DEMO_DIR)/prb_util/report.md"
 	@echo "forecasts: $(DEMO_DIR)/forecast.csv"
 
-test: $(VENV)/.installed-dev
+test: $(VENV)/.installed-dev $(VENV)/examples/.installed
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	$(MAKE) --no-print-directory deps

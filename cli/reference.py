@@ -1,7 +1,8 @@
 """The reference pages of the documentation site, generated from what they describe, so that
 they cannot drift from it: the configuration (the descriptor's pydantic models, through the
 controls' JSON Schema), the metrics (the xApp's Prometheus registry), the REST API (the app's
-own OpenAPI document), and the alerts and dashboard (the chart's rules file and dashboard).
+own OpenAPI document), the alerts and dashboard (the chart's rules file and dashboard), and
+the forecasts the xApp publishes (``xapp.publication.document``).
 
     python -m kpi_forecast.cli.reference            # make schemas: write them
     python -m kpi_forecast.cli.reference --check    # fail if one differs from generation
@@ -24,6 +25,7 @@ from kpi_forecast.xapp.descriptor.config_file import CONFIG_FILE_NAME, DEFAULT_D
 from kpi_forecast.xapp.descriptor.fields import APPLIES
 from kpi_forecast.xapp.descriptor.schema import controls_schema
 from kpi_forecast.xapp.metrics import Metrics
+from kpi_forecast.xapp.publication.document import PublishedForecast
 
 PAGES = Path("docs/reference")
 RULES = Path("helm/kpi-forecast/files/prometheus-rules.yaml")
@@ -219,11 +221,29 @@ def alerts_page(root: Path) -> str:
     return "\n".join([*lines, ""])
 
 
+def publication_page() -> str:
+    schema = PublishedForecast.model_json_schema()
+    required = set(schema.get("required", []))
+    rows = [f"| `{name}` | {_type(field)} | {'yes' if name in required else 'no'} | "
+            f"{_cell(field.get('description', ''))} |"
+            for name, field in schema["properties"].items()]
+    [example] = schema["examples"]
+    return "\n".join([
+        "# Published forecasts reference", "", GENERATED, "",
+        "What `controls.publication` delivers after each reporting period: one JSON document",
+        "per cell and model (`PublishedForecast`), the same in the SDL and in an RMR",
+        "message. [Consuming forecasts](../consumers.md) says where to find them.", "",
+        "| field | type | always there | what |", "|---|---|---|---|", *rows, "",
+        "An example (one step shown of the horizon's):", "", "```json",
+        json.dumps(example, indent=2), "```", ""])
+
+
 def expected_files(root: Path) -> dict[Path, str]:
     return {root / PAGES / "configuration.md": configuration_page(),
             root / PAGES / "metrics.md": metrics_page(),
             root / PAGES / "api.md": api_page(),
-            root / PAGES / "alerts.md": alerts_page(root)}
+            root / PAGES / "alerts.md": alerts_page(root),
+            root / PAGES / "publication.md": publication_page()}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,8 @@
 (``serving.state``: the controls, each model and its stores, as one snapshot) and everyone who
 reads it, each model's parts (``serving.repository.ModelSlot``: the holder that swaps it in,
 its batcher, its background recalibration and live scoring), the answering of forecasts
-(``serving.forecasting``), admission, E2 and A1 (``ric``) and the metrics; their start and
+(``serving.forecasting``), admission, E2 and A1 (``ric``), the publication of each period's
+forecasts (``publication``) and the metrics; their start and
 orderly stop, models loaded and unloaded by name, and a new descriptor handed to each."""
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ import logging
 from collections.abc import Callable
 
 from kpi_forecast.xapp.descriptor.config_file import Descriptor
-from kpi_forecast.xapp.descriptor.controls import E2
+from kpi_forecast.xapp.descriptor.controls import E2, Controls
 from kpi_forecast.xapp.descriptor.fields import changed
 from kpi_forecast.xapp.metrics import Metrics
+from kpi_forecast.xapp.publication.publisher import Destination, Publisher
+from kpi_forecast.xapp.publication.sdl import SdlForecasts
 from kpi_forecast.xapp.ric.a1.handler import PolicyHandler
 from kpi_forecast.xapp.ric.a1.policies import Policies
 from kpi_forecast.xapp.ric.e2.ingest import Ingestor
@@ -52,6 +55,13 @@ def rmr_transport(e2: E2, broken: Callable[[str], None]) -> Transport:
     return RmrTransport(e2.port, on_broken=broken)
 
 
+def destinations(controls: Controls) -> list[Destination]:
+    """Where the forecasts of each period go (controls.publication)."""
+    sdl = controls.publication.sdl
+    return ([SdlForecasts.open(controls.history_store, sdl.namespace)] if sdl.enabled
+            else [])
+
+
 class Components:
     def __init__(self, descriptor: Descriptor, http_port: int = 8080,
                  e2_transport: TransportFactory = rmr_transport) -> None:
@@ -75,6 +85,8 @@ class Components:
         self.a1 = (PolicyHandler(self.policies, transport, self.state, self.metrics)
                    if controls.a1.enabled and transport is not None else None)
         self.forecasting = Forecasting(self.state, self.policies, self.admission, self.metrics)
+        self.publisher = Publisher(self.state, self.policies, self.metrics,
+                                   destinations(controls))
         replica = replica_name()
         self.e2 = E2Link(self.state, transport, self.ingestor, http_port,
                          Ownership(self.state, replica), self.metrics, self.a1)
@@ -171,7 +183,9 @@ class Components:
         load the models in the background (alive before ready)."""
         a1 = [] if self.a1 is None else [asyncio.create_task(self.a1.run(), name="a1")]
         self._tasks = {name: self._start_slot(slot) for name, slot in self.models.items()}
-        return [*await self.e2.start(), *a1,
+        publication = ([asyncio.create_task(self.publisher.run(), name="publication")]
+                       if self.publisher.destinations else [])
+        return [*await self.e2.start(), *a1, *publication,
                 asyncio.create_task(self.loop_lag.run(), name="loop-lag"),
                 asyncio.create_task(self.lifecycle.run(), name="lifecycle")]
 
@@ -188,6 +202,7 @@ class Components:
         for slot in self.models.values():
             slot.batcher.close()
             await slot.holder.close()
+        await self.publisher.close()
         shared = self.state.now.shared
         if shared is not None:
             await shared.close()

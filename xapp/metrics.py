@@ -195,6 +195,15 @@ class Metrics:
         self.scoring_seconds = gauge(
             "scoring_round_duration_seconds", "Time the last scoring round took.",
             ["model", "role"])
+        self.published = counter(
+            "publication_forecasts", "Cells' forecasts published after a reporting period, "
+            "by destination (controls.publication).", ["model", "destination"])
+        self.publication_failed = counter(
+            "publication_failures", "Cells' forecasts not published: the destination "
+            "failed (the SDL away, no route).", ["model", "destination"])
+        self.publication_seconds = gauge(
+            "publication_round_duration_seconds", "Time the last publication round took.",
+            ["model"])
         self.decisions = counter(
             "model_decisions", "The deployment's model decisions this replica made, by "
             "action: load, unload, candidate, drop_candidate, promote, rollback.",

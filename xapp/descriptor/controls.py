@@ -31,6 +31,7 @@ from kpi_forecast.xapp.descriptor.fields import (
     Quantile,
     unique_items,
 )
+from kpi_forecast.xapp.descriptor.publication import Publication
 
 DEFAULT_APPMGR_URL = "http://service-ricplt-appmgr-http.ricplt:8080/ric/v1/register"
 # The O-RAN SC convention for ClientEndpoint.Host: the xApp's HTTP Service, where submgr posts
@@ -319,6 +320,7 @@ class Controls(BaseModel):
     api: Api = Api()
     e2: E2 = E2()
     a1: A1 = Field(A1(), json_schema_extra=ON_RESTART)
+    publication: Publication = Publication()
 
     @field_validator("quantiles", "models")
     @classmethod

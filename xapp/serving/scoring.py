@@ -4,7 +4,7 @@ actuals arrive, beside the seasonal naives (``model.scores``).
 Origins are the slots ``k * horizon`` of the model's grid (in UTC: midnight for a day-ahead
 hourly model). When this replica's history first holds a report ``GRACE_STEPS`` past an origin
 (``CellHistory.newest_ns``), one replica takes on that origin's round
-(``SharedState.claim_scoring_round``): for each of the most recently reported cells
+(``SharedState.claim_round``): for each of the most recently reported cells
 (``controls.scoring.maxCells``) it scores the forecast recorded at the previous origin against
 the actuals of its horizon, beside the naives made from the history before that origin, and
 records the model's forecast from the history before this origin with the recalibration in
@@ -214,7 +214,7 @@ class Scorer:
         if model is None or history is None or shared is None:
             return None
         grid, version = Grid.of(model), model.metadata.model_version
-        if not await shared.claim_scoring_round(self.name, version, origin, grid.ttl_s()):
+        if not await shared.claim_round("scoring", self.name, version, origin, grid.ttl_s()):
             return None
         started = time.monotonic()
         chosen = await history.recent(served.controls.scoring.max_cells)

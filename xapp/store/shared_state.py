@@ -9,7 +9,8 @@ node, ``{ns},e2-replicas`` the replicas alive (``lease_round``), and the hash
 subscription manager (by its id), so that a crashed replica's are deleted by the next owner.
 Live scoring (``serving.scoring``) keeps per model version ``{ns},scores:<model>:<version>:<cell>``
 (a cell's ``ScoreRecord``), ``{ns},accuracy:<model>:<version>`` (the last round's summary) and
-``{ns},scoring-round:<model>:<version>`` (the origin of the last round a replica took on);
+``{ns},scoring-round:<model>:<version>`` (the origin of the last round a replica took on;
+``publication-round`` the same for publication, ``xapp.publication``);
 they expire unless rewritten, so a version no longer served leaves nothing behind. The
 deployment's model decisions (``serving.lifecycle``) are ``{ns},model-decision:<model>``, and
 what each replica serves the hash ``{ns},model-replicas`` (by replica) beside the sorted set
@@ -21,6 +22,7 @@ import json
 import os
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import redis.asyncio as aioredis
 
@@ -28,6 +30,7 @@ from kpi_forecast.xapp.descriptor.controls import HistoryStore
 from kpi_forecast.xapp.store.sdl import connect, errors
 
 RECALIBRATION_KEY = "shared:recalibration"
+Work = Literal["scoring", "publication"]  # taken on by one replica per origin
 POLICIES_KEY = "map:a1-policies"
 
 
@@ -50,7 +53,7 @@ class SharedState:
         # (model, version) -> cell -> ScoreRecord bytes; -> summary; -> last round's origin
         self._scores: dict[tuple[str, str], dict[str, bytes]] = {}
         self._accuracy: dict[tuple[str, str], bytes] = {}
-        self._rounds: dict[tuple[str, str], int] = {}
+        self._rounds: dict[tuple[Work, str, str], int] = {}
         self._decisions: dict[str, bytes] = {}
         self._serving: dict[str, bytes] = {}
 
@@ -95,13 +98,13 @@ class SharedState:
     async def put_accuracy(self, model: str, version: str, summary: bytes, ttl_s: float) -> None:
         self._accuracy[(model, version)] = summary
 
-    async def claim_scoring_round(self, model: str, version: str, origin: int,
-                                  ttl_s: float) -> bool:
-        """True for the one replica that takes on the scoring round of ``origin`` (a slot),
-        where no replica has taken on that round or a later one."""
-        if self._rounds.get((model, version), -1) >= origin:
+    async def claim_round(self, work: Work, model: str, version: str, origin: int,
+                          ttl_s: float) -> bool:
+        """True for the one replica that takes on the round of ``work`` at ``origin`` (a
+        slot), where no replica has taken on that round or a later one."""
+        if self._rounds.get((work, model, version), -1) >= origin:
             return False
-        self._rounds[(model, version)] = origin
+        self._rounds[(work, model, version)] = origin
         return True
 
     async def decision(self, model: str) -> bytes | None:
@@ -326,11 +329,11 @@ class RedisSharedState(SharedState):
             await self._redis.set(f"{self._prefix}accuracy:{model}:{version}", summary,
                                   px=round(ttl_s * 1000))
 
-    async def claim_scoring_round(self, model: str, version: str, origin: int,
-                                  ttl_s: float) -> bool:
-        async with errors(f"taking on a scoring round of {model}"):
+    async def claim_round(self, work: Work, model: str, version: str, origin: int,
+                          ttl_s: float) -> bool:
+        async with errors(f"taking on a {work} round of {model}"):
             return bool(await self._claim_round(
-                keys=[f"{self._prefix}scoring-round:{model}:{version}"],
+                keys=[f"{self._prefix}{work}-round:{model}:{version}"],
                 args=[origin, round(ttl_s * 1000)]))
 
     async def decision(self, model: str) -> bytes | None:

@@ -166,7 +166,8 @@ chart's tests check for every values file they render.
         "clientHost" (get $e2 "clientHost" | default nil)
         "reportingPeriodMs" (get $e2 "reportingPeriodMs" | default nil)
         "kpis" $e2.kpis)
-      "a1" $x.a1 -}}
+      "a1" $x.a1
+      "publication" $x.publication -}}
 {{- if $model.repository -}}
 {{- $_ := set $controls "modelRepository" $model.path -}}
 {{- $_ := set $controls "models" (get $model "models" | default nil) -}}

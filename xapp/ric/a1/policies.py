@@ -10,7 +10,7 @@ so that a forecast only looks its cells up.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from kpi_forecast.model.runtime import OnnxForecaster
@@ -116,6 +116,10 @@ class Policies:
 
     def in_force(self) -> list[str]:
         return sorted(set(self.instances) - set(self.held))
+
+    def excluded_cells(self, model: str) -> Collection[str]:
+        """The cells excluded from ``model``'s forecasting."""
+        return self._excluded.get(model) or ()
 
     def for_cells(self, cell_ids: Iterable[str], model: str) -> list[Steering]:
         """Each cell's steering of ``model``'s forecasts; Excluded for a cell excluded from

@@ -1,0 +1,79 @@
+"""What a publication delivers: one cell's next forecast by one model, the same JSON however it
+travels (an SDL value, an RMR payload). ``PublishedForecast`` is the contract (its schema is
+in the docs' reference); ``Forecasts.documents`` builds the JSON of a round's cells directly, as
+the forecast routes build their answers, without validating checked parts again."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import orjson
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field
+
+DECIMALS = 4  # as the forecast routes answer: a tenth of a thousandth of any KPI unit
+
+
+class PublishedForecast(BaseModel):
+    """One cell's forecast by one model, published after a reporting period."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
+        "cell_id": "cell-0017", "model": "traffic_mb", "kpi": "traffic_mb", "unit": "MB",
+        "model_version": "20261206T101500Z-3f2a9c1d", "source": "model", "reason": None,
+        "made_at": "2026-12-07T10:00:02.118000+00:00", "freq": "1h",
+        "forecasts": [{"timestamp": "2026-12-07T10:00:00+00:00", "p10": 41.2, "p50": 55.9,
+                       "p90": 73.4}]}]})
+
+    cell_id: str
+    model: str = Field(description="the model's name (its directory in the repository)")
+    kpi: str = Field(description="the KPI forecast: the model's target column")
+    unit: str = Field(description="the KPI's unit, from controls.e2.kpis (empty: not mapped)")
+    model_version: str
+    source: Literal["model", "fallback"]
+    reason: str | None = Field(description="why the fallback answered: live_skill (the "
+                               "model's guard) or model_error")
+    made_at: str = Field(description="when the forecast was made (ISO 8601, UTC)")
+    freq: str = Field(description="the step between the forecast's timestamps")
+    forecasts: list[dict[str, float | str]] = Field(
+        description="one entry per step from the step after the last one reported: its "
+                    "timestamp (ISO 8601, UTC) and one pNN key per quantile")
+
+
+@dataclass(frozen=True)
+class Forecasts:
+    """One model's forecasts of one period: every cell's from the same first step."""
+
+    model: str
+    kpi: str
+    unit: str
+    model_version: str
+    source: Literal["model", "fallback"]
+    reason: str | None
+    first_step: pd.Timestamp  # of every cell's forecast, UTC
+    freq: str
+    names: Sequence[str]  # pNN of each quantile column
+    made_at: dt.datetime
+    cells: Sequence[str]
+    quantiles: np.ndarray  # [cells, horizon, quantiles]
+
+    def timestamps(self) -> list[str]:
+        step = pd.Timedelta(self.freq)
+        return [(self.first_step + k * step).isoformat()
+                for k in range(self.quantiles.shape[1])]
+
+    def documents(self) -> list[bytes]:
+        """Each cell's ``PublishedForecast``, as JSON."""
+        stamps, keys = self.timestamps(), ("timestamp", *self.names)
+        common = {"model": self.model, "kpi": self.kpi, "unit": self.unit,
+                  "model_version": self.model_version, "source": self.source,
+                  "reason": self.reason, "made_at": self.made_at.isoformat(),
+                  "freq": self.freq}
+        rows = np.round(self.quantiles.astype(np.float64), DECIMALS).tolist()
+        return [orjson.dumps({"cell_id": cell, **common, "forecasts": [
+            dict(zip(keys, (stamp, *values), strict=True))
+            for stamp, values in zip(stamps, steps, strict=True)]})
+            for cell, steps in zip(self.cells, rows, strict=True)]
