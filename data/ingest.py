@@ -32,6 +32,7 @@ from kpi_forecast.data.files import (
     read_table,
     row_error,
 )
+from kpi_forecast.data.influx import InfluxSource, is_influx
 from kpi_forecast.data.panel import DataError, Panel
 from kpi_forecast.data.timestamps import checked_zone, parse_timestamps, zone_of_data
 from kpi_forecast.model.kpi import kpi_problem, not_kpis
@@ -69,7 +70,9 @@ def load_panel(
         path: ``.csv``, ``.csv.gz``, ``.parquet`` or ``.pq`` file with columns ``timestamp``,
             ``cell_id`` and KPI columns; columns other than ``target`` are ignored. Or a
             directory of Parquet files (a ``pyarrow.dataset``, hive-partitioned or not) in
-            which each cell's rows lie in one file, e.g. partitioned by a cell bucket.
+            which each cell's rows lie in one file, e.g. partitioned by a cell bucket. Or an
+            InfluxDB measurement, ``influx://HOST:PORT/DATABASE?measurement=M&cell=C``
+            (``influx.InfluxSource``), ``target`` one of its fields.
         shard: ``(k, n)`` reads only the k-th of n blocks of the directory's files (in path
             order): what one rank of data-parallel training holds. Its grid spans its own
             cells; :func:`training.distributed.aligned` puts the ranks on one grid.
@@ -106,13 +109,15 @@ def load_panel(
     Raises:
         DataError: for anything wrong with the file or its contents; the message is one line.
     """
-    path = Path(path)
     # Cheap argument checks first, so a typo does not cost a read of a large file.
     step_us = _parse_freq(freq) if freq is not None else None
     if tz is not None:
         checked_zone(tz)
 
-    if path.is_dir():
+    if is_influx(path):
+        path = InfluxSource.parse(str(path))
+        frame, ignored = path.read(target)
+    elif (path := Path(path)).is_dir():
         frame, ignored, path = read_dataset(path, target, shard)
     else:
         frame, ignored = read_table(path, target)

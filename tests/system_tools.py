@@ -9,7 +9,8 @@ import shutil
 import pytest
 
 PACKAGES = {"promtool": "prometheus", "prometheus": "prometheus", "redis-server": "redis-server",
-            "hey": "hey", "podman": "podman", "runc": "runc", "debootstrap": "debootstrap"}
+            "hey": "hey", "podman": "podman", "runc": "runc", "debootstrap": "debootstrap",
+            "influxd": "influxdb"}
 USED: dict[str, str] = {}  # tool -> path, once a test has run it
 
 

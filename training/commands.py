@@ -142,7 +142,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "training on its own block of cells, rank 0 writing; a rerun resumes from the last "
         "epoch's checkpoint in --out.")
     train.add_argument("--data", required=True,
-                       help="long CSV, CSV.gz or Parquet file, or a Parquet dataset directory")
+                       help="long CSV, CSV.gz or Parquet file, a Parquet dataset directory, or "
+                       "an InfluxDB measurement: influx://HOST:PORT/DATABASE?measurement=M&cell=C")
     train.add_argument("--target", required=True,
                        help="KPI column to forecast; several, separated by commas (a,b,c), "
                        "train one model each into a repository")

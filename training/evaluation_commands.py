@@ -111,7 +111,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     bt = commands.add_parser("backtest", help="rolling-origin evaluation against baselines")
     bt.add_argument("--model", required=True,
                     help="model directory, or a repository: each of its models is backtested")
-    bt.add_argument("--data", required=True)
+    bt.add_argument("--data", required=True, help="as train's --data")
     bt.add_argument("--folds", type=int, default=7)
     bt.add_argument("--step", help="steps or duration between origins (default: horizon)")
     bt.add_argument("--freq")
@@ -125,7 +125,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     predict.add_argument("--model", required=True,
                          help="model directory, or a repository: every model's forecasts, "
                          "with a kpi column")
-    predict.add_argument("--data", required=True)
+    predict.add_argument("--data", required=True, help="as train's --data")
     predict.add_argument("--out", required=True, help="CSV to write")
     predict.add_argument("--freq")
     add_runtime_options(predict)

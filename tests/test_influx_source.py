@@ -1,0 +1,101 @@
+"""KPI history read from the RIC's InfluxDB (a real influxd, 1.x): the same panel as the file
+it was written from, whether the cell is a field (as ric-app-qp writes it) or a tag (as the
+Viavi RIC tester does); the CLI's commands take it as --data; a source that cannot be read is
+one line naming host, database and measurement (train's, which reads --data as every command
+does: ``ingest.load_panel``)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from kpi_forecast.data.ingest import load_panel
+from tests.influx_server import influx_server, write_rows
+from tests.xapp_helpers import make_model
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "data" / "sample" / "cells_hourly.csv.gz"
+BIN = Path(sys.executable).parent
+DATABASE = "RIC-Test"
+LAYOUTS = {"field": "CellReports", "tag": "ViaviCellReports"}  # measurement per cell layout
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory):
+    """An influxd holding the sample twice, the cell as a field and as a tag; and, per
+    layout, a Parquet file of the rows as written."""
+    frame = pd.read_csv(SAMPLE)
+    directory = tmp_path_factory.mktemp("influx")
+    with influx_server(directory) as port:
+        files = {}
+        for cell_as, measurement in LAYOUTS.items():
+            files[cell_as] = directory / f"{cell_as}.parquet"
+            write_rows(port, DATABASE, measurement, frame, "nrCellIdentity",
+                       cell_as).to_parquet(files[cell_as])
+        yield port, files
+
+
+@pytest.fixture(scope="module")
+def influx(written) -> int:
+    return written[0]
+
+
+def source(port: int, measurement: str = "CellReports", cell: str = "nrCellIdentity") -> str:
+    return f"influx://127.0.0.1:{port}/{DATABASE}?measurement={measurement}&cell={cell}"
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BIN / "kpi-forecast"), *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.mark.parametrize("cell_as", LAYOUTS)
+def test_a_measurement_reads_as_a_file_of_the_rows_written(written, cell_as: str) -> None:
+    port, files = written
+    from_file = load_panel(files[cell_as], "traffic_mb")
+    from_influx = load_panel(source(port, LAYOUTS[cell_as]), "traffic_mb")
+    assert from_influx.cell_ids == from_file.cell_ids
+    assert from_influx.freq == from_file.freq
+    assert from_influx.index.equals(from_file.index)
+    np.testing.assert_array_equal(from_influx.values, from_file.values)
+    assert from_influx.log == from_file.log
+
+
+def test_predict_from_influx_answers_as_from_the_file(influx: int, tmp_path: Path) -> None:
+    model = make_model(tmp_path / "model", target="traffic_mb")
+    outputs = []
+    for data in (str(SAMPLE), source(influx, LAYOUTS["tag"])):
+        out = tmp_path / f"forecast-{len(outputs)}.csv"
+        done = cli("predict", "--model", str(model), "--data", data, "--out", str(out))
+        assert done.returncode == 0, done.stderr
+        outputs.append(pd.read_csv(out))
+    pd.testing.assert_frame_equal(*outputs)
+
+
+@pytest.mark.parametrize(("data", "target", "says"), [
+    ("{unknown_measurement}", "traffic_mb",
+     "no measurement 'KpmReports' in database 'RIC-Test'; measurements: 'CellReports', "
+     "'ViaviCellReports'"),
+    ("{unknown_database}", "traffic_mb", "no database 'RIC' at 127.0.0.1:{port}"),
+    ("{source}", "pdcpBytesDl", "target field 'pdcpBytesDl' not found; fields: "),
+    ("{no_cell}", "traffic_mb", "cell 'cellId' is neither a tag nor a field of 'CellReports'"),
+    ("{unreachable}", "traffic_mb", "cannot reach InfluxDB at 127.0.0.1:1: "),
+])
+def test_a_source_that_cannot_be_read_is_one_line(influx: int, data: str, target: str,
+                                                  says: str) -> None:
+    sources = {
+        "source": source(influx), "unknown_measurement": source(influx, "KpmReports"),
+        "unknown_database": source(influx).replace(f"/{DATABASE}?", "/RIC?"),
+        "no_cell": source(influx, cell="cellId"),
+        "unreachable": source(influx).replace(f":{influx}/", ":1/")}
+    url = data.format(**sources)
+    done = cli("train", "--data", url, "--target", target, "--out", "/nonexistent/out")
+    assert done.returncode == 2
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(f"kpi-forecast: error: {url.split('&')[0]}")
+    assert says.format(port=influx) in line
