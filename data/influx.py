@@ -114,9 +114,10 @@ class InfluxSource:
     def _names(self, statement: str) -> list[str]:
         return [str(row[0]) for series in self._series(statement) for row in series["values"]]
 
-    def read(self, target: str) -> tuple[pd.DataFrame, list[str]]:
+    def read(self, target: str, span_ns: int | None = None) -> tuple[pd.DataFrame, list[str]]:
         """The timestamp, cell and ``target`` columns of the measurement's points, in time
-        order, and the names of its other fields."""
+        order (only those of the ``span_ns`` up to the newest, where given), and the names of
+        its other fields."""
         databases = self._names("SHOW DATABASES")
         if self.database not in databases:
             raise DataError(f"{self}: no database {self.database!r} at {self.host}:{self.port}; "
@@ -135,10 +136,10 @@ class InfluxSource:
             raise DataError(f"{self}: cell {self.cell!r} is neither a tag nor a field of "
                             f"{self.measurement!r}; tags: {', '.join(map(repr, tags)) or 'none'}"
                             f"; fields: {', '.join(map(repr, fields))}")
-        frame = self._points(target)
+        frame = self._points(target, span_ns)
         return frame, [f for f in fields if f not in (target, self.cell)]
 
-    def _points(self, target: str) -> pd.DataFrame:
+    def _points(self, target: str, span_ns: int | None) -> pd.DataFrame:
         measurement = _quoted(self.measurement)
         first, last = (self._series(f"SELECT {how}({_quoted(target)}) FROM {measurement}")
                        for how in ("first", "last"))
@@ -146,6 +147,8 @@ class InfluxSource:
             return pd.DataFrame({TIMESTAMP: pd.Series([], dtype="datetime64[ns, UTC]"),
                                  CELL_ID: pd.Series([], dtype=str), target: []})
         start, end = int(first[0]["values"][0][0]), int(last[0]["values"][0][0]) + 1
+        if span_ns is not None:
+            start = max(start, end - span_ns)
         tables = []
         for low in range(start, end, WINDOW_NS):
             text = self._get(f"SELECT {_quoted(target)}, {_quoted(self.cell)} FROM "

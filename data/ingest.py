@@ -63,6 +63,7 @@ def load_panel(
     tz: str | None = None,
     min_steps: int = 1,
     shard: tuple[int, int] = (0, 1),
+    recent: int | None = None,
 ) -> Panel:
     """Read a long-format KPI file and return the ``target`` KPI as a regular UTC panel.
 
@@ -87,6 +88,8 @@ def load_panel(
             all timestamps, as ``"+HH:MM"`` (``"UTC"`` for +00:00); else ``"UTC"`` with a
             warning (mixed offsets, e.g. across a DST switch, do not identify a zone).
         min_steps: cells with fewer observed grid steps are dropped with a warning.
+        recent: where given (with ``freq``), an InfluxDB source reads only the points of
+            the last ``recent`` steps up to its newest one (a file is read whole).
 
     The grid runs from the earliest to the latest timestamp of any cell, anchored on the
     most common phase of the timestamps so that on-grid samples keep their time; off-grid
@@ -114,9 +117,12 @@ def load_panel(
     if tz is not None:
         checked_zone(tz)
 
+    if recent is not None and step_us is None:
+        raise ValueError("recent needs freq")
+    span_ns = None if recent is None or step_us is None else recent * step_us * 1000
     if is_influx(path):
         path = InfluxSource.parse(str(path))
-        frame, ignored = path.read(target)
+        frame, ignored = path.read(target, span_ns)
     elif (path := Path(path)).is_dir():
         frame, ignored, path = read_dataset(path, target, shard)
     else:

@@ -530,10 +530,10 @@ def test_descriptor_controls_follow_values(rendered: Callable[[str], Docs]) -> N
     assert controls["historyLength"] == 2016
     assert default["historyStore"] == {"backend": "memory", "namespace": "kpi-forecast",
                                        "timeoutMs": 500, "maxCells": 100000,
-                                       "maxRestCells": 10000}
+                                       "maxRestCells": 10000, "seedFrom": None}
     assert controls["historyStore"] == {"backend": "redis", "namespace": "kpi-forecast-east",
                                         "timeoutMs": 250, "maxCells": 1000000,
-                                        "maxRestCells": 500}
+                                        "maxRestCells": 500, "seedFrom": None}
     assert controls["intraOpThreads"] == 4
     assert controls["registration"]["enabled"] is True
     assert controls["e2"]["enabled"] is True

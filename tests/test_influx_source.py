@@ -6,6 +6,7 @@ does: ``ingest.load_panel``)."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 
 from kpi_forecast.data.ingest import load_panel
 from tests.influx_server import influx_server, write_rows
-from tests.xapp_helpers import make_model
+from tests.xapp_helpers import descriptor, make_model, running
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "data" / "sample" / "cells_hourly.csv.gz"
@@ -99,3 +100,41 @@ def test_a_source_that_cannot_be_read_is_one_line(influx: int, data: str, target
     [line] = done.stderr.strip().splitlines()
     assert line.startswith(f"kpi-forecast: error: {url.split('&')[0]}")
     assert says.format(port=influx) in line
+
+
+def test_the_xapp_seeds_each_cells_history_from_influx_at_start(influx: int,
+                                                                 tmp_path: Path) -> None:
+    model = make_model(tmp_path / "traffic_mb", target="traffic_mb")
+    sample = load_panel(SAMPLE, "traffic_mb")
+    desc = descriptor(tmp_path, model, historyLength=336,
+                      historyStore={"seedFrom": source(influx, LAYOUTS["tag"])})
+
+    async def scenario() -> tuple[dict, int]:
+        async with running(desc) as client:
+            cells = (await client.get("/v1/cells")).json()
+            forecast = await client.get("/v1/cells/cell-003/forecast")
+            return cells, forecast.status_code
+
+    cells, status = asyncio.run(scenario())
+    assert cells["count"] == len(sample.cell_ids)
+    last = sample.index[-1]
+    for cell in cells["cells"]:
+        row = sample.values[sample.cell_ids.index(cell["cell_id"]), -336:]
+        assert cell["steps_held"] == int((~np.isnan(row)).sum())
+        assert pd.Timestamp(cell["last"]) <= last
+    assert status == 200
+
+
+def test_a_seed_that_cannot_be_read_leaves_the_model_serving(influx: int, tmp_path: Path,
+                                                             caplog) -> None:
+    model = make_model(tmp_path / "traffic_mb", target="traffic_mb")
+    desc = descriptor(tmp_path, model,
+                      historyStore={"seedFrom": source(influx, "KpmReports")})
+
+    async def scenario() -> int:
+        async with running(desc) as client:
+            return (await client.get("/v1/cells")).json()["count"]
+
+    assert asyncio.run(scenario()) == 0
+    assert any("history not seeded" in r.message and "no measurement 'KpmReports'" in r.message
+               for r in caplog.records)

@@ -189,6 +189,11 @@ class HistoryStore(BaseModel):
     max_rest_cells: int = Field(10_000, ge=1, le=10_000_000)
     """Most cells first written over REST (POST /v1/cells/.../history): a room of their own,
     so that REST writes never take the room of the cells E2 reports."""
+    seed_from: str | None = Field(None, min_length=1)
+    """A KPI source each model's history is seeded from when its store is opened (at start): a
+    file or Parquet dataset in the container, or the RIC's InfluxDB,
+    influx://HOST:PORT/DATABASE?measurement=M&cell=C; each cell's last historyLength steps of
+    the model's KPI, for cells the store does not hold yet. null: E2 and REST fill it."""
 
 
 Access = Literal["open", "key", "off"]

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 import httpx
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
+from kpi_forecast.data.panel import DataError
 from kpi_forecast.model.artifact import ArtifactError
 from kpi_forecast.model.runtime import OnnxForecaster, RuntimeOptions
 from kpi_forecast.xapp.descriptor.controls import Controls
@@ -33,6 +34,7 @@ from kpi_forecast.xapp.store.cell_history import (
     MemoryCellHistory,
 )
 from kpi_forecast.xapp.store.sdl import RedisCellHistory
+from kpi_forecast.xapp.store.seeding import seed
 from kpi_forecast.xapp.store.shared_state import SharedState, open_shared
 
 log = logging.getLogger(__name__)
@@ -196,10 +198,17 @@ class ModelHolder:
         controls = self._state.controls
         source = controls.e2.kpis.get(kpi)
         try:
-            return await open_history(controls, freq, source.aggregate if source else "mean",
-                                      kpi)
+            history = await open_history(controls, freq, source.aggregate if source else "mean",
+                                         kpi)
         except HistoryError as exc:
             raise ArtifactError(f"{model_dir}: {exc}") from None
+        seed_from = controls.history_store.seed_from
+        if seed_from is not None:
+            try:
+                await seed(history, seed_from)
+            except (DataError, HistoryError) as exc:  # served unseeded: E2 fills the history
+                log.warning("%s: history not seeded: %s", self.name, exc)
+        return history
 
     async def reload_logged(self) -> None:
         """A reload that a config change asked for: a failure is logged, not raised."""
