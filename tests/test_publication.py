@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from kpi_forecast.model.runtime import OnnxForecaster
 from kpi_forecast.xapp.metrics import Metrics
 from kpi_forecast.xapp.publication.document import PublishedForecast
-from kpi_forecast.xapp.publication.publisher import Publisher
+from kpi_forecast.xapp.publication.publisher import Delivery, Publisher
 from kpi_forecast.xapp.ric.a1.policies import Policies
 from kpi_forecast.xapp.ric.a1.policy_type import ForecastPolicy
 from kpi_forecast.xapp.store.cell_history import MemoryCellHistory
@@ -175,8 +175,9 @@ class Captured:
     def __init__(self) -> None:
         self.rounds: list = []
 
-    async def publish(self, forecasts, ttl_s: float) -> None:
+    async def publish(self, forecasts, ttl_s: float) -> Delivery:
         self.rounds.append(forecasts)
+        return Delivery(len(forecasts.cells))
 
     async def close(self) -> None:
         pass

@@ -17,6 +17,7 @@ from kpi_forecast.xapp.descriptor.controls import E2, Controls
 from kpi_forecast.xapp.descriptor.fields import changed
 from kpi_forecast.xapp.metrics import Metrics
 from kpi_forecast.xapp.publication.publisher import Destination, Publisher
+from kpi_forecast.xapp.publication.rmr import RmrForecasts
 from kpi_forecast.xapp.publication.sdl import SdlForecasts
 from kpi_forecast.xapp.ric.a1.handler import PolicyHandler
 from kpi_forecast.xapp.ric.a1.policies import Policies
@@ -55,11 +56,11 @@ def rmr_transport(e2: E2, broken: Callable[[str], None]) -> Transport:
     return RmrTransport(e2.port, on_broken=broken)
 
 
-def destinations(controls: Controls) -> list[Destination]:
+def destinations(controls: Controls, rmr: RmrForecasts | None) -> list[Destination]:
     """Where the forecasts of each period go (controls.publication)."""
     sdl = controls.publication.sdl
-    return ([SdlForecasts.open(controls.history_store, sdl.namespace)] if sdl.enabled
-            else [])
+    return [*([SdlForecasts.open(controls.history_store, sdl.namespace)] if sdl.enabled
+              else []), *([rmr] if rmr is not None else [])]
 
 
 class Components:
@@ -78,18 +79,23 @@ class Components:
                                       enabled=controls.batching.admission == "adaptive")
         self.admission = Admission(self.limit, self.loop_lag, self.state, self.metrics)
         self.ingestor = Ingestor(self.state, self.metrics)
-        # One RMR endpoint carries E2 and A1 alike.
+        # One RMR endpoint carries E2, A1 and the forecasts published alike.
+        rmr_publication = controls.publication.rmr
         transport = (e2_transport(controls.e2, self._broken)
-                     if controls.e2.enabled or controls.a1.enabled else None)
+                     if controls.e2.enabled or controls.a1.enabled or rmr_publication.enabled
+                     else None)
+        rmr = (RmrForecasts(transport, rmr_publication.triggers, self.metrics)
+               if rmr_publication.enabled and transport is not None else None)
         self.policies = Policies()
         self.a1 = (PolicyHandler(self.policies, transport, self.state, self.metrics)
                    if controls.a1.enabled and transport is not None else None)
         self.forecasting = Forecasting(self.state, self.policies, self.admission, self.metrics)
         self.publisher = Publisher(self.state, self.policies, self.metrics,
-                                   destinations(controls))
+                                   destinations(controls, rmr))
         replica = replica_name()
         self.e2 = E2Link(self.state, transport, self.ingestor, http_port,
-                         Ownership(self.state, replica), self.metrics, self.a1)
+                         Ownership(self.state, replica), self.metrics, self.a1,
+                         None if rmr is None else rmr.acknowledged)
         # Each model's serving parts, by name.
         self.models: dict[str, ModelSlot] = {name: self._slot(name) for name in names}
         self.lifecycle = Lifecycle(self.state, self.metrics, self.models, replica)

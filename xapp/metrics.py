@@ -196,11 +196,15 @@ class Metrics:
             "scoring_round_duration_seconds", "Time the last scoring round took.",
             ["model", "role"])
         self.published = counter(
-            "publication_forecasts", "Cells' forecasts published after a reporting period, "
-            "by destination (controls.publication).", ["model", "destination"])
+            "publication_forecasts", "Forecasts published after a reporting period, by "
+            "destination (controls.publication): SDL values, RMR messages.",
+            ["model", "destination"])
         self.publication_failed = counter(
-            "publication_failures", "Cells' forecasts not published: the destination "
-            "failed (the SDL away, no route).", ["model", "destination"])
+            "publication_failures", "Forecasts not published: the destination failed (the "
+            "SDL away, no RMR route).", ["model", "destination"])
+        self.publication_acks = counter(
+            "publication_acknowledgements", "KPI_FORECAST_ACK messages consumers sent back "
+            "for forecasts published over RMR, by the model they name.", ["model"])
         self.publication_seconds = gauge(
             "publication_round_duration_seconds", "Time the last publication round took.",
             ["model"])

@@ -17,6 +17,7 @@ import datetime as dt
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -39,13 +40,23 @@ TICK_S = 1.0  # how often the loop looks for a period that is over
 CELLS_PER_READ = 1000  # cells a round reads, forecasts and hands on at a time
 
 
+@dataclass(frozen=True)
+class Delivery:
+    """What a destination did with a round: forecasts (or messages) delivered, those not,
+    and why not."""
+
+    delivered: int
+    failed: int = 0
+    reason: str | None = None
+
+
 class Destination(Protocol):
-    """Where a round's forecasts go; ``publish`` raises HistoryUnavailable (or OSError) when
-    they could not be delivered."""
+    """Where a round's forecasts go; ``publish`` raises HistoryUnavailable (or OSError) where
+    none could be delivered."""
 
     name: str
 
-    async def publish(self, forecasts: Forecasts, ttl_s: float) -> None: ...
+    async def publish(self, forecasts: Forecasts, ttl_s: float) -> Delivery: ...
 
     async def close(self) -> None: ...
 
@@ -130,14 +141,15 @@ class Publisher:
                 np.array([window[1].value // model.step.value for _, window in held]))
             published += len(held)
             for destination in self.destinations:
-                labels = {"model": name, "destination": destination.name}
                 try:
-                    await destination.publish(forecasts, ttl_s)
+                    delivery = await destination.publish(forecasts, ttl_s)
                 except (HistoryUnavailable, OSError) as exc:
-                    self.metrics.publication_failed.labels(**labels).inc(len(held))
-                    failed.setdefault(destination.name, describe(exc))
-                else:
-                    self.metrics.published.labels(**labels).inc(len(held))
+                    delivery = Delivery(0, len(held), describe(exc))
+                labels = {"model": name, "destination": destination.name}
+                self.metrics.published.labels(**labels).inc(delivery.delivered)
+                self.metrics.publication_failed.labels(**labels).inc(delivery.failed)
+                if delivery.reason is not None:
+                    failed.setdefault(destination.name, delivery.reason)
         self.metrics.publication_seconds.labels(model=name).set(time.monotonic() - started)
         for destination, why in failed.items():
             log.warning("publication of %s to %s: not published: %s; serving goes on", name,

@@ -12,6 +12,7 @@ import redis.asyncio as aioredis
 
 from kpi_forecast.xapp.descriptor.controls import HistoryStore
 from kpi_forecast.xapp.publication.document import Forecasts
+from kpi_forecast.xapp.publication.publisher import Delivery
 from kpi_forecast.xapp.store.sdl import connect, errors
 
 
@@ -35,13 +36,14 @@ class SdlForecasts:
         """On the Redis of the history's settings (or of the RIC's DBAAS variables)."""
         return cls(connect(settings, environ), namespace)
 
-    async def publish(self, forecasts: Forecasts, ttl_s: float) -> None:
+    async def publish(self, forecasts: Forecasts, ttl_s: float) -> Delivery:
         ttl_ms = max(1, round(ttl_s * 1000))
         async with (errors(f"publishing the forecasts of {forecasts.model} to the SDL"),
                     self._redis.pipeline(transaction=False) as pipe):
             for cell, document in zip(forecasts.cells, forecasts.documents(), strict=True):
                 pipe.set(self._prefix + key(forecasts.model, cell), document, px=ttl_ms)
             await pipe.execute()
+        return Delivery(len(forecasts.cells))
 
     async def close(self) -> None:
         await self._redis.aclose()

@@ -242,7 +242,11 @@ class RmrTransport:
         return await asyncio.get_running_loop().run_in_executor(
             self._sender, self._send_all_blocking, f"{host}:{port}", frames)
 
-    def _send_all_blocking(self, target: str, frames: Sequence[Frame]
+    async def route_many(self, frames: Sequence[Frame]) -> tuple[int, Exception | None]:
+        return await asyncio.get_running_loop().run_in_executor(
+            self._sender, self._send_all_blocking, None, frames)
+
+    def _send_all_blocking(self, target: str | None, frames: Sequence[Frame]
                            ) -> tuple[int, Exception | None]:
         for sent, frame in enumerate(frames):
             try:

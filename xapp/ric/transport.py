@@ -14,10 +14,15 @@ RIC_SUB_FAILURE = 12012
 RIC_SUB_DEL_REQ = 12020
 RIC_SUB_DEL_RESP = 12021
 RIC_INDICATION = 12050
+# This xApp's own, in the range O-RAN SC's xApps use for theirs (traffic steering's 30000s): a
+# cell's published forecast (``publication.rmr``), and a consumer's acknowledgement of it.
+KPI_FORECAST = 30200
+KPI_FORECAST_ACK = 30201
 MESSAGE_TYPES = {
     RIC_SUB_REQ: "RIC_SUB_REQ", RIC_SUB_RESP: "RIC_SUB_RESP",
     RIC_SUB_FAILURE: "RIC_SUB_FAILURE", RIC_SUB_DEL_REQ: "RIC_SUB_DEL_REQ",
     RIC_SUB_DEL_RESP: "RIC_SUB_DEL_RESP", RIC_INDICATION: "RIC_INDICATION",
+    KPI_FORECAST: "KPI_FORECAST", KPI_FORECAST_ACK: "KPI_FORECAST_ACK",
 }
 
 
@@ -72,6 +77,11 @@ class Transport(Protocol):
 
     async def route(self, frame: Frame) -> None:
         """Send to wherever the RIC's route table sends ``frame.msg_type``."""
+        ...
+
+    async def route_many(self, frames: Sequence[Frame]) -> tuple[int, Exception | None]:
+        """``route`` each, in order, in one hand-off, stopping at the first that cannot be
+        sent: how many went, and why the rest did not (None: all went)."""
         ...
 
     async def close(self) -> None: ...

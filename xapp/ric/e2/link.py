@@ -32,7 +32,13 @@ from kpi_forecast.xapp.ric.e2.discovery import (
 from kpi_forecast.xapp.ric.e2.ingest import Ingestor
 from kpi_forecast.xapp.ric.e2.ownership import ROUND_S, Ownership
 from kpi_forecast.xapp.ric.e2.subscription import Subscriber
-from kpi_forecast.xapp.ric.transport import RIC_INDICATION, MessageHandlers, Transport
+from kpi_forecast.xapp.ric.transport import (
+    KPI_FORECAST_ACK,
+    RIC_INDICATION,
+    Handler,
+    MessageHandlers,
+    Transport,
+)
 from kpi_forecast.xapp.serving.state import ServingState
 from kpi_forecast.xapp.store.cell_history import HistoryUnavailable
 
@@ -51,8 +57,9 @@ REFRESH_ROUNDS = 30
 
 @dataclass(eq=False)
 class E2Link:
-    """``transport`` is None when E2 and A1 are off; it is built before the app starts, so
-    that a transport that cannot be had (no librmr) is said before anything runs."""
+    """``transport`` is None when E2, A1 and RMR publication are off; it is built before the
+    app starts, so that a transport that cannot be had (no librmr) is said before anything
+    runs."""
 
     state: ServingState
     transport: Transport | None
@@ -61,6 +68,8 @@ class E2Link:
     ownership: Ownership
     metrics: Metrics
     policies: PolicyHandler | None = None
+    # Takes the consumers' KPI_FORECAST_ACK where forecasts are published over RMR.
+    acknowledgements: Handler | None = None
     subscriber: Subscriber | None = field(default=None, init=False)
     e2mgr: E2Manager | None = field(default=None, init=False)
     # The subscriptions following ownership.
@@ -77,6 +86,8 @@ class E2Link:
             handlers.register(RIC_INDICATION, self.ingestor.handle)
             if self.policies is not None:
                 handlers.register(A1_POLICY_REQ, self.policies.handle)
+            if self.acknowledgements is not None:
+                handlers.register(KPI_FORECAST_ACK, self.acknowledgements)
             await self.transport.start(handlers)
             log.info("e2: listening for rmr-data frames on port %d", self.transport.port)
             if e2.enabled and e2.submgr_url:
