@@ -51,8 +51,9 @@ class InfluxSource:
     password: str | None = None
 
     @classmethod
-    def parse(cls, url: str) -> InfluxSource:
-        """The source ``url`` names; DataError (one line) for one that names none."""
+    def parse(cls, url: str, cell_needed: bool = True) -> InfluxSource:
+        """The source ``url`` names; DataError (one line) for one that names none. A
+        measurement only written to (``cell_needed`` false) needs no cell."""
         parts = urllib.parse.urlsplit(url)
         query = urllib.parse.parse_qs(parts.query)
         database = urllib.parse.unquote(parts.path.strip("/"))
@@ -65,7 +66,7 @@ class InfluxSource:
         if parts.scheme != SCHEME or not parts.hostname or not database or "/" in database:
             raise DataError(f"{url}: not an InfluxDB source; write influx://HOST:PORT/DATABASE"
                             "?measurement=MEASUREMENT&cell=CELL_TAG_OR_FIELD")
-        if not measurement or not cell:
+        if not measurement or (cell_needed and not cell):
             missing = " and ".join(n for n, v in (("measurement", measurement), ("cell", cell))
                                    if not v)
             raise DataError(f"{url}: name the {missing} (?measurement=...&cell=...)")
@@ -79,15 +80,23 @@ class InfluxSource:
     def __str__(self) -> str:
         """How messages name it: host, database and measurement (never the password)."""
         return (f"influx://{self.host}:{self.port}/{self.database}"
-                f"?measurement={self.measurement}&cell={self.cell}")
+                f"?measurement={self.measurement}" + (f"&cell={self.cell}" if self.cell else ""))
+
+    def write(self, lines: bytes) -> None:
+        """Write points (line protocol, nanosecond times); DataError (one line) on failure."""
+        self._request("write", {"precision": "ns"}, lines)
 
     def _get(self, statement: str, csv: bool) -> bytes:
-        params = {"db": self.database, "q": statement, "epoch": "ns"}
+        return self._request("query", {"q": statement, "epoch": "ns"}, None, csv)
+
+    def _request(self, path: str, params: dict[str, str], body: bytes | None,
+                 csv: bool = False) -> bytes:
+        params = {"db": self.database, **params}
         if self.username is not None:
             params.update(u=self.username, p=self.password or "")
         request = urllib.request.Request(
-            f"http://{self.host}:{self.port}/query?{urllib.parse.urlencode(params)}",
-            headers={"Accept": "application/csv" if csv else "application/json"})
+            f"http://{self.host}:{self.port}/{path}?{urllib.parse.urlencode(params)}",
+            data=body, headers={"Accept": "application/csv" if csv else "application/json"})
         try:
             with urllib.request.urlopen(request, timeout=TIMEOUT_S) as answer:
                 return answer.read()

@@ -65,10 +65,11 @@ def influx_server(directory: Path) -> Iterator[int]:
         process.wait(30)
 
 
-def query(port: int, statement: str, database: str | None = None) -> bytes:
+def query(port: int, statement: str, database: str | None = None, csv: bool = False) -> bytes:
     params = {"q": statement, **({"db": database} if database else {})}
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/query",
-                                     data=urllib.parse.urlencode(params).encode())
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/query", data=urllib.parse.urlencode(params).encode(),
+        headers={"Accept": "application/csv"} if csv else {})
     with urllib.request.urlopen(request, timeout=30) as answer:
         return answer.read()
 

@@ -7,6 +7,7 @@ does: ``ingest.load_panel``)."""
 from __future__ import annotations
 
 import asyncio
+import io
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ import pandas as pd
 import pytest
 
 from kpi_forecast.data.ingest import load_panel
-from tests.influx_server import influx_server, write_rows
+from tests.influx_server import influx_server, query, write_rows
 from tests.xapp_helpers import descriptor, make_model, running
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -138,3 +139,61 @@ def test_a_seed_that_cannot_be_read_leaves_the_model_serving(influx: int, tmp_pa
     assert asyncio.run(scenario()) == 0
     assert any("history not seeded" in r.message and "no measurement 'KpmReports'" in r.message
                for r in caplog.records)
+
+
+def test_published_forecasts_are_written_back_beside_the_reports(influx: int,
+                                                                tmp_path: Path) -> None:
+    model = make_model(tmp_path / "traffic_mb", target="traffic_mb")
+    url = f"influx://127.0.0.1:{influx}/{DATABASE}?measurement=KpiForecasts"
+    desc = descriptor(tmp_path, model, publication={"influx": {"url": url}})
+    start = pd.Timestamp("2024-03-04T00:00:00Z")
+
+    async def scenario() -> str:
+        async with running(desc) as client:
+            response = await client.post("/v1/cells/history", json={"items": [
+                {"cell_id": cell, "start": start.isoformat(), "freq": "1h",
+                 "values": [float(v) for v in 20 + 10 * np.sin(np.arange(200) / 4)]}
+                for cell in ("c1", "c2")]})
+            assert response.status_code == 200, response.text
+            for _ in range(200):
+                text = (await client.get("/ric/v1/metrics")).text
+                if "kpi_forecast_publication_forecasts_total" in text and (
+                        'destination="influx",model="traffic_mb"} 2.0' in text):
+                    return text
+                await asyncio.sleep(0.05)
+            raise AssertionError(text)
+
+    asyncio.run(scenario())
+    points = pd.read_csv(io.BytesIO(query(
+        influx, 'SELECT "p10", "p50", "p90", "made_at" FROM "KpiForecasts" GROUP BY "cell_id", '
+        '"model"', DATABASE, csv=True)))
+    assert sorted(set(points["tags"])) == ["cell_id=c1,model=traffic_mb",
+                                           "cell_id=c2,model=traffic_mb"]
+    first = (start + 199 * pd.Timedelta("1h")).value  # the newest step reported
+    for _, one in points.groupby("tags"):
+        assert one["time"].tolist() == [first + k * 3_600 * 10**9 for k in range(24)]
+        assert ((one["p10"] <= one["p50"]) & (one["p50"] <= one["p90"])).all()
+        assert one["made_at"].nunique() == 1
+
+
+def test_a_write_back_to_an_influx_that_is_away_counts_the_forecasts_unpublished(
+        tmp_path: Path) -> None:
+    model = make_model(tmp_path / "traffic_mb", target="traffic_mb")
+    desc = descriptor(tmp_path, model, publication={"influx": {
+        "url": "influx://127.0.0.1:1/RIC-Test?measurement=KpiForecasts"}})
+
+    async def scenario() -> str:
+        async with running(desc) as client:
+            response = await client.post("/v1/cells/c1/history", json={
+                "start": "2024-03-04T00:00:00Z", "freq": "1h", "values": [20.0] * 200})
+            assert response.status_code == 200, response.text
+            for _ in range(200):
+                text = (await client.get("/ric/v1/metrics")).text
+                if 'kpi_forecast_publication_failures_total{destination="influx"' in text:
+                    return text
+                await asyncio.sleep(0.05)
+            raise AssertionError(text)
+
+    text = asyncio.run(scenario())
+    assert 'kpi_forecast_publication_failures_total{destination="influx",model="traffic_mb"} ' \
+           '1.0' in text

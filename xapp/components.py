@@ -16,6 +16,7 @@ from kpi_forecast.xapp.descriptor.config_file import Descriptor
 from kpi_forecast.xapp.descriptor.controls import E2, Controls
 from kpi_forecast.xapp.descriptor.fields import changed
 from kpi_forecast.xapp.metrics import Metrics
+from kpi_forecast.xapp.publication.influx import InfluxForecasts
 from kpi_forecast.xapp.publication.publisher import Destination, Publisher
 from kpi_forecast.xapp.publication.rmr import RmrForecasts
 from kpi_forecast.xapp.publication.sdl import SdlForecasts
@@ -58,9 +59,10 @@ def rmr_transport(e2: E2, broken: Callable[[str], None]) -> Transport:
 
 def destinations(controls: Controls, rmr: RmrForecasts | None) -> list[Destination]:
     """Where the forecasts of each period go (controls.publication)."""
-    sdl = controls.publication.sdl
+    sdl, influx = controls.publication.sdl, controls.publication.influx
     return [*([SdlForecasts.open(controls.history_store, sdl.namespace)] if sdl.enabled
-              else []), *([rmr] if rmr is not None else [])]
+              else []), *([rmr] if rmr is not None else []),
+            *([InfluxForecasts(influx.url)] if influx.url is not None else [])]
 
 
 class Components:

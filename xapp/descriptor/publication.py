@@ -65,6 +65,17 @@ class RmrPublication(BaseModel):
     (and not otherwise). A model not named here: every cell's forecast, every period."""
 
 
+class InfluxPublication(BaseModel):
+    """Forecasts written back to the RIC's InfluxDB, beside the reports they forecast (for
+    Grafana): a point per cell and step, tagged model and cell_id, a field per quantile."""
+
+    model_config = MODEL_CONFIG
+
+    url: str | None = Field(None, pattern=r"^influx://[^/?#]+/[^/?#]+\?measurement=[^&#]+$")
+    """Where: influx://[USER:PASSWORD@]HOST:PORT/DATABASE?measurement=NAME; null: not
+    written."""
+
+
 class Publication(BaseModel):
     """After each reporting period (once the history holds a report of a later step), each
     held cell's forecast of the model's horizon from that step, made as a request is
@@ -75,6 +86,7 @@ class Publication(BaseModel):
 
     sdl: SdlPublication = Field(SdlPublication(), json_schema_extra=ON_RESTART)
     rmr: RmrPublication = Field(RmrPublication(), json_schema_extra=ON_RESTART)
+    influx: InfluxPublication = Field(InfluxPublication(), json_schema_extra=ON_RESTART)
     ttl_periods: int = Field(2, ge=1, le=10_000)
     """A publication expires after this many of the model's steps unless renewed: a consumer
     finds no forecast, rather than a stale one, once publication stops."""

@@ -39,8 +39,8 @@ class PublishedForecast(BaseModel):
     made_at: str = Field(description="when the forecast was made (ISO 8601, UTC)")
     freq: str = Field(description="the step between the forecast's timestamps")
     forecasts: list[dict[str, float | str]] = Field(
-        description="one entry per step from the step after the last one reported: its "
-                    "timestamp (ISO 8601, UTC) and one pNN key per quantile")
+        description="one entry per step from the newest step reported (which may still be "
+                    "filling): its timestamp (ISO 8601, UTC) and one pNN key per quantile")
 
 
 @dataclass(frozen=True)
@@ -60,9 +60,12 @@ class Forecasts:
     cells: Sequence[str]
     quantiles: np.ndarray  # [cells, horizon, quantiles]
 
+    @property
+    def step_ns(self) -> int:
+        return pd.Timedelta(self.freq).value
+
     def timestamps(self) -> list[str]:
-        step = pd.Timedelta(self.freq)
-        return [(self.first_step + k * step).isoformat()
+        return [pd.Timestamp(self.first_step.value + k * self.step_ns, tz="UTC").isoformat()
                 for k in range(self.quantiles.shape[1])]
 
     def documents(self) -> list[bytes]:
