@@ -95,6 +95,8 @@ bench: $(VENV)/.installed-bench
 	$(BIN)/python -m benchmarks.shared_history
 	$(BIN)/python -m benchmarks.background_work
 	$(BIN)/python -m benchmarks.scoring_cost
+	$(BIN)/python -m benchmarks.publication_cost
+	$(BIN)/python -m benchmarks.influx_read
 	$(BIN)/python -m benchmarks.regime_change
 	$(BIN)/python -m benchmarks.repository
 	$(BIN)/python -m benchmarks.images

@@ -43,7 +43,7 @@ def test_benchmarks_page_holds_current_results_only() -> None:
     """A section per benchmark, each its current results only (tests/test_figures.py: each
     opens with its results file's measured line)."""
     lines = BENCHMARKS.read_text().splitlines()
-    assert len(lines) <= 470, f"docs/benchmarks.md has {len(lines)} lines (at most 470)"
+    assert len(lines) <= 500, f"docs/benchmarks.md has {len(lines)} lines (at most 500)"
 
 
 def test_no_issue_numbers_or_dates_of_work_in_shipped_code_and_docs() -> None:

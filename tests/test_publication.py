@@ -10,13 +10,14 @@ import os
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from kpi_forecast.model.runtime import OnnxForecaster
 from kpi_forecast.xapp.metrics import Metrics
-from kpi_forecast.xapp.publication.document import PublishedForecast
+from kpi_forecast.xapp.publication.document import Forecasts, PublishedForecast
 from kpi_forecast.xapp.publication.publisher import Delivery, Publisher
 from kpi_forecast.xapp.ric.a1.policies import Policies
 from kpi_forecast.xapp.ric.a1.policy_type import ForecastPolicy
@@ -214,3 +215,19 @@ def test_a_round_leaves_out_cells_not_reported_in_the_last_step_and_those_a1_exc
     assert list(guarded.cells) == ["fresh"] and guarded.first_step == last + HOUR
     assert (guarded.source, guarded.reason) == ("fallback", "live_skill")
     assert guarded.quantiles.shape == (1, HORIZON, 3)
+
+
+def test_a_document_is_the_json_of_its_fields() -> None:
+    quantiles = np.random.default_rng(0).uniform(0, 1000, (3, 4, 2)).astype(np.float32)
+    made = pd.Timestamp("2026-12-07T10:00:02.5Z").to_pydatetime()
+    forecasts = Forecasts("prb", "prb_util", "%", "v1", "fallback", "live_skill", START, "1h",
+                          ["p10", "p90"], made, ['a"b', "c%s", "ü"], quantiles)
+    for cell, row, document in zip(forecasts.cells, quantiles, forecasts.documents,
+                                   strict=True):
+        assert json.loads(document) == {
+            "cell_id": cell, "model": "prb", "kpi": "prb_util", "unit": "%",
+            "model_version": "v1", "source": "fallback", "reason": "live_skill",
+            "made_at": made.isoformat(), "freq": "1h", "forecasts": [
+                {"timestamp": (START + k * HOUR).isoformat(),
+                 "p10": round(float(row[k, 0]), 4), "p90": round(float(row[k, 1]), 4)}
+                for k in range(4)]}

@@ -84,10 +84,12 @@ def forecast_round(served: ModelView, model: OnnxForecaster, origin: int, cells:
         quantiles = fallback_forecast(history, horizon, list(meta.quantiles),
                                       max(1, pd.Timedelta("1D") // step))
     unit = served.kpi_source.unit if served.kpi_source is not None else ""
-    return Forecasts(served.name, meta.target, unit, meta.model_version, source, reason,
-                 pd.Timestamp(origin * step.value, tz="UTC"), served.history.freq,
-                 [quantile_name(q) for q in meta.quantiles], dt.datetime.now(dt.UTC),
-                 cells, quantiles)
+    forecasts = Forecasts(served.name, meta.target, unit, meta.model_version, source, reason,
+                          pd.Timestamp(origin * step.value, tz="UTC"), served.history.freq,
+                          [quantile_name(q) for q in meta.quantiles], dt.datetime.now(dt.UTC),
+                          cells, quantiles)
+    forecasts.documents  # noqa: B018 - built here, in the round's thread, not on the event loop
+    return forecasts
 
 
 class Publisher:

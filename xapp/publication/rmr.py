@@ -48,7 +48,7 @@ class RmrForecasts:
 
     def frames(self, forecasts: Forecasts) -> list[Frame]:
         """The messages of a round: every cell's, or one per trigger a cell meets."""
-        documents = forecasts.documents()
+        documents = forecasts.documents
         triggers = self._triggers.get(forecasts.model)
         if not triggers:
             return [Frame(KPI_FORECAST, -1, document) for document in documents]

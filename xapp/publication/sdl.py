@@ -40,7 +40,7 @@ class SdlForecasts:
         ttl_ms = max(1, round(ttl_s * 1000))
         async with (errors(f"publishing the forecasts of {forecasts.model} to the SDL"),
                     self._redis.pipeline(transaction=False) as pipe):
-            for cell, document in zip(forecasts.cells, forecasts.documents(), strict=True):
+            for cell, document in zip(forecasts.cells, forecasts.documents, strict=True):
                 pipe.set(self._prefix + key(forecasts.model, cell), document, px=ttl_ms)
             await pipe.execute()
         return Delivery(len(forecasts.cells))
