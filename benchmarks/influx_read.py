@@ -30,22 +30,26 @@ from benchmarks.results import RESULTS, Results
 from tests.influx_server import influx_server, query
 
 DATABASE, MEASUREMENT, KPI = "RIC-Test", "CellReports", "traffic_mb"
+# The peak is the process's own (VmHWM): getrusage's maxrss keeps the parent's across exec.
 READ = """
-import json, resource, sys, time
+import json, sys, time
 from kpi_forecast.data.ingest import load_panel
 started = time.perf_counter()
 panel = load_panel(sys.argv[1], sys.argv[2], freq="1h")
 seconds = time.perf_counter() - started
+peak = next(int(line.split()[1]) for line in open("/proc/self/status")
+            if line.startswith("VmHWM:"))
 print(json.dumps({"seconds": seconds, "cells": panel.n_cells, "steps": panel.n_steps,
                   "observed": int((panel.values == panel.values).sum()),
-                  "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "max_rss_mb": peak / 1024}))
 """
 
 
 def history(cells: int, days: int) -> pd.DataFrame:
     """Hourly load with a daily and weekly shape per cell, long format."""
     steps = days * 24
-    times = pd.date_range("2025-01-01", periods=steps, freq="1h", tz="UTC")
+    end = pd.Timestamp.now(tz="UTC").floor("D")  # the year up to today
+    times = pd.date_range(end=end - pd.Timedelta("1h"), periods=steps, freq="1h")
     hour = np.arange(steps) % 24
     rng = np.random.default_rng(0)
     level = rng.uniform(100, 2000, cells)[:, None]
@@ -61,7 +65,7 @@ def write_influx(port: int, frame: pd.DataFrame) -> float:
     query(port, f'CREATE DATABASE "{DATABASE}"')
     lines = (MEASUREMENT + ",nrCellIdentity=" + frame["cell_id"] + f" {KPI}="
              + frame[KPI].astype(str) + " "
-             + frame["timestamp"].astype("int64").astype(str)).to_numpy()
+             + frame["timestamp"].dt.as_unit("ns").astype("int64").astype(str)).to_numpy()
     started = time.perf_counter()
     for first in range(0, len(lines), 200_000):
         request = urllib.request.Request(
@@ -112,6 +116,9 @@ def main() -> int:
                 row["server_cpu_s"] = cpu_seconds(server) - cpu if name == "influx" else 0.0
                 rows.append(row)
     table = pd.DataFrame(rows)
+    shapes = table[["cells", "steps", "observed"]].drop_duplicates()
+    if len(shapes) != 1:
+        raise RuntimeError(f"the two sources gave different panels:\n{table}")
     RESULTS.mkdir(parents=True, exist_ok=True)
     table.to_csv(RESULTS / "influx_read.csv", index=False)
     influx, parquet_row = (table[table["source"] == name].median(numeric_only=True)
@@ -136,15 +143,16 @@ def main() -> int:
         f"Parquet file, each read a process of its own, {args.rounds} round(s) alternating, "
         "medians.",
         "",
-        "| source | read time | peak memory (max RSS) | InfluxDB server CPU |",
+        "| source | read time | peak memory of the reading process | InfluxDB server CPU |",
         "|---|---|---|---|",
         f"| InfluxDB | {influx['seconds']:.1f} s | {influx['max_rss_mb']:,.0f} MB | "
         f"{influx['server_cpu_s']:.1f} s |",
         f"| Parquet | {parquet_row['seconds']:.1f} s | {parquet_row['max_rss_mb']:,.0f} MB | - |",
         "",
         f"- Reading from InfluxDB takes {influx['seconds'] / parquet_row['seconds']:.1f}x the "
-        "time of the Parquet file; both give the same panel "
-        f"({int(influx['cells']):,} cells x {int(influx['steps']):,} steps).",
+        "time of the Parquet file; both gave the same panel "
+        f"({int(influx['cells']):,} cells x {int(influx['steps']):,} steps, "
+        f"{int(influx['observed']):,} values).",
     ]
     section = "\n".join(lines)
     print(section)
