@@ -97,6 +97,7 @@ bench: $(VENV)/.installed-bench
 	$(BIN)/python -m benchmarks.scoring_cost
 	$(BIN)/python -m benchmarks.publication_cost
 	$(BIN)/python -m benchmarks.influx_read
+	$(BIN)/python -m benchmarks.profiles
 	$(BIN)/python -m benchmarks.regime_change
 	$(BIN)/python -m benchmarks.repository
 	$(BIN)/python -m benchmarks.images
