@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import time
+from collections.abc import Coroutine
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +33,21 @@ ROOT = Path(__file__).resolve().parents[1]
 def route_table(path: Path, msg_type: int, port: int) -> Path:
     path.write_text(f"newrt|start\nmse|{msg_type}|-1|127.0.0.1:{port}\nnewrt|end\n")
     return path
+
+
+def run_beside(consumer: subprocess.Popen, scenario: Coroutine[None, None, str]
+               ) -> tuple[str, list[dict], str]:
+    """Run ``scenario`` (the xApp's, answering its metrics) with the consumer up; then the
+    metrics, the forecasts the consumer printed and its stderr."""
+    try:
+        text = asyncio.run(scenario)
+    finally:
+        # Killed: ricxappframe's own stop deregisters from the appmgr and waits 10 s, which
+        # is the framework's to spend, not the test's.
+        consumer.kill()
+        out, err = consumer.communicate(timeout=30)
+    # The framework's own log lines (mdclogpy's JSON) share the consumer's stdout.
+    return text, [doc for doc in map(json.loads, out.splitlines()) if "forecasts" in doc], err
 
 
 def test_met_reads_the_quantile_over_the_first_steps() -> None:
@@ -88,15 +104,7 @@ def test_a_ricxappframe_consumer_takes_the_triggered_forecasts_and_acknowledges_
                 await asyncio.sleep(0.1)
             return text
 
-    try:
-        text = asyncio.run(scenario())
-    finally:
-        # Killed: ricxappframe's own stop deregisters from the appmgr and waits 10 s, which
-        # is the framework's to spend, not this test's.
-        consumer.kill()
-        out, err = consumer.communicate(timeout=30)
-    # The framework's own log lines (mdclogpy's JSON) share the consumer's stdout.
-    received = [doc for doc in map(json.loads, out.splitlines()) if "forecasts" in doc]
+    text, received, err = run_beside(consumer, scenario())
     assert metric(text, "kpi_forecast_publication_failures_total", model="traffic_mb",
                   destination="rmr") == 0, err
     # Two rounds (the first step's end, the next's), each cell meeting "quiet" only.
@@ -136,3 +144,35 @@ def test_with_no_consumer_up_the_forecasts_count_unpublished_and_serving_goes_on
     assert metric(text, "kpi_forecast_publication_forecasts_total", model="traffic_mb",
                   destination="rmr") == 0
     assert status == 200
+
+
+def test_a_consumer_that_never_acknowledges_delays_nothing(
+        tmp_path: Path, rmr_library: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    consumer_port, xapp_port = free_port(), free_port()
+    consumer = subprocess.Popen(
+        [str(examples_python()), "examples/forecast_consumer/consumer.py", "--rmr-port",
+         str(consumer_port), "--no-ack"], cwd=ROOT, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env={**os.environ, "RMR_SEED_RT": str(route_table(
+            tmp_path / "consumer.rt", 30201, xapp_port))})
+    monkeypatch.setenv("RMR_SEED_RT", str(route_table(tmp_path / "xapp.rt", 30200,
+                                                      consumer_port)))
+    desc = descriptor(tmp_path, make_model(tmp_path / "traffic_mb"), e2={"port": xapp_port},
+                      publication={"rmr": {"enabled": True}})
+
+    async def scenario() -> str:
+        async with running(desc) as client:
+            for step, values in enumerate(([30.0] * STEPS, [31.0], [32.0])):
+                start = START if step == 0 else START + (STEPS + step - 1) * HOUR
+                response = await client.post("/v1/cells/c1/history", json={
+                    "start": start.isoformat(), "freq": "1h", "values": values})
+                assert response.status_code == 200, response.text
+                await asyncio.sleep(1.5)  # each period's round, unacknowledged
+            return (await client.get("/ric/v1/metrics")).text
+
+    text, received, _ = run_beside(consumer, scenario())
+    assert [doc["forecasts"][0]["timestamp"] for doc in received] == [
+        (START + (STEPS + k - 1) * HOUR).isoformat() for k in range(3)]
+    assert metric(text, "kpi_forecast_publication_forecasts_total", model="traffic_mb",
+                  destination="rmr") == 3
+    assert metric(text, "kpi_forecast_publication_acknowledgements_total",
+                  model="traffic_mb") == 0

@@ -12,6 +12,7 @@ SIGTERM stops it as ricxappframe stops an xApp: it deregisters from the appmgr a
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import signal
 import sys
@@ -24,12 +25,13 @@ KPI_FORECAST = 30200
 KPI_FORECAST_ACK = 30201
 
 
-def on_forecast(xapp: RMRXapp, summary: dict, sbuf) -> None:
+def on_forecast(xapp: RMRXapp, summary: dict, sbuf, acknowledge: bool = True) -> None:
     """A forecast: printed, then acknowledged, naming the cell, model and when it was made."""
     forecast = json.loads(summary[rmr.RMR_MS_PAYLOAD])
     print(json.dumps(forecast), flush=True)
-    ack = {key: forecast[key] for key in ("cell_id", "model", "made_at")}
-    xapp.rmr_rts(sbuf, new_payload=json.dumps(ack).encode(), new_mtype=KPI_FORECAST_ACK)
+    if acknowledge:
+        ack = {key: forecast[key] for key in ("cell_id", "model", "made_at")}
+        xapp.rmr_rts(sbuf, new_payload=json.dumps(ack).encode(), new_mtype=KPI_FORECAST_ACK)
     xapp.rmr_free(sbuf)
 
 
@@ -40,12 +42,15 @@ def on_other(xapp: RMRXapp, summary: dict, sbuf) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rmr-port", type=int, default=4590, help="RMR port to listen on")
+    parser.add_argument("--no-ack", action="store_true",
+                        help="take the forecasts without acknowledging them (it is optional)")
     args = parser.parse_args()
     stop = threading.Event()
     for each in (signal.SIGTERM, signal.SIGINT):
         signal.signal(each, lambda *_: stop.set())
     xapp = RMRXapp(on_other, rmr_port=args.rmr_port, use_fake_sdl=True)
-    xapp.register_callback(on_forecast, KPI_FORECAST)
+    xapp.register_callback(functools.partial(on_forecast, acknowledge=not args.no_ack),
+                           KPI_FORECAST)
     xapp.run(thread=True, rmr_timeout=1)
     print(f"listening for KPI_FORECAST on RMR port {args.rmr_port}", file=sys.stderr, flush=True)
     stop.wait()
