@@ -18,7 +18,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +26,7 @@ import pandas as pd
 from benchmarks.common import write_section
 from benchmarks.e2_scale import cpu_seconds
 from benchmarks.results import RESULTS, Results
-from tests.influx_server import influx_server, query
+from tests.influx_server import influx_server, post_lines, query
 
 DATABASE, MEASUREMENT, KPI = "RIC-Test", "CellReports", "traffic_mb"
 # The peak is the process's own (VmHWM): getrusage's maxrss keeps the parent's across exec.
@@ -67,12 +66,7 @@ def write_influx(port: int, frame: pd.DataFrame) -> float:
              + frame[KPI].astype(str) + " "
              + frame["timestamp"].dt.as_unit("ns").astype("int64").astype(str)).to_numpy()
     started = time.perf_counter()
-    for first in range(0, len(lines), 200_000):
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{port}/write?db={DATABASE}",
-            data="\n".join(lines[first:first + 200_000]).encode())
-        with urllib.request.urlopen(request, timeout=600) as answer:
-            assert answer.status == 204
+    post_lines(port, DATABASE, lines)
     return time.perf_counter() - started
 
 

@@ -10,7 +10,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -74,6 +74,16 @@ def query(port: int, statement: str, database: str | None = None, csv: bool = Fa
         return answer.read()
 
 
+def post_lines(port: int, database: str, lines: Sequence[str], chunk: int = 200_000) -> None:
+    """Write points (line protocol, nanosecond times) a chunk of lines per request."""
+    for first in range(0, len(lines), chunk):
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/write?db={urllib.parse.quote(database)}",
+            data="\n".join(lines[first:first + chunk]).encode())
+        with urllib.request.urlopen(request, timeout=600) as answer:
+            assert answer.status == 204
+
+
 def _escaped(text: str, chars: str) -> str:
     for char in "\\" + chars:
         text = text.replace(char, "\\" + char)
@@ -106,10 +116,5 @@ def write_rows(port: int, database: str, measurement: str, frame: pd.DataFrame,
             head = name
             fields.append(f'{_escaped(cell, ",= ")}="{_escaped(str(cell_id), chr(34))}"')
         lines.append(f"{head} {','.join(fields)} {stamp}")
-    for first in range(0, len(lines), 50_000):
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{port}/write?db={urllib.parse.quote(database)}",
-            data="\n".join(lines[first:first + 50_000]).encode())
-        with urllib.request.urlopen(request, timeout=120) as answer:
-            assert answer.status == 204
+    post_lines(port, database, lines)
     return frame.assign(timestamp=pd.to_datetime(stamps, utc=True))
