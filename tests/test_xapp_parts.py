@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 
 import numpy as np
@@ -14,6 +15,8 @@ from kpi_forecast.model.recalibration import Recalibration
 from kpi_forecast.xapp.metrics import Metrics
 from kpi_forecast.xapp.serving.batcher import DynamicBatcher, QueueFull
 from kpi_forecast.xapp.serving.fallback import fallback_forecast
+from kpi_forecast.xapp.serving.forecasting import _read_held
+from kpi_forecast.xapp.store.cell_history import HistoryUnavailable
 from tests.tolerance import UNIT_ROUNDOFF_32
 from tests.xapp_helpers import serving_state
 
@@ -44,6 +47,19 @@ def test_fallback_with_short_or_gappy_history() -> None:
     np.testing.assert_allclose(fallback_forecast(weeks, 2, [0.5], 24)[0, :, 0], [0.0, 1.0])
     with pytest.raises(ValueError, match="no observed"):
         fallback_forecast(np.vstack([weeks, np.full((1, 504), np.nan)]), 4, [0.5], 24)
+
+
+def test_a_store_answering_at_the_deadline_is_the_reason_the_request_is_refused() -> None:
+    """A store back from a hang whose answer comes at the request's deadline leaves it no
+    time: the refusal names the store, not the spent budget."""
+
+    class LateStore:
+        async def windows(self, cells: list[str]) -> list:
+            time.sleep(0.02)  # holds the loop past the deadline: no timeout cuts it short
+            return [(np.ones((1, 48), np.float32), T0) for _ in cells]
+
+    with pytest.raises(HistoryUnavailable, match="history store: no answer within"):
+        asyncio.run(_read_held(LateStore(), None, ["c1"], time.monotonic() + 0.01))
 
 
 class CountingModel:

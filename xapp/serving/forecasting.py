@@ -344,8 +344,12 @@ async def _read_held(store: CellHistory, model: OnnxForecaster, cells: Sequence[
         async with asyncio.timeout(deadline - time.monotonic()):
             windows = await store.windows(list(cells))
     except TimeoutError:
+        windows = None
+    # An answer at the deadline itself (a store back from a hang) leaves the request no time
+    # either: the store is still the reason it is refused.
+    if windows is None or time.monotonic() >= deadline:
         raise HistoryUnavailable("history store: no answer within the request's latency "
-                                 "budget") from None
+                                 "budget")
     needed = model.metadata.config.patch_len
     for cell_id, held in zip(cells, windows, strict=True):
         if held is None:
