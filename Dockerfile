@@ -71,11 +71,6 @@ ARG ONNXRUNTIME_GPU_VERSION=1.26.0
 # (both install the `onnxruntime` module: they must not sit side by side). The NVIDIA wheels'
 # lib folders are listed for ldconfig in the serving stage: ONNX Runtime dlopens libcudnn.so.9
 # and friends by name, and nothing else would tell the loader where pip put them.
-# pycrate brings the compiled modules of some ninety ASN.1 specifications, a quarter of the
-# venv; only those the xApp imports stay (E2AP, and F1AP for the cells an E2 node's F1 setup
-# names: tests/test_image.py checks the list against the imports in xapp/).
-# The closing checks run isolated (-I): from /src, a plain `python -c` would import the
-# source tree instead of the installed package.
 RUN --mount=type=cache,target=/root/.cache/pip \
     set -eu; \
     mkdir -p /opt/ld.so.conf.d; \
@@ -87,11 +82,42 @@ RUN --mount=type=cache,target=/root/.cache/pip \
            && find /opt/venv -type d -path '*/site-packages/nvidia/*/lib' \
                 > /opt/ld.so.conf.d/kpi-forecast-nvidia.conf ;; \
       *) echo "VARIANT must be cpu or gpu, not '${VARIANT}'" >&2; exit 2 ;; \
-    esac; \
-    asn1dir="$(python -I -c 'import os, pycrate_asn1dir; print(os.path.dirname(pycrate_asn1dir.__file__))')"; \
-    find "${asn1dir}" -type f ! -name '__init__.*' ! -name 'E2AP.*' ! -name 'F1AP.*' -delete; \
+    esac
+# What the server never loads goes, two thirds of the venv (tests/test_image.py runs this same
+# instruction on the venv it builds, then serves from it):
+# - pycrate's compiled modules of some ninety ASN.1 specifications but those the xApp imports
+#   (E2AP, and F1AP for the cells an E2 node's F1 setup names: tests/test_image.py checks the
+#   list against the imports in xapp/), and its packages of other protocols;
+# - the translations of holiday names (the calendar features read only the dates);
+# - the test suites and C headers numpy, pandas and pyarrow ship; the parts of Arrow nothing
+#   here imports (Flight, the S3, GCS, Azure and HDFS filesystems, ORC, Parquet encryption) and
+#   the copies of libarrow_python under names the loader never asks for;
+# - ONNX Runtime's model tools (conversion, quantisation), pip and setuptools, and the
+#   commands of what went (f2py, pycrate's).
+# The closing checks run isolated (-I): from /src, a plain `python -c` would import the source
+# tree instead of the installed package. ${part} is unquoted: its globs expand in site-packages.
+# hadolint ignore=SC2086
+RUN set -eu; \
+    site="$(python -I -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"; \
+    find "${site}/pycrate_asn1dir" -type f ! -name '__init__.*' ! -name 'E2AP.*' ! -name 'F1AP.*' -delete; \
+    for part in pycrate_corenet pycrate_crypto pycrate_csn1 pycrate_csn1dir pycrate_diameter \
+      pycrate_ether pycrate_gmr1 pycrate_gmr1_csn1 pycrate_media pycrate_mobile pycrate_osmo \
+      pycrate_sys \
+      pandas/tests numpy/tests numpy/*/tests numpy/_core/include numpy/f2py \
+      pyarrow/tests pyarrow/include pyarrow/src pyarrow/*.pyx pyarrow/*.pxd pyarrow/*.pxi \
+      pyarrow/libarrow_flight.so* pyarrow/libarrow_python_flight.so* pyarrow/_flight.* \
+      pyarrow/flight.py pyarrow/libarrow_s3.so* pyarrow/_s3fs.* pyarrow/_gcsfs.* \
+      pyarrow/_azurefs.* pyarrow/_hdfs.* pyarrow/_orc.* pyarrow/_dataset_orc.* pyarrow/orc.py \
+      pyarrow/*parquet_encryption* pyarrow/_pyarrow_cpp_tests.* \
+      pyarrow/libarrow_python.so pyarrow/libarrow_python.so.*.*.* \
+      onnxruntime/transformers onnxruntime/tools onnxruntime/quantization onnxruntime/datasets \
+      holidays/locale; do rm -rf "${site}"/${part}; done; \
+    rm -f "$(dirname "$(command -v python)")"/f2py "$(dirname "$(command -v python)")"/pycrate_*.py; \
+    python -I -m pip uninstall --quiet --yes pip setuptools; \
     python -I -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is not None)"; \
-    python -I -c "import onnxruntime, kpi_forecast.xapp.server; from pycrate_asn1dir import E2AP, F1AP"
+    python -I -c "import onnxruntime, kpi_forecast.xapp.server; from pycrate_asn1dir import E2AP, F1AP"; \
+    python -I -c "import pyarrow.dataset, pyarrow.parquet, pyarrow.csv, pyarrow.ipc, pyarrow.fs"; \
+    python -I -c "from holidays import country_holidays as c, list_supported_countries as l; [c(k, years=2024) for k in l()]"
 
 
 # --- librmr, the RIC message router, built from its public source ------------------------------

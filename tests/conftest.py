@@ -13,7 +13,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import pytest  # noqa: E402
 
-from tests import image_builds
+from tests import beside, image_builds
 from tests.a1_mediator import mediator_routes  # noqa: F401 - a fixture for the A1 tests
 from tests.air_gapped import gpu_bundle  # noqa: F401 - the GPU check's and the GPU graph's
 from tests.k8s_tools import helm  # noqa: F401 - a fixture for the chart and onboarding tests
@@ -45,6 +45,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
                                   items: list[pytest.Item]) -> None:
     image_builds.image_tests_last(items)
+    beside.split(config, items)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -54,9 +55,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     image_builds.start_beside(item)
+    beside.start(item)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    beside.finish(session, exitstatus)
     image_builds.close()
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if NO_SKIPS and reporter is not None and reporter.stats.get("skipped") and exitstatus == 0:

@@ -282,6 +282,14 @@ def test_serving_venv_built_like_the_image_serves_without_torch(
         capture_output=True, text=True, timeout=900, cwd=tmp_path,
     )
     assert install.returncode == 0, install.stdout + install.stderr
+    # Trimmed by the builder's own instruction, whose closing checks import what serving does.
+    [trim] = [run for stage in chain(parsed, "builder") for run in stage.args("RUN")
+              if "pycrate_asn1dir" in run]
+    trimmed = subprocess.run(["bash", "-c", trim], capture_output=True, text=True, cwd=tmp_path,
+                             env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
+                             timeout=300)
+    assert trimmed.returncode == 0, trimmed.stdout + trimmed.stderr
+    assert not (venv / "bin" / "pip").exists()
 
     # Away from the repository and with no PYTHONPATH, only the installed copy can be found.
     env = {k: v for k, v in os.environ.items()
