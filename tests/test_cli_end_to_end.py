@@ -20,6 +20,7 @@ from kpi_forecast.model.runtime import OnnxForecaster
 from kpi_forecast.training.fit import load_network
 from kpi_forecast.training.predict import last_windows
 from kpi_forecast.training.train import auto_batch_size, describe_batch
+from tests.beside import EPOCHS_NOT_CLOCK
 from tests.tolerance import network_tolerance, rounding_tolerance
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,6 +38,7 @@ def train_args(data: Path, out: Path, seed: int = 0) -> list[str]:
         "train", "--data", str(data), "--target", "traffic_mb", "--out", str(out),
         "--context", "7D", "--horizon", "24h", "--max-epochs", "2", "--seed", str(seed),
         "--quiet", "--no-gpu-graph",  # the float16 graph: README's train and make demo
+        *EPOCHS_NOT_CLOCK,
     ]
 
 

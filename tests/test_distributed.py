@@ -21,6 +21,7 @@ import torch
 from kpi_forecast.data.ingest import load_panel
 from kpi_forecast.training.checkpoint import CHECKPOINT_FILE
 from kpi_forecast.training.distributed import Group, ShardedPairs
+from tests.beside import EPOCHS_NOT_CLOCK
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "data/sample/cells_hourly.csv.gz"
@@ -29,7 +30,7 @@ CELLS, DAYS = 6, 21
 # Small enough for a few seconds per epoch; the global batch is the same for every world size.
 # No float16 graph: its export took 14 of a run's 37 s here, and these tests are about training.
 TRAIN_ARGS = ["--target", TARGET, "--context", "7D", "--horizon", "1D", "--max-epochs", "4",
-              "--batch-size", "64", "--quiet", "--no-gpu-graph"]
+              "--batch-size", "64", "--quiet", "--no-gpu-graph", *EPOCHS_NOT_CLOCK]
 
 
 def small_frame() -> pd.DataFrame:

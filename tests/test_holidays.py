@@ -17,6 +17,7 @@ from kpi_forecast.model.artifact import load_metadata
 from kpi_forecast.model.features import HOLIDAY, forecast_calendar
 from kpi_forecast.model.runtime import OnnxForecaster
 from kpi_forecast.training.fit import load_network
+from tests.beside import EPOCHS_NOT_CLOCK
 
 N_CELLS, SEED = 12, 2
 # Ten weeks of French data with five public holidays: Easter Monday, 1 May, 8 and 9 May
@@ -40,7 +41,7 @@ def train_command(data: Path, out: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "kpi_forecast.cli", "train", "--data", str(data),
             "--target", "traffic_mb", "--out", str(out), "--tz", "Europe/Paris",
             "--context", "7D", "--horizon", "24h", "--max-epochs", "6", "--quiet",
-            "--no-gpu-graph", *extra]
+            "--no-gpu-graph", *EPOCHS_NOT_CLOCK, *extra]
 
 
 @pytest.fixture(scope="module")

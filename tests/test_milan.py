@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from kpi_forecast.cli.main import main
+from tests.beside import EPOCHS_NOT_CLOCK
 
 MILAN = Path(__file__).resolve().parents[2] / "shared/data/milan/milan_hourly.csv.gz"
 
@@ -20,7 +21,7 @@ def test_train_predict_backtest_on_real_gappy_data(tmp_path: Path) -> None:
     model = tmp_path / "model"
     assert main(["train", "--data", str(MILAN), "--target", "traffic", "--out", str(model),
                  "--context", "7D", "--horizon", "24", "--max-epochs", "1", "--quiet",
-                 "--no-gpu-graph"]) == 0
+                 "--no-gpu-graph", *EPOCHS_NOT_CLOCK]) == 0
     forecast = tmp_path / "forecast.csv"
     assert main(["predict", "--model", str(model), "--data", str(MILAN),
                  "--out", str(forecast)]) == 0

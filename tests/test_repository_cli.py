@@ -13,6 +13,7 @@ import pytest
 from kpi_forecast.cli.main import main
 from kpi_forecast.data.synthetic import generate
 from kpi_forecast.model.artifact import load_metadata
+from tests.beside import EPOCHS_NOT_CLOCK
 
 KPIS = ["traffic_mb", "prb_util"]
 
@@ -29,7 +30,7 @@ def repository(data_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
     out = tmp_path_factory.mktemp("repository") / "kpis"
     assert main(["train", "--data", str(data_file), "--target", ",".join(KPIS), "--out",
                  str(out), "--context", "7D", "--horizon", "24h", "--max-epochs", "1",
-                 "--quiet", "--no-gpu-graph"]) == 0
+                 "--quiet", "--no-gpu-graph", *EPOCHS_NOT_CLOCK]) == 0
     return out
 
 
