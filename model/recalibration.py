@@ -169,16 +169,14 @@ def week_of_windows(horizon: int, step: pd.Timedelta) -> int:
 
 
 def recalibration(forecaster: OnnxForecaster, history: np.ndarray, last: pd.DatetimeIndex,
-                  windows: int, max_cells: int | None = MAX_CELLS, parallel: bool = True
-                  ) -> Recalibration:
+                  windows: int, max_cells: int | None = MAX_CELLS) -> Recalibration:
     """The median's shares and the offsets that hold on up to ``windows`` forecasts ending at
     the last step of ``history`` [cells, steps] (the last step of row b falls at ``last[b]``),
     one horizon apart; from ``max_cells`` of the rows at most (a seeded sample; None: all).
     The shares come from more windows where those few hold fewer than MIN_BLEND_POINTS.
 
     A window is used when ``history`` holds its whole context and horizon; a cell's window
-    counts when at least half of its context is observed. ``parallel``: as
-    ``OnnxForecaster.forecast``'s.
+    counts when at least half of its context is observed.
     """
     meta = forecaster.metadata
     horizon, context = meta.horizon, meta.context
@@ -198,7 +196,7 @@ def recalibration(forecaster: OnnxForecaster, history: np.ndarray, last: pd.Date
     contexts = np.concatenate([history[:, end - context : end] for end in ends])
     actual = np.concatenate([history[:, end : end + horizon] for end in ends])
     window_lasts = [last - i * horizon * forecaster.step for i in range(1, blending + 1)]
-    forecast = forecaster.forecast(contexts, last[:0].append(window_lasts), parallel=parallel)
+    forecast = forecaster.forecast(contexts, last[:0].append(window_lasts))
     width = forecast[..., -1] - forecast[..., 0]
     enough = (~np.isnan(contexts)).mean(axis=1) >= MIN_OBSERVED_CONTEXT
     observed = enough[:, None] & ~np.isnan(actual)

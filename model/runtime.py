@@ -224,13 +224,12 @@ class OnnxForecaster:
             "options": asdict(self.options),
         }
 
-    def run(self, values: np.ndarray, calendar: np.ndarray, parallel: bool = True
-            ) -> np.ndarray:
+    def run(self, values: np.ndarray, calendar: np.ndarray) -> np.ndarray:
         """The raw graph: values [B, context] and calendar [B, context + H, N_CALENDAR]
-        -> [B, H, Q]; ``parallel=False`` keeps a large batch on the calling thread."""
+        -> [B, H, Q]."""
         out = np.empty((len(values), self.metadata.horizon, len(self.metadata.quantiles)),
                        np.float32)
-        if not parallel or self._pool is None or len(values) < SPLIT_ROWS:
+        if self._pool is None or len(values) < SPLIT_ROWS:
             self._run_chunks(values, calendar, out)
             return out
         bounds = np.linspace(0, len(values), self.workers + 1).astype(int)
@@ -272,17 +271,14 @@ class OnnxForecaster:
                    PROFILE_WEEKS * int(pd.Timedelta("7D") // self.step))
 
     def forecast(self, history: np.ndarray | Sequence[np.ndarray], last: pd.DatetimeIndex,
-                 recalibration: Recalibration | None = None, parallel: bool = True
-                 ) -> np.ndarray:
+                 recalibration: Recalibration | None = None) -> np.ndarray:
         """Quantile forecasts [B, horizon, Q] for the steps after each row of ``history``.
 
         ``history`` is [B, n] (NaN = missing), or a sequence of such blocks of different
         lengths (the requests of one batch), their rows B in all; row b's last step falls at
         ``last[b]``. The model reads each row's last ``context`` steps, left-padded with
         missing steps when shorter; ``recalibration`` then moves each block's quantiles on
-        that block's own history (``model.recalibration``). ``parallel=False``: the whole
-        call on the calling thread (background work, at that thread's priority), where a large
-        batch is otherwise split across the CPUs.
+        that block's own history (``model.recalibration``).
         """
         meta = self.metadata
         context, horizon = meta.context, meta.horizon
@@ -302,10 +298,10 @@ class OnnxForecaster:
             calendar = forecast_calendar(last[chunk], context, horizon, self.step,
                                          meta.calendar_tz, meta.holidays, meta.holiday_as_sunday)
             if wall is None:
-                out[chunk] = self.run(window[chunk], calendar, parallel)
+                out[chunk] = self.run(window[chunk], calendar)
             else:
-                out[chunk] = wall.to_utc(self.run(
-                    window[chunk], wall.place_calendar(calendar, chunk), parallel), chunk)
+                out[chunk] = wall.to_utc(
+                    self.run(window[chunk], wall.place_calendar(calendar, chunk)), chunk)
             if meta.holiday_reading == "from_sunday":
                 sources = sunday_sources(last[chunk], horizon, self.step, meta.calendar_tz,
                                          meta.holidays)

@@ -21,7 +21,6 @@ from kpi_forecast.xapp.publication.document import Forecasts, PublishedForecast
 from kpi_forecast.xapp.publication.publisher import Delivery, Publisher
 from kpi_forecast.xapp.ric.a1.policies import Policies
 from kpi_forecast.xapp.ric.a1.policy_type import ForecastPolicy
-from kpi_forecast.xapp.serving.background import BackgroundWork
 from kpi_forecast.xapp.store.cell_history import MemoryCellHistory
 from kpi_forecast.xapp.store.shared_state import SharedState
 from tests.examples_env import examples_python
@@ -194,7 +193,7 @@ def test_a_round_leaves_out_cells_not_reported_in_the_last_step_and_those_a1_exc
     policies.replace({"quiet": ForecastPolicy(cells=["excluded"], excluded=True)},
                      {state.default: model})
     captured = Captured()
-    publisher = Publisher(state, policies, Metrics([1.0], 8), [captured], BackgroundWork())
+    publisher = Publisher(state, policies, Metrics([1.0], 8), [captured])
     last = START + (STEPS - 1) * HOUR
 
     async def scenario() -> None:

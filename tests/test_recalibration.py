@@ -101,8 +101,7 @@ class ZeroBand:
     def __init__(self, model: OnnxForecaster) -> None:
         self.metadata, self.step = model.metadata, model.step
 
-    def forecast(self, contexts: np.ndarray, stamps: pd.DatetimeIndex,
-                 parallel: bool = True) -> np.ndarray:
+    def forecast(self, contexts: np.ndarray, stamps: pd.DatetimeIndex) -> np.ndarray:
         return np.zeros((len(contexts), HORIZON, len(LEVELS)), np.float32)
 
 
@@ -278,10 +277,9 @@ class Counting:
         self.inner, self.windows = forecaster, 0
         self.metadata, self.step = forecaster.metadata, forecaster.step
 
-    def forecast(self, history: np.ndarray, last: pd.DatetimeIndex,
-                 parallel: bool = True) -> np.ndarray:
+    def forecast(self, history: np.ndarray, last: pd.DatetimeIndex) -> np.ndarray:
         self.windows += len(history)
-        return self.inner.forecast(history, last, parallel=parallel)
+        return self.inner.forecast(history, last)
 
 
 def test_past_max_cells_a_sample_of_the_cells_fits_nearly_the_same_offsets(

@@ -2,7 +2,6 @@
 validation, and that it runs with torch unimportable (the serving image has none)."""
 
 import json
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -73,20 +72,6 @@ def test_a_large_batch_is_split_across_the_cores_with_the_same_result(
     np.testing.assert_allclose(split.forecast(values[:5], last[:5]),  # too few to split
                                single.forecast(values[:5], last[:5]), rtol=0,
                                atol=within(values))
-    # Background work keeps the whole call on its own thread (and at its priority).
-    threads: list[threading.Thread] = []
-    run_chunks = split._run_chunks
-
-    def recorded(*args: np.ndarray) -> None:
-        threads.append(threading.current_thread())
-        run_chunks(*args)
-
-    monkeypatch.setattr(split, "_run_chunks", recorded)
-    np.testing.assert_allclose(split.forecast(values, last, parallel=False),
-                               single.forecast(values, last), rtol=0, atol=within(values))
-    assert threads and set(threads) == {threading.current_thread()}
-    split.forecast(values, last)
-    assert threading.current_thread() not in threads[-3:]
 
 
 def test_available_cpus_follow_a_cgroup_limit(tmp_path: Path,

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import threading
 import time
 from collections.abc import AsyncIterator
 
@@ -15,7 +13,6 @@ import pytest
 
 from kpi_forecast.model.recalibration import Recalibration
 from kpi_forecast.xapp.metrics import Metrics
-from kpi_forecast.xapp.serving.background import LOWEST, BackgroundWork
 from kpi_forecast.xapp.serving.batcher import DynamicBatcher, QueueFull
 from kpi_forecast.xapp.serving.fallback import fallback_forecast
 from kpi_forecast.xapp.serving.forecasting import _read_held
@@ -63,26 +60,6 @@ def test_a_store_answering_at_the_deadline_is_the_reason_the_request_is_refused(
 
     with pytest.raises(HistoryUnavailable, match="history store: no answer within"):
         asyncio.run(_read_held(LateStore(), None, ["c1"], time.monotonic() + 0.01))
-
-
-def test_background_work_runs_one_call_at_a_time_at_the_lowest_priority() -> None:
-    work = BackgroundWork()
-
-    def niceness_and_thread() -> tuple[int, int]:
-        time.sleep(0.01)
-        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id()), threading.get_ident()
-
-    async def both() -> list[tuple[int, int]]:
-        return await asyncio.gather(work.run(niceness_and_thread), work.run(niceness_and_thread))
-
-    try:
-        answers = asyncio.run(both())
-    finally:
-        work.close()
-    assert {niceness for niceness, _ in answers} == {LOWEST}
-    [thread] = {thread for _, thread in answers}
-    assert thread != threading.get_ident()
-    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) < LOWEST  # ours as it was
 
 
 class CountingModel:

@@ -34,7 +34,6 @@ from kpi_forecast.xapp.serving.admission import (
     LoopLag,
     latency_budget_s,
 )
-from kpi_forecast.xapp.serving.background import BackgroundWork
 from kpi_forecast.xapp.serving.forecasting import Forecasting
 from kpi_forecast.xapp.serving.lifecycle import Lifecycle
 from kpi_forecast.xapp.serving.model_holder import check_controls
@@ -93,10 +92,8 @@ class Components:
         self.a1 = (PolicyHandler(self.policies, transport, self.state, self.metrics)
                    if controls.a1.enabled and transport is not None else None)
         self.forecasting = Forecasting(self.state, self.policies, self.admission, self.metrics)
-        # Live scoring, publication and recalibration: beside requests, never before them.
-        self.background = BackgroundWork()
         self.publisher = Publisher(self.state, self.policies, self.metrics,
-                                   destinations(controls, rmr), self.background)
+                                   destinations(controls, rmr))
         replica = replica_name()
         self.e2 = E2Link(self.state, transport, self.ingestor, http_port,
                          Ownership(self.state, replica), self.metrics, self.a1,
@@ -109,7 +106,7 @@ class Components:
         self._tasks: dict[str, list[asyncio.Task]] = {}
 
     def _slot(self, name: str) -> ModelSlot:
-        return ModelSlot(name, self.state, self.metrics, self.background, self.a1)
+        return ModelSlot(name, self.state, self.metrics, self.a1)
 
     def slot(self, name: str) -> ModelSlot:
         """The parts of the model ``name``; UnknownModel names those there are."""
@@ -214,7 +211,6 @@ class Components:
             slot.batcher.close()
             await slot.holder.close()
         await self.publisher.close()
-        self.background.close()
         shared = self.state.now.shared
         if shared is not None:
             await shared.close()

@@ -12,6 +12,7 @@ forecasts as not published; the others, and serving, go on."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import logging
 import time
@@ -27,7 +28,6 @@ from kpi_forecast.xapp.failures import describe, keep_ticking
 from kpi_forecast.xapp.metrics import Metrics
 from kpi_forecast.xapp.publication.document import Forecasts
 from kpi_forecast.xapp.ric.a1.policies import Policies
-from kpi_forecast.xapp.serving.background import BackgroundWork
 from kpi_forecast.xapp.serving.fallback import fallback_forecast
 from kpi_forecast.xapp.serving.forecasting import quantile_name
 from kpi_forecast.xapp.serving.scoring import take_slots
@@ -74,8 +74,7 @@ def forecast_round(served: ModelView, model: OnnxForecaster, origin: int, cells:
     if reason is None:
         ends = pd.DatetimeIndex(np.full(len(history), (origin - 1) * step.value), tz="UTC")
         try:
-            quantiles = model.forecast(history, ends, served.recalibration,
-                                       parallel=False)[:, :horizon]
+            quantiles = model.forecast(history, ends, served.recalibration)[:, :horizon]
         except InputError as exc:
             log.warning("publication of %s: the model failed, the fallback answers: %s",
                         served.name, exc)
@@ -97,9 +96,8 @@ class Publisher:
     """Publishes every model's forecasts of each period to ``destinations``."""
 
     def __init__(self, state: ServingState, policies: Policies, metrics: Metrics,
-                 destinations: Sequence[Destination], background: BackgroundWork) -> None:
+                 destinations: Sequence[Destination]) -> None:
         self._state = state
-        self._background = background
         self._policies = policies
         self.metrics = metrics
         self.destinations = list(destinations)
@@ -139,7 +137,7 @@ class Publisher:
                 and window[1].value // model.step.value >= origin - 1]
             if not held:
                 continue
-            forecasts = await self._background.run(
+            forecasts = await asyncio.to_thread(
                 forecast_round, served, model, origin, [cell for cell, _ in held],
                 np.stack([window[0] for _, window in held]),
                 np.array([window[1].value // model.step.value for _, window in held]))

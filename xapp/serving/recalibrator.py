@@ -14,6 +14,7 @@ model starts with its own calibration and gets its offsets at once.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -26,7 +27,6 @@ from kpi_forecast.model.recalibration import Recalibration, recalibration, week_
 from kpi_forecast.model.runtime import InputError, OnnxForecaster
 from kpi_forecast.xapp.failures import describe, keep_ticking
 from kpi_forecast.xapp.metrics import Metrics
-from kpi_forecast.xapp.serving.background import BackgroundWork
 from kpi_forecast.xapp.serving.state import ServingState
 from kpi_forecast.xapp.store.cell_history import HistoryUnavailable
 from kpi_forecast.xapp.store.shared_state import SharedState
@@ -76,10 +76,8 @@ class Offsets:
 class Recalibrator:
     """Refreshes the offsets of the model ``name`` and puts those in force into ``state``."""
 
-    def __init__(self, state: ServingState, metrics: Metrics, name: str,
-                 background: BackgroundWork) -> None:
+    def __init__(self, state: ServingState, metrics: Metrics, name: str) -> None:
         self._state = state
-        self._background = background
         self.metrics = metrics
         self.name = name
         self.offsets: Offsets | None = None
@@ -133,8 +131,7 @@ class Recalibrator:
             last = pd.DatetimeIndex([stamp for _, stamp in held])
             windows = week_of_windows(model.metadata.horizon, model.step)
             # controls.recalibration.maxCells has chosen the cells: all of them are fitted.
-            fitted = await self._background.run(recalibration, model, history, last, windows,
-                                                None, parallel=False)
+            fitted = await asyncio.to_thread(recalibration, model, history, last, windows, None)
         offsets = Offsets(model.metadata.model_version, fitted, len(held), time.time())
         await served.shared.put_recalibration(self.name, offsets.to_json())
         self._adopt(model, offsets)

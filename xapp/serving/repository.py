@@ -24,7 +24,6 @@ from kpi_forecast.xapp.descriptor.controls import Controls
 from kpi_forecast.xapp.failures import describe
 from kpi_forecast.xapp.metrics import Metrics
 from kpi_forecast.xapp.serving.admission import latency_budget_s
-from kpi_forecast.xapp.serving.background import BackgroundWork
 from kpi_forecast.xapp.serving.batcher import DynamicBatcher
 from kpi_forecast.xapp.serving.errors import UnknownModel
 from kpi_forecast.xapp.serving.model_holder import ModelHolder
@@ -140,13 +139,13 @@ class ModelSlot:
     policies, when on (``a1``), are checked again whenever a model is swapped in."""
 
     def __init__(self, name: str, state: ServingState, metrics: Metrics,
-                 background: BackgroundWork, a1: PolicyHandler | None = None) -> None:
+                 a1: PolicyHandler | None = None) -> None:
         batching = state.view(name).controls.batching
         self.name = name
         self._a1 = a1
-        self.recalibrator = Recalibrator(state, metrics, name, background)
-        self.scorer = Scorer(state, metrics, name, background)
-        self.candidate_scorer = Scorer(state, metrics, name, background, candidate=True)
+        self.recalibrator = Recalibrator(state, metrics, name)
+        self.scorer = Scorer(state, metrics, name)
+        self.candidate_scorer = Scorer(state, metrics, name, candidate=True)
         self.holder = ModelHolder(state, metrics, name, self._prepare, self._swapped)
         self.batcher = DynamicBatcher(state, metrics, name, batching.max_batch_size,
                                       batching.max_queue_delay_ms / 1000.0,

@@ -16,6 +16,7 @@ counted, not scored.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -31,7 +32,6 @@ from kpi_forecast.model.runtime import InputError, OnnxForecaster
 from kpi_forecast.model.scores import FIELDS, POINTS, SCORED_NAIVES, Accuracy, block_sums, in_window
 from kpi_forecast.xapp.failures import describe, keep_ticking
 from kpi_forecast.xapp.metrics import Metrics
-from kpi_forecast.xapp.serving.background import BackgroundWork
 from kpi_forecast.xapp.serving.state import ModelView, ServingState
 from kpi_forecast.xapp.store.cell_history import HistoryUnavailable
 from kpi_forecast.xapp.store.score_records import ScoreRecord
@@ -176,7 +176,7 @@ def score_chunk(model: OnnxForecaster, recalibration: Recalibration | None, grid
     if fresh.any():
         history = before[fresh]
         ends = pd.DatetimeIndex(np.full(len(history), (origin - 1) * grid.step_ns), tz="UTC")
-        forecast = model.forecast(history, ends, recalibration, parallel=False)
+        forecast = model.forecast(history, ends, recalibration)
         for i, made in zip(np.flatnonzero(fresh), forecast, strict=True):
             records[i].origin, records[i].forecast = origin, made
     return _Chunk(records, int(fresh.sum()), unforecast)
@@ -187,9 +187,8 @@ class Scorer:
     served, or (``candidate``) of the candidate shadowed beside it."""
 
     def __init__(self, state: ServingState, metrics: Metrics, name: str,
-                 background: BackgroundWork, candidate: bool = False) -> None:
+                 candidate: bool = False) -> None:
         self._state = state
-        self._background = background
         self.metrics = metrics
         self.name = name
         self.candidate = candidate
@@ -236,7 +235,7 @@ class Scorer:
                 continue
             values = np.stack([window[0] for _, window, _ in held])
             last_slots = np.array([window[1].value // grid.step_ns for _, window, _ in held])
-            chunk = await self._background.run(
+            chunk = await asyncio.to_thread(
                 score_chunk, model, recalibration, grid, origin, values, last_slots,
                 [self._record(blob, grid) for _, _, blob in held])
             await shared.put_score_records(
