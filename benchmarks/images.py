@@ -54,7 +54,9 @@ def ready_after(argv: list[str], url: str, env: dict | None) -> float:
 
 def contents(podman: Podman) -> dict[str, str]:
     """What the serving image holds: its packages, the largest, and what it lacks."""
-    script = ("pip list --format=freeze | wc -l; du -sm /opt/venv | cut -f1;"
+    # The image has no pip: the venv's distributions are counted by importlib.metadata.
+    script = ("python -I -c 'import importlib.metadata as m; print(len(list(m.distributions())))';"
+              " du -sm /opt/venv | cut -f1;"
               " du -sm /opt/venv/lib/python3.11/site-packages/* | sort -rn | head -5;"
               " command -v gcc cc g++ cmake git make | wc -l;"
               " python -c 'import importlib.util as u; print(u.find_spec(\"torch\") is None)'")
