@@ -90,6 +90,13 @@ def chain(by_name: dict[str, Stage], name: str) -> list[Stage]:
     return found
 
 
+def trim_instruction(parsed: dict[str, Stage]) -> str:
+    """The serving builder's RUN that removes what the server never loads."""
+    [trim] = [run for stage in chain(parsed, "builder") for run in stage.args("RUN")
+              if "pycrate_asn1dir" in run]
+    return trim
+
+
 def copy_sources(stage: Stage) -> list[str]:
     """What a stage COPYs from the build context (not --from another stage)."""
     sources: list[str] = []
@@ -169,8 +176,7 @@ def test_the_serving_venv_keeps_the_asn1_modules_the_xapp_imports(
     imported = {name for path in (ROOT / "xapp").rglob("*.py")
                 for name in re.findall(r"from pycrate_asn1dir import (\w+)", path.read_text())}
     assert imported
-    [trim] = [run for stage in chain(parsed, "builder") for run in stage.args("RUN")
-              if "pycrate_asn1dir" in run]
+    trim = trim_instruction(parsed)
     kept = set(re.findall(r"! -name '(\w+)\.\*'", trim))
     assert kept == imported | {"__init__"}, kept
     compiled = re.search(r"pycrate_asn1dir/\(\?!(.*?)\)\)", (ROOT / "Makefile").read_text())
@@ -283,8 +289,7 @@ def test_serving_venv_built_like_the_image_serves_without_torch(
     )
     assert install.returncode == 0, install.stdout + install.stderr
     # Trimmed by the builder's own instruction, whose closing checks import what serving does.
-    [trim] = [run for stage in chain(parsed, "builder") for run in stage.args("RUN")
-              if "pycrate_asn1dir" in run]
+    trim = trim_instruction(parsed)
     trimmed = subprocess.run(["bash", "-c", trim], capture_output=True, text=True, cwd=tmp_path,
                              env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
                              timeout=300)
