@@ -38,6 +38,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from kpi_forecast.xapp.descriptor.controls import HistoryStore
 from kpi_forecast.xapp.store.cell_history import (
+    SUBSLOTS,
     Aggregate,
     CellHistory,
     CellInfo,
@@ -45,7 +46,6 @@ from kpi_forecast.xapp.store.cell_history import (
     HistoryUnavailable,
     Origin,
     aggregated,
-    locate,
     newest_first,
 )
 
@@ -58,22 +58,29 @@ RECORD = np.dtype([("sum", "<f8"), ("low", "<u4"), ("high", "<u4")])  # 16 bytes
 
 # KEYS: the set of cells, the set of those first written over REST, then each written cell's
 # ring. ARGV: the limit of the writer's kind, the writer's kind ("rest" or "e2"), the ring
-# length for a new cell, then per cell its id and its reports packed as little-endian doubles
-# (slot, part of the step 0-63, value: 24 bytes each). Returns per cell the reports kept, or
-# -1 when the cell would be one too many of its kind. One call writes a whole batch of cells:
-# a script call per cell cost the ingesting replica more CPU in building and parsing commands
-# than the decoding. Reports are taken in order, as the in-memory ring takes them: one older
-# than the window so far is dropped, a newer one moves the window on and the steps it skips
-# become gaps.
+# length for a new cell, the length of the ring keys' prefix (what precedes a cell's id), then
+# every cell's reports as one string of little-endian doubles (per cell: the count, then per
+# report its slot, its part of the step 0-63 and its value). Returns per cell the reports kept,
+# or -1 when the cell would be one too many of its kind. One call writes a whole batch of
+# cells, its reports in one argument: building and parsing a command per cell, or an argument
+# per cell, cost the ingesting replica more CPU than the decoding. Reports are taken in order,
+# as the in-memory ring takes them: one older than the window so far is dropped, a newer one
+# moves the window on and the steps it skips become gaps. Redis's CPU goes on commands, so the
+# usual report (a cell's next step) costs three: the header read, its step's record written
+# whole (the step is new, so nothing is read or cleared first), and the header's newest slot,
+# written once per cell.
 _WRITE = """
 local cells, rest = KEYS[1], KEYS[2]
 local limit, origin, new_length = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+local skip, reports = tonumber(ARGV[4]), ARGV[5]
 local HEADER, RECORD, REPORT = 16, 16, 24
 local empty = string.rep('\\0', RECORD)
 
-local function write(ring, cell, reports)
+local function write(ring, at, count)
   local length, newest
-  if redis.call('EXISTS', ring) == 0 then
+  local head = redis.call('GETRANGE', ring, 0, 11)
+  if #head == 0 then
+    local cell = string.sub(ring, skip + 1)
     if redis.call('SISMEMBER', cells, cell) == 0 then
       if origin == 'rest' then
         if redis.call('SCARD', rest) >= limit then return -1 end
@@ -83,30 +90,34 @@ local function write(ring, cell, reports)
       end
       redis.call('SADD', cells, cell)
     end
-    length, newest = new_length, struct.unpack('<d', reports)
+    length, newest = new_length, struct.unpack('<d', reports, at)
     redis.call('SET', ring, struct.pack('<di4i4', newest, length, 0)
                .. string.rep('\\0', RECORD * length))
   else
-    newest, length = struct.unpack('<di4', redis.call('GETRANGE', ring, 0, 11))
+    newest, length = struct.unpack('<di4', head)
   end
-  local kept = 0
-  for at = 1, #reports, REPORT do
-    local slot, part, value = struct.unpack('<ddd', reports, at)
+  local kept, moved = 0, false
+  for _ = 1, count do
+    local slot, part, value
+    slot, part, value, at = struct.unpack('<ddd', reports, at)
+    local cleared = false  -- the step's record is known to be empty
     if slot > newest then
       if slot - newest >= length then
         redis.call('SETRANGE', ring, HEADER, string.rep('\\0', RECORD * length))
       else
-        for gap = newest + 1, slot do
+        for gap = newest + 1, slot - 1 do
           redis.call('SETRANGE', ring, HEADER + (gap % length) * RECORD, empty)
         end
       end
-      newest = slot
-      redis.call('SETRANGE', ring, 0, struct.pack('<d', newest))
+      newest, moved, cleared = slot, true, true
     end
     if slot > newest - length then
       local where = HEADER + (slot % length) * RECORD
-      local sum, low, high = struct.unpack('<di4i4', redis.call('GETRANGE', ring, where,
-                                                                 where + 15))
+      local sum, low, high = 0, 0, 0
+      if not cleared then
+        sum, low, high = struct.unpack('<di4i4', redis.call('GETRANGE', ring, where,
+                                                             where + 15))
+      end
       local flag = bit.lshift(1, part % 32)
       if bit.band(part < 32 and low or high, flag) == 0 then
         if part < 32 then low = bit.bor(low, flag) else high = bit.bor(high, flag) end
@@ -115,12 +126,18 @@ local function write(ring, cell, reports)
       end
     end
   end
+  if moved then
+    redis.call('SETRANGE', ring, 0, struct.pack('<d', newest))
+  end
   return kept
 end
 
-local results = {}
+local results, at = {}, 1
 for k = 3, #KEYS do
-  results[k - 2] = write(KEYS[k], ARGV[2 * k - 2], ARGV[2 * k - 1])
+  local count
+  count, at = struct.unpack('<d', reports, at)
+  results[k - 2] = write(KEYS[k], at, count)
+  at = at + REPORT * count
 end
 return results
 """
@@ -234,14 +251,17 @@ class RedisCellHistory(CellHistory):
         counts: list[int] = []
         if writes:
             keys = [self._key("cells"), self._key("rest-cells")]
-            args: list[object] = [self.limit(origin), origin, self.length]
+            flat: list[float] = []  # per cell: its count of reports, then (slot, part, value)
             for cell_id, reports in writes:
                 keys.append(self._cell_key(cell_id))
-                packed = np.array([(*locate(report, step), value) for report, value in reports],
-                                  dtype="<f8")
-                args += [cell_id, packed.tobytes()]
+                flat.append(len(reports))
+                for report, value in reports:
+                    slot, offset = divmod(report, step)
+                    flat += (slot, offset * SUBSLOTS // step, value)
+            packed = struct.pack(f"<{len(flat)}d", *flat)
             async with errors(f"writing {len(writes)} cell(s)"):
-                counts = await self._script(keys=keys, args=args)
+                counts = await self._script(keys=keys, args=[
+                    self.limit(origin), origin, self.length, len(self._cell_key("")), packed])
         results = iter(counts)
         kept: list[int | HistoryError] = []
         for cell_id, reports in items:
