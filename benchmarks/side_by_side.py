@@ -2,17 +2,19 @@
 this machine: the serving benchmark's ratios (single-cell p99 over the no-op handler's, goodput
 at 2x and 4x capacity, the 1000-cell Arrow batch over the bare graph), the app's CPU per
 single-cell forecast in process (``benchmarks.request_cpu``: what goodput under overload comes
-down to, without a load generator's noise) and E2 ingestion's CPU per indication in the serving
-process.
+down to, without a load generator's noise) and E2 ingestion's costs with the history in Redis
+(``benchmarks.e2_scale``'s figures on paper: the replica's CPU per indication, Redis's CPU and
+commands per indication, the replicas 10^5 cells need).
 
     python -m benchmarks.side_by_side --before REF [--rounds 2] [--serving-seconds 10]
-        [--e2-cells 3000] [--e2-seconds 20] [--page decisions/serving-core.md]
+        [--e2-cells 3000] [--e2-seconds 20] [--e2-only] [--page decisions/serving-core.md]
 
 Both trees are checked out into temporary git worktrees (this one at HEAD, so commit first),
-and each runs its own ``benchmarks.serving`` and ``benchmarks.e2_scale`` in turn, in this
-environment, with ``kpi_forecast`` made that tree's folders by a path entry ahead of the
-installed one (and ``../shared`` beside them the project's); ``benchmarks.request_cpu`` is this
-tree's, run on each tree's ``kpi_forecast`` with one exported model. Each figure is a ratio each run
+and each runs its own ``benchmarks.serving`` in turn, in this environment, with
+``kpi_forecast`` made that tree's folders by a path entry ahead of the installed one (and
+``../shared`` beside them the project's); ``benchmarks.request_cpu`` and
+``benchmarks.e2_scale`` are this tree's, run on each tree's ``kpi_forecast`` (one harness, so
+that only the code measured differs). Each figure is a ratio each run
 measures against its own baseline, or a CPU cost, so the two trees compare on one machine; the
 rounds alternate the order (before, after; after, before; ...), and each figure is the median
 over them, since a p99 of a few thousand requests on a shared machine moves between runs. The
@@ -40,7 +42,7 @@ FOLDERS = ("cli", "data", "model", "training", "xapp")  # kpi_forecast's subpack
 PAGE = "decisions/serving-core.md"
 SHARED = ROOT.parent / "shared"  # beside the project: what the benchmarks read (librmr)
 # What each tree's benchmarks write, removed first: a figure is this run's or none.
-WRITTEN = ("serving_load.csv", "serving_batch.csv", "e2_scale.csv")
+WRITTEN = ("serving_load.csv", "serving_batch.csv")
 
 
 def checkout(ref: str, where: Path) -> Path:
@@ -73,6 +75,14 @@ def request_cpu(entry: Path, model_dir: Path) -> float:
     return json.loads(printed.splitlines()[-1])["cpu_us_per_request"]
 
 
+def e2_costs(entry: Path, cells: int, seconds: float) -> dict[str, float]:
+    """This tree's ``benchmarks.e2_scale`` on the kpi_forecast of ``entry``: its figures on
+    paper."""
+    printed = run(ROOT, entry, "benchmarks.e2_scale", "--cells", str(cells), "--seconds",
+                  f"{seconds:g}", "--json")
+    return {f"E2: {name}": value for name, value in json.loads(printed.splitlines()[-1]).items()}
+
+
 def figures(tree: Path) -> dict[str, float]:
     raw = tree / "docs" / "benchmarks"
     load = pd.read_csv(raw / "serving_load.csv")
@@ -83,13 +93,11 @@ def figures(tree: Path) -> dict[str, float]:
     goodput = ({} if overload is None else
                dict(zip(overload["x_capacity"], overload["goodput_ratio"], strict=True)))
     arrow = pd.read_csv(raw / "serving_batch.csv").iloc[0]
-    e2 = pd.read_csv(raw / "e2_scale.csv").set_index("phase").loc["one replica"]
     return {
         "single-cell p99 over the no-op handler's": steady["p99_ms"] / noop["p99_ms"],
         "goodput at 2x capacity, over capacity": goodput.get(2.0, float("nan")),
         "goodput at 4x capacity, over capacity": goodput.get(4.0, float("nan")),
         "1000-cell Arrow batch over the bare graph (p50)": float(arrow["x_bare_graph"]),
-        "E2 ingestion, serving process CPU per indication (us)": e2["a_cpu_ms_per_1000"],
     }
 
 
@@ -103,6 +111,8 @@ def main() -> int:
     parser.add_argument("--serving-seconds", type=float, default=10.0)
     parser.add_argument("--e2-cells", type=int, default=3000)
     parser.add_argument("--e2-seconds", type=float, default=20.0)
+    parser.add_argument("--e2-only", action="store_true", help="E2's costs alone, without "
+                        "the serving benchmark and the CPU per request")
     parser.add_argument("--page", default=PAGE, help="the decision record (under docs/) the "
                         "table goes to, in its side-by-side section")
     args = parser.parse_args()
@@ -117,14 +127,15 @@ def main() -> int:
             for round_ in range(args.rounds):
                 for name in (list(trees) if round_ % 2 == 0 else list(trees)[::-1]):
                     tree = Path(tmp) / name
-                    run(tree, entries[name], "benchmarks.serving", "--seconds",
-                        f"{args.serving_seconds:g}")
-                    run(tree, entries[name], "benchmarks.e2_scale", "--cells",
-                        str(args.e2_cells), "--seconds", f"{args.e2_seconds:g}")
-                    results[name].append(figures(tree) | {
-                        CPU_PER_REQUEST: request_cpu(entries[name], model_dir)})
-                    for written in WRITTEN:
-                        (tree / "docs" / "benchmarks" / written).unlink()
+                    measured = e2_costs(entries[name], args.e2_cells, args.e2_seconds)
+                    if not args.e2_only:
+                        run(tree, entries[name], "benchmarks.serving", "--seconds",
+                            f"{args.serving_seconds:g}")
+                        measured |= figures(tree) | {
+                            CPU_PER_REQUEST: request_cpu(entries[name], model_dir)}
+                        for written in WRITTEN:
+                            (tree / "docs" / "benchmarks" / written).unlink()
+                    results[name].append(measured)
         finally:
             for name in trees:
                 subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
@@ -140,6 +151,7 @@ def main() -> int:
         stem, f"python -m benchmarks.side_by_side --before {refs['before']}"
         f" --rounds {args.rounds} --serving-seconds {args.serving_seconds:g}"
         f" --e2-cells {args.e2_cells} --e2-seconds {args.e2_seconds:g}"
+        + (" --e2-only" if args.e2_only else "")
         + (f" --page {args.page}" if args.page != PAGE else ""),
         args.page, "side-by-side", tables=[stem], revision=refs["after"],
         figures={column: table[column].to_dict() for column in table.columns})
@@ -148,9 +160,12 @@ def main() -> int:
                   for k, figures_of_round in enumerate(rounds)]).to_csv(
         RESULTS / f"{stem}.csv", index=False)
     write_section(outcome, "\n".join([
-        f"{outcome.measured}: each tree's own "
-        "`benchmarks.serving` and `benchmarks.e2_scale` (one replica), and this tree's "
-        "`benchmarks.request_cpu` on each tree's code, one after the other, "
+        f"{outcome.measured}: "
+        + ("" if args.e2_only else "each tree's own `benchmarks.serving`, and ")
+        + "this tree's `benchmarks.e2_scale` ("
+        f"{args.e2_cells:,} cells reporting every second, {args.e2_seconds:g} s a phase)"
+        + ("" if args.e2_only else " and `benchmarks.request_cpu`")
+        + " on each tree's code, one after the other, "
         f"the median over {args.rounds} rounds of alternating order; each round's figures "
         "follow.",
         "",

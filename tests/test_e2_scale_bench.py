@@ -1,10 +1,13 @@
-"""The scale benchmark's reading of the ingest-lag histogram (benchmarks/e2_scale.py)."""
+"""The scale benchmark's reading of the ingest-lag histogram and its model of a replica's CPU
+(benchmarks/e2_scale.py)."""
 
 from __future__ import annotations
 
 import math
 
-from benchmarks.e2_scale import lag_bucket, lag_quantile
+import pandas as pd
+
+from benchmarks.e2_scale import lag_bucket, lag_quantile, replica_cost
 
 PREFIX = "kpi_forecast_e2_ingest_lag_seconds_bucket|le="
 
@@ -30,3 +33,23 @@ def test_a_lag_beyond_the_last_bound_reads_as_that_bound_and_none_as_nan() -> No
     late = buckets({"0.1": 5, "1.0": 5, "+Inf": 105})
     assert lag_quantile(same, late, 0.99) == 1.0
     assert lag_bucket(same, late, 0.99) == (1.0, float("inf"))
+
+
+def test_a_replicas_cpu_splits_into_a_fixed_share_and_a_cost_per_indication() -> None:
+    # Replicas costing 0.04 cores whatever the rate, and 20 us an indication.
+    def cores(rate: float) -> float:
+        return 0.04 + 20e-6 * rate
+
+    table = pd.DataFrame([
+        {"a_per_s": 3000.0, "a_cpu_share": cores(3000)},
+        {"a_per_s": 1400.0, "a_cpu_share": cores(1400), "b_per_s": 1600.0,
+         "b_cpu_share": cores(1600)},
+    ])
+    fixed, ms_per_1000 = replica_cost(table)
+    # The fit's own float rounding, on values of the order of 0.1.
+    assert math.isclose(fixed, 0.04, abs_tol=1e-12)
+    assert math.isclose(ms_per_1000, 20.0, rel_tol=1e-9)
+    # Rates too alike to tell the parts apart: all of it counts per indication.
+    flat = pd.DataFrame([{"a_per_s": 1000.0, "a_cpu_share": 0.05},
+                         {"a_per_s": 1000.0, "a_cpu_share": 0.03}])
+    assert replica_cost(flat) == (0.0, 40.0)
