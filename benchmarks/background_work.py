@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import gc
 import json
 import shutil
 import sys
@@ -113,6 +114,7 @@ async def score(scorer: Scorer, first: int, horizon: int) -> int:
 async def measure(config: Path, rate: float, quiet_s: float, times: int, port: int
                   ) -> tuple[list[dict], dict]:
     app = create_app(load_descriptor(config), watch_config=False)
+    gc.freeze()  # as `kpi-forecast serve` does before serving (xapp/server.py)
     components = app.state.components
     async with app.router.lifespan_context(app), httpx.AsyncClient(
             transport=httpx.ASGITransport(app=app), base_url="http://xapp", timeout=60) as client:
