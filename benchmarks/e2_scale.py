@@ -4,7 +4,9 @@ Everything real and in processes of their own, on this machine's cores: the mock
 (`kpi-forecast e2sim --wall-clock`: each cell's report leaves as its one-second period ends),
 librmr (``../shared/rmr``), a redis-server, and `kpi-forecast serve` replicas sharing out the
 E2 nodes by leases in that Redis. The model is the default network with a one-second step, so
-that the replicas subscribe for one report per cell per second.
+that the replicas subscribe for one report per cell per second; its background work (live
+scoring, recalibration) is off, since on that grid it would cost per model step what it costs
+an hourly model per hour (``scoring_cost`` and ``background_work`` measure it).
 
 1. One replica owns every node: indications ingested per second, p99 ingest lag (from the
    end of a report's period to its values in Redis), CPU per 1,000 indications.

@@ -34,6 +34,7 @@ from benchmarks.results import DOCS, ROOT, Results
 from benchmarks.runtime import default_model
 from benchmarks.serving import STEADY, serving, xapp_command
 from kpi_forecast.model.artifact import load_metadata
+from kpi_forecast.xapp.descriptor.accuracy import RecalibrationControls, ScoringControls
 from tests.redis_server import redis_server
 from tests.rmr_library import RMR
 
@@ -97,7 +98,11 @@ def e2_redis(cells: int, seconds: float) -> dict:
         bench = Bench(Path(tmp), redis_port, cells, 100, seconds)
         bench.start_node(run_s=2 * seconds + 240)
         try:
-            replica = bench.start_replica("a")
+            # As deployed: the model's background work (live scoring, recalibration) on, where
+            # e2_scale, which measures E2 alone, turns it off.
+            replica = bench.start_replica(
+                "a", scoring=ScoringControls().model_dump(by_alias=True),
+                recalibration=RecalibrationControls().model_dump(by_alias=True))
             bench.wait_until(bench.shared_out, 120, "the replica owning every node")
             bench.wait_until(bench.outcomes_taken, 120, "every cell's subscription outcome")
             time.sleep(5)
