@@ -272,9 +272,8 @@ class Bench:
         row["redis_used_mb"] = self.redis.info("memory")["used_memory"] / 2**20
         return row
 
-    def leases(self) -> dict[str, bytes | None]:
-        """Each E2 node's lease holder in Redis (a replica's id), None where free."""
-        meids = sorted(self.subscribers())
+    def leases(self, meids: list[str]) -> dict[str, bytes | None]:
+        """Each of the E2 nodes' lease holder in Redis (a replica's id), None where free."""
         namespace = HistoryStore().namespace  # the replicas' configs leave it as it is
         holders = self.redis.mget([f"{{{namespace}}},e2-lease:{meid}" for meid in meids])
         return dict(zip(meids, holders, strict=True))
@@ -285,14 +284,18 @@ class Bench:
         victim = self.replicas.pop(name)
         doubled_victim = victim.metrics().get("kpi_forecast_e2_reports_not_kept_total", 0.0)
         held = self.subscribers()
-        victim_id = next(self.leases()[meid] for meid, ends in held.items()
+        # The nodes, read once: the mock node's /stats answers slowly while it sends 10^4
+        # reports a second, and the leases are polled in Redis alone.
+        meids = sorted(held)
+        victim_id = next(self.leases(meids)[meid] for meid, ends in held.items()
                          if ends == [victim.endpoint])
         victim.process.kill()
         victim.process.wait(10)
         killed_at = pd.Timestamp.now(tz="UTC")
         [survivor] = self.replicas.values()
         leased = self.wait_until(
-            lambda: all(holder not in (None, victim_id) for holder in self.leases().values()),
+            lambda: all(holder not in (None, victim_id)
+                        for holder in self.leases(meids).values()),
             TAKEOVER_BOUND_S + 30, "the leases taken over")
         takeover = leased + self.wait_until(
             lambda: all(survivor.endpoint in ends for ends in self.subscribers().values())
