@@ -38,7 +38,6 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from kpi_forecast.xapp.descriptor.controls import HistoryStore
 from kpi_forecast.xapp.store.cell_history import (
-    SUBSLOTS,
     Aggregate,
     CellHistory,
     CellInfo,
@@ -46,6 +45,7 @@ from kpi_forecast.xapp.store.cell_history import (
     HistoryUnavailable,
     Origin,
     aggregated,
+    locate,
     newest_first,
 )
 
@@ -256,8 +256,7 @@ class RedisCellHistory(CellHistory):
                 keys.append(self._cell_key(cell_id))
                 flat.append(len(reports))
                 for report, value in reports:
-                    slot, offset = divmod(report, step)
-                    flat += (slot, offset * SUBSLOTS // step, value)
+                    flat += (*locate(report, step), value)
             packed = struct.pack(f"<{len(flat)}d", *flat)
             async with errors(f"writing {len(writes)} cell(s)"):
                 counts = await self._script(keys=keys, args=[
