@@ -94,6 +94,7 @@ bench: $(VENV)/.installed-bench
 	$(BIN)/python -m benchmarks.scale_out
 	$(BIN)/python -m benchmarks.shared_history
 	$(BIN)/python -m benchmarks.background_work
+	$(BIN)/python -m benchmarks.soak
 	$(BIN)/python -m benchmarks.scoring_cost
 	$(BIN)/python -m benchmarks.publication_cost
 	$(BIN)/python -m benchmarks.influx_read

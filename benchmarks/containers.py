@@ -40,9 +40,11 @@ runtime = "runc"
 """
 
 
-def build_blocks() -> list[Block]:
-    """docs/images.md's build blocks (those the container tests run), in order."""
-    return [b for b in blocks(DOC) if b.run_by == "tests/test_container.py"]
+def build_blocks(root: Path = ROOT) -> list[Block]:
+    """docs/images.md's build blocks (those the container tests run), in order: this tree's,
+    or those of the tree at ``root``."""
+    return [b for b in blocks(root / DOC.relative_to(ROOT))
+            if b.run_by == "tests/test_container.py"]
 
 
 def missing() -> list[str]:
@@ -65,6 +67,7 @@ def lower_autogroup(pid: int, niceness: int) -> None:
 @dataclass
 class Podman:
     home: Path  # storage, configuration, the project copy: removed by ``close``
+    root: Path = ROOT  # the tree whose images are built (another: a revision compared with)
     seconds: dict[str, float] = field(default_factory=dict)  # each build command's time
     _building: threading.Thread | None = None
     _current: subprocess.Popen | None = None
@@ -88,13 +91,14 @@ class Podman:
         """A copy of the project with ``../shared`` beside it, as the doc's commands expect."""
         copy = self.home / "work" / ROOT.name
         if not copy.is_dir():
-            shutil.copytree(ROOT, copy, symlinks=True,
+            shutil.copytree(self.root, copy, symlinks=True,
                             ignore=shutil.ignore_patterns(*NOT_COPIED))
             (copy.parent / "shared").symlink_to(SHARED)
         return copy
 
-    def build(self, niceness: int = 0) -> None:
-        """Every build command of docs/images.md, as printed, timed; a failure raises.
+    def build(self, niceness: int = 0, serving_only: bool = False) -> None:
+        """Every build command of docs/images.md, as printed, timed (``serving_only``: its first
+        block's, the base and the serving image); a failure raises.
         ``niceness``: the builds' CPU priority (``nice``), lowered where they run beside other
         work that must keep its pace; their I/O then waits for an idle disk (``ionice``), and
         their RUN steps run in podman's process rather than in a container of their own
@@ -109,7 +113,8 @@ class Podman:
             env = {**env, "BUILDAH_ISOLATION": "chroot"}
             if shutil.which("ionice"):
                 priority = ["ionice", "-c", "3", *priority]
-        for block in build_blocks():
+        chosen = build_blocks(self.root)
+        for block in chosen[:1] if serving_only else chosen:
             for command in block.commands:
                 if self._cancelled.is_set():
                     raise RuntimeError("the image builds were cancelled")
