@@ -7,7 +7,8 @@ down to, without a load generator's noise) and E2 ingestion's costs with the his
 commands per indication, the replicas 10^5 cells need).
 
     python -m benchmarks.side_by_side --before REF [--rounds 2] [--serving-seconds 10]
-        [--e2-cells 3000] [--e2-seconds 20] [--e2-only] [--page decisions/serving-core.md]
+        [--e2-cells 3000] [--e2-seconds 20] [--e2-only | --serving-only]
+        [--page decisions/serving-core.md]
 
 Both trees are checked out into temporary git worktrees (this one at HEAD, so commit first),
 and each runs its own ``benchmarks.serving`` in turn, in this environment, with
@@ -92,9 +93,13 @@ def figures(tree: Path) -> dict[str, float]:
     overload = by_phase.get("overload, admission on")
     goodput = ({} if overload is None else
                dict(zip(overload["x_capacity"], overload["goodput_ratio"], strict=True)))
+    offered = ({} if overload is None else
+               dict(zip(overload["x_capacity"], overload["offered_rps"], strict=True)))
     arrow = pd.read_csv(raw / "serving_batch.csv").iloc[0]
     return {
+        "single-cell p99 at 200 requests/s (ms)": steady["p99_ms"],
         "single-cell p99 over the no-op handler's": steady["p99_ms"] / noop["p99_ms"],
+        "capacity (requests/s)": offered.get(1.0, float("nan")),
         "goodput at 2x capacity, over capacity": goodput.get(2.0, float("nan")),
         "goodput at 4x capacity, over capacity": goodput.get(4.0, float("nan")),
         "1000-cell Arrow batch over the bare graph (p50)": float(arrow["x_bare_graph"]),
@@ -111,8 +116,12 @@ def main() -> int:
     parser.add_argument("--serving-seconds", type=float, default=10.0)
     parser.add_argument("--e2-cells", type=int, default=3000)
     parser.add_argument("--e2-seconds", type=float, default=20.0)
-    parser.add_argument("--e2-only", action="store_true", help="E2's costs alone, without "
-                        "the serving benchmark and the CPU per request")
+    only = parser.add_mutually_exclusive_group()
+    only.add_argument("--e2-only", action="store_true", help="E2's costs alone, without "
+                      "the serving benchmark and the CPU per request")
+    only.add_argument("--serving-only", action="store_true", help="each tree's serving "
+                      "benchmark alone: for a tree whose code this tree's E2 and in-process "
+                      "harnesses cannot drive (an earlier model artifact, no shared history)")
     parser.add_argument("--page", default=PAGE, help="the decision record (under docs/) the "
                         "table goes to, in its side-by-side section")
     args = parser.parse_args()
@@ -127,12 +136,14 @@ def main() -> int:
             for round_ in range(args.rounds):
                 for name in (list(trees) if round_ % 2 == 0 else list(trees)[::-1]):
                     tree = Path(tmp) / name
-                    measured = e2_costs(entries[name], args.e2_cells, args.e2_seconds)
+                    measured = ({} if args.serving_only else
+                                e2_costs(entries[name], args.e2_cells, args.e2_seconds))
                     if not args.e2_only:
                         run(tree, entries[name], "benchmarks.serving", "--seconds",
                             f"{args.serving_seconds:g}")
-                        measured |= figures(tree) | {
-                            CPU_PER_REQUEST: request_cpu(entries[name], model_dir)}
+                        measured |= figures(tree)
+                    if not (args.e2_only or args.serving_only):
+                        measured[CPU_PER_REQUEST] = request_cpu(entries[name], model_dir)
                         for written in WRITTEN:
                             (tree / "docs" / "benchmarks" / written).unlink()
                     results[name].append(measured)
@@ -152,6 +163,7 @@ def main() -> int:
         f" --rounds {args.rounds} --serving-seconds {args.serving_seconds:g}"
         f" --e2-cells {args.e2_cells} --e2-seconds {args.e2_seconds:g}"
         + (" --e2-only" if args.e2_only else "")
+        + (" --serving-only" if args.serving_only else "")
         + (f" --page {args.page}" if args.page != PAGE else ""),
         args.page, "side-by-side", tables=[stem], revision=refs["after"],
         figures={column: table[column].to_dict() for column in table.columns})
@@ -159,13 +171,14 @@ def main() -> int:
                   for tree, rounds in results.items()
                   for k, figures_of_round in enumerate(rounds)]).to_csv(
         RESULTS / f"{stem}.csv", index=False)
+    harnesses = ("each tree's own `benchmarks.serving`" if args.serving_only else
+                 ("" if args.e2_only else "each tree's own `benchmarks.serving`, and ")
+                 + "this tree's `benchmarks.e2_scale` ("
+                 f"{args.e2_cells:,} cells reporting every second, {args.e2_seconds:g} s a "
+                 "phase)" + ("" if args.e2_only else " and `benchmarks.request_cpu`")
+                 + " on each tree's code")
     write_section(outcome, "\n".join([
-        f"{outcome.measured}: "
-        + ("" if args.e2_only else "each tree's own `benchmarks.serving`, and ")
-        + "this tree's `benchmarks.e2_scale` ("
-        f"{args.e2_cells:,} cells reporting every second, {args.e2_seconds:g} s a phase)"
-        + ("" if args.e2_only else " and `benchmarks.request_cpu`")
-        + " on each tree's code, one after the other, "
+        f"{outcome.measured}: {harnesses}, one after the other, "
         f"the median over {args.rounds} rounds of alternating order; each round's figures "
         "follow.",
         "",
