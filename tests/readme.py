@@ -79,7 +79,7 @@ def blocks(path: Path = README) -> list[Block]:
     """The fenced blocks of ``path``: the README or a page under a tree's docs/ (this tree's,
     or another's: a benchmark comparing with an earlier revision reads that one's pages)."""
     docs = next((parent for parent in path.parents if parent.name == "docs"), None)
-    page = "README" if docs is None else str(path.relative_to(docs))
+    page = "README" if path == README or docs is None else str(path.relative_to(docs))
     lines = path.read_text().splitlines()
     found: list[Block] = []
     index = 0
