@@ -77,7 +77,11 @@ class Answered(Protocol):
     waited: float  # seconds from arrival to its model call
 
 
-TICK_S = 0.002
+TICK_S = 0.002  # the lag's probe while forecasts are being asked for
+# ... and otherwise, for a replica that ingests E2 reports or waits: at 2 ms the probe's own
+# wake-ups cost a replica about a hundredth of a core, requests or none.
+IDLE_TICK_S = 0.05
+BUSY_S = 1.0  # forecasts are being asked for until this long after the last was admitted
 LAG_SMOOTHING = 0.3  # weight of the newest tick: reacts within a few milliseconds
 WINDOW_ANSWERS = 100  # answers per window: enough for its 99th percentile to be a real one
 DELAY_QUANTILE = 0.99  # the window's delay that must fit the allowance: the p99 in budget
@@ -88,16 +92,24 @@ MIN_LIMIT = 2.0
 
 
 class LoopLag:
-    """How late the event loop runs, smoothed over the last few ticks."""
+    """How late the event loop runs, smoothed over the last few ticks: every ``TICK_S`` while
+    forecasts are being asked for (``BUSY_S`` after the last was admitted), every
+    ``IDLE_TICK_S`` otherwise."""
 
     def __init__(self) -> None:
         self.seconds = 0.0
+        self._busy_until = 0.0
+
+    def busy(self, now: float) -> None:
+        """A forecast was admitted at ``now`` (``time.monotonic``)."""
+        self._busy_until = now + BUSY_S
 
     async def run(self) -> None:
         while True:
             started = time.monotonic()
-            await asyncio.sleep(TICK_S)
-            late = max(time.monotonic() - started - TICK_S, 0.0)
+            tick = TICK_S if started < self._busy_until else IDLE_TICK_S
+            await asyncio.sleep(tick)
+            late = max(time.monotonic() - started - tick, 0.0)
             self.seconds = LAG_SMOOTHING * late + (1.0 - LAG_SMOOTHING) * self.seconds
 
 
@@ -199,6 +211,7 @@ class Admission:
         the socket for about as long, and could only be answered late.
         """
         limit, lag = self.limit, self.loop_lag.seconds
+        self.loop_lag.busy(time.monotonic())
         state = self._state
         budget = latency_budget_s(state.models.get(model, state.now).controls)
         if limit.enabled and lag > budget - fallback_reserve(budget):
