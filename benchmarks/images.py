@@ -159,8 +159,8 @@ def markdown(builds: pd.DataFrame, sizes: dict[str, float], held: dict[str, str]
                 return f"build {image}"
         return command.split()[0]
 
-    rows = "\n".join(f"| {what(c)} | {s:.0f} |" for c, s in zip(builds["command"],
-                                                                builds["seconds"], strict=True))
+    steps = ", ".join(f"{what(c)} {s:.0f}" for c, s in zip(builds["command"], builds["seconds"],
+                                                           strict=True))
 
     def spread(values: list[float]) -> str:
         return (f"{statistics.median(values):.2f} s ({min(values):.2f}-{max(values):.2f})")
@@ -169,8 +169,8 @@ def markdown(builds: pd.DataFrame, sizes: dict[str, float], held: dict[str, str]
     before_size, before_start = "", ""
     if compared:
         revision = compared["revision"]
-        before_size = (f"| {SERVING} at `{revision}` (its docs/images.md) | "
-                       f"{compared['size']:,.0f} MB |\n")
+        before_size = (f" (at `{revision}`, as its docs/images.md builds it: "
+                       f"{compared['size']:,.0f} MB)")
         before_ratio = (statistics.median(starts["container"])
                         / statistics.median(starts["container before"]))
         before_start = (f"| container at `{revision}` | {spread(starts['container before'])} |\n"
@@ -181,17 +181,9 @@ def markdown(builds: pd.DataFrame, sizes: dict[str, float], held: dict[str, str]
 podman (runc) building as docs/images.md says, on a Debian bookworm base from debootstrap; \
 cold starts alternating, {REPEATS} of each, on the test model.
 
-| step (docs/images.md) | seconds |
-|---|---:|
-{rows}
-| all | {builds["seconds"].sum():.0f} |
-
-| image | size |
-|---|---:|
-| {SERVING} | {sizes[SERVING]:,.0f} MB |
-| {GPU} | {sizes[GPU]:,.0f} MB |
-| {TRAINING} | {sizes[TRAINING]:,.0f} MB |
-{before_size}
+Seconds per step of docs/images.md: {steps}; all {builds["seconds"].sum():.0f}.
+Sizes: {SERVING} {sizes[SERVING]:,.0f} MB{before_size}, {GPU} {sizes[GPU]:,.0f} MB,
+{TRAINING} {sizes[TRAINING]:,.0f} MB.
 The serving image's venv: {held["venv_mb"]} MB, {held["packages"]} packages, the largest
 {held["largest"]}; compilers found: {held["compilers"]}; torch absent: {held["no_torch"]}.
 
