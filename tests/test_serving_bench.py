@@ -92,8 +92,9 @@ def test_the_results_section_reports_the_limits_state_or_why_there_was_no_capaci
 
 def test_the_in_process_measure_prints_the_cpu_of_each_round(tmp_path: Path) -> None:
     """``benchmarks.request_cpu`` (side_by_side's CPU per request) runs the app on a model
-    directory, checks every answer is the model's, and prints each round's CPU per request
-    and their median."""
+    directory, checks every answer is the model's, and prints each round's CPU per request,
+    the process's and the event loop's thread's (a part of it), their medians, and the no-op
+    handler's through the same harness."""
     from tests.exported_model import exported_copy
 
     model_dir = exported_copy(tmp_path / "model", context=48, horizon=24)
@@ -102,6 +103,9 @@ def test_the_in_process_measure_prints_the_cpu_of_each_round(tmp_path: Path) -> 
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     printed = json.loads(done.stdout.splitlines()[-1])
-    assert len(printed["rounds"]) == 2
-    assert all(cpu > 0 for cpu in printed["rounds"])
-    assert printed["cpu_us_per_request"] == statistics.median(printed["rounds"])
+    rounds = printed["rounds"]
+    assert len(rounds) == 2
+    assert all(0 < cpu["loop"] <= cpu["process"] for cpu in rounds)
+    assert printed["cpu_us_per_request"] == statistics.median(r["process"] for r in rounds)
+    assert printed["loop_us_per_request"] == statistics.median(r["loop"] for r in rounds)
+    assert printed["noop_loop_us_per_request"] > 0
