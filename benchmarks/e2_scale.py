@@ -75,6 +75,14 @@ def machine_busy_seconds() -> float:
     return (sum(values) - values[3] - values[4]) / TICK_S
 
 
+def scrape(url: str) -> dict[str, float]:
+    """Every sample of the xApp's /ric/v1/metrics at ``url``, by name and labels."""
+    text = httpx.get(f"{url}/ric/v1/metrics", timeout=10).text
+    return {sample.name + "".join(f"|{k}={v}" for k, v in sorted(sample.labels.items())):
+            sample.value for family in text_string_to_metric_families(text)
+            for sample in family.samples}
+
+
 @dataclass
 class Replica:
     name: str
@@ -83,11 +91,7 @@ class Replica:
     endpoint: str  # host:port of its rmr-data listener
 
     def metrics(self) -> dict[str, float]:
-        """Every sample of its /ric/v1/metrics, by name and labels."""
-        text = httpx.get(f"{self.url}/ric/v1/metrics", timeout=10).text
-        return {sample.name + "".join(f"|{k}={v}" for k, v in sorted(sample.labels.items())):
-                sample.value for family in text_string_to_metric_families(text)
-                for sample in family.samples}
+        return scrape(self.url)
 
 
 @dataclass

@@ -29,13 +29,11 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pandas as pd
-from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.common import write_section
-from benchmarks.e2_scale import MEASUREMENT
+from benchmarks.e2_scale import MEASUREMENT, scrape
 from benchmarks.ports import free_port
 from benchmarks.results import RESULTS, Results
 from benchmarks.runtime import default_model
@@ -53,13 +51,6 @@ LOG = Path(tempfile.gettempdir()) / "soak.log"
 CONNECTIONS = 4  # hey's, per replica
 E2_CELLS, CELLS_PER_NODE = 100, 10
 POLL_S = 2.0  # how often the replicas' metrics are read during the soak
-
-
-def metrics(url: str) -> dict[str, float]:
-    text = httpx.get(f"{url}/ric/v1/metrics", timeout=10).text
-    return {sample.name + "".join(f"|{k}={v}" for k, v in sorted(sample.labels.items())):
-            sample.value for family in text_string_to_metric_families(text)
-            for sample in family.samples}
 
 
 def matching(found: dict[str, float], prefix: str) -> dict[str, float]:
@@ -128,7 +119,7 @@ def answers(printed: str) -> pd.DataFrame:
                          "offset": [float(r["offset"]) for r in rows]})
 
 
-def soak(minutes: float, rate: int, refresh_s: float) -> tuple[pd.DataFrame, dict]:
+def soak(minutes: float, rate: int, refresh_s: float) -> pd.DataFrame:
     LOG.write_text("")
     env = {**os.environ, "LD_LIBRARY_PATH": str(RMR / "lib")}
     seconds = minutes * 60
@@ -145,7 +136,7 @@ def soak(minutes: float, rate: int, refresh_s: float) -> tuple[pd.DataFrame, dic
             for name_ in ("a", "b"):
                 processes[name_], urls[name_] = replica(tmp, name_, model_dir, redis_port,
                                                        node_url, refresh_s, env)
-            before = {name_: metrics(url) for name_, url in urls.items()}
+            before = {name_: scrape(url) for name_, url in urls.items()}
             loads = {name_: hey(f"{url}/v1/cells/cell-{k}/forecast", seconds, rate,
                                 tmp / f"hey-{name_}.csv")
                      for k, (name_, url) in enumerate(urls.items())}
@@ -155,7 +146,7 @@ def soak(minutes: float, rate: int, refresh_s: float) -> tuple[pd.DataFrame, dic
             while any(load.poll() is None for load in loads.values()):
                 time.sleep(POLL_S)
                 for name_, url in urls.items():
-                    now = metrics(url)
+                    now = scrape(url)
                     stamp = sum(matching(now, "kpi_forecast_recalibration_last_timestamp"
                                                "_seconds").values())
                     if stamp:
@@ -163,7 +154,7 @@ def soak(minutes: float, rate: int, refresh_s: float) -> tuple[pd.DataFrame, dic
                     longest[name_] = max(longest[name_], sum(matching(
                         now, "kpi_forecast_recalibration_duration_seconds").values()))
                     leases[name_] = now.get("kpi_forecast_e2_nodes_owned", 0.0)
-            after = {name_: metrics(url) for name_, url in urls.items()}
+            after = {name_: scrape(url) for name_, url in urls.items()}
             rows = []
             for name_ in loads:
                 done = answers((tmp / f"hey-{name_}.csv").read_text())
@@ -187,13 +178,12 @@ def soak(minutes: float, rate: int, refresh_s: float) -> tuple[pd.DataFrame, dic
                     "recalibrations": len(refreshes[name_]),
                     "longest recalibration s": longest[name_],
                     "E2 nodes owned": leases[name_]})
-            events = {"e2_nodes": E2_CELLS // CELLS_PER_NODE, "seconds": seconds}
         finally:
             for process in processes.values():
                 process.send_signal(signal.SIGTERM)
             for process in processes.values():
                 process.wait(30)
-    return pd.DataFrame(rows), events
+    return pd.DataFrame(rows)
 
 
 def main() -> int:
@@ -207,7 +197,7 @@ def main() -> int:
     if lacking or not (RMR / "lib").is_dir():
         print(f"the soak needs {', '.join(lacking) or RMR / 'lib'}", file=sys.stderr)
         return 1
-    table, events = soak(args.minutes, args.rate, args.refresh_seconds)
+    table = soak(args.minutes, args.rate, args.refresh_seconds)
     RESULTS.mkdir(parents=True, exist_ok=True)
     table.to_csv(RESULTS / "soak.csv", index=False)
     results = Results(
@@ -221,9 +211,9 @@ def main() -> int:
         "",
         f"{results.measured}: two `kpi-forecast serve` replicas on one redis-server "
         f"({CELLS:,} cells x {LENGTH} hourly steps seeded), the E2 interface on against the "
-        f"mock E2 node ({events['e2_nodes']} nodes shared out by leases), the default model, "
-        f"budget and batching, recalibration every {args.refresh_seconds:g} s; `hey` sending "
-        f"`GET /v1/cells/{{id}}/forecast` to each, {CONNECTIONS} x {args.rate}/s, for "
+        f"mock E2 node ({E2_CELLS // CELLS_PER_NODE} nodes shared out by leases), the default "
+        f"model, budget and batching, recalibration every {args.refresh_seconds:g} s; `hey` "
+        f"sending `GET /v1/cells/{{id}}/forecast` to each, {CONNECTIONS} x {args.rate}/s, for "
         f"{args.minutes:g} minutes. Target: no 503 while only background work runs beside "
         f"the requests: {'met' if refused == 0 else f'**missed** ({refused})'}.",
         "",

@@ -78,8 +78,8 @@ class Answered(Protocol):
 
 
 TICK_S = 0.002  # the lag's probe while forecasts are being asked for
-# ... and otherwise, for a replica that ingests E2 reports or waits: at 2 ms the probe's own
-# wake-ups cost a replica about a hundredth of a core, requests or none.
+# ... and otherwise, for a replica that ingests E2 reports or waits: the fast probe's own
+# wake-ups would cost every replica CPU with no request in sight.
 IDLE_TICK_S = 0.05
 BUSY_S = 1.0  # forecasts are being asked for until this long after the last was admitted
 LAG_SMOOTHING = 0.3  # weight of the newest tick: reacts within a few milliseconds
