@@ -149,10 +149,10 @@ def test_the_readmes_results_are_the_peers_results_files() -> None:
 
 def test_the_readmes_serving_claims_are_the_serving_and_e2_results() -> None:
     load = pd.read_csv(RESULTS / "serving_load.csv").set_index("phase")
-    steady = load.loc["200 requests/s"]
+    steady = load.loc[["200 requests/s"]]  # each run at the steady load
     assert "200 forecasts a second within a 10 ms budget with\nnothing shed" in README
-    assert steady["offered_rps"] == 200 and steady["shed_503"] == 0
-    assert steady["server_within_budget"] == 1.0
+    assert (steady["offered_rps"] == 200).all() and (steady["shed_503"] == 0).all()
+    assert (steady["server_within_budget"] == 1.0).all()
     scale = pd.read_csv(RESULTS / "e2_scale.csv").set_index("phase").loc["one replica"]
     assert "E2 ingestion of 10^4 cells reporting every second within the reporting period" \
         in README.replace("\n", " ")

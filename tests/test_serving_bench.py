@@ -50,10 +50,13 @@ def results(capacity: dict | None) -> dict:
         load_run(x_capacity=m, goodput_ratio=g, limit=lim)
         for m, g, lim in ((1.0, 1.0, 5.0), (1.5, 1.4, 6.0), (2.0, 0.86, 7.0), (4.0, 0.73, 3.0))]
     return {"context": 336, "ramp": [load_run(p99_ms=10.4)], "capacity": capacity,
-            "steady": load_run(), "below": [] if capacity is None else [load_run()],
+            "below": [] if capacity is None else [load_run()],
             "overload": overload, "rss": None if capacity is None else (222.0, 223.0),
-            "noop": load_run(p99_ms=3.9), "int8": load_run(),
-            "burst": {"rows": 4, "p50_ms": 1.78, "p99_ms": 1.91},
+            "steady": [load_run(p99_ms=6.0), load_run(), load_run(p99_ms=12.0)],
+            "noop": [load_run(p99_ms=4.0), load_run(p99_ms=2.0), load_run(p99_ms=3.0)],
+            "int8": [load_run()] * 3, "noop_int8": [load_run(p99_ms=4.0)] * 3,
+            "burst": {"rows": 4, "p50_ms": 0.78, "p99_ms": 0.91, "paced_p50_ms": 1.56,
+                      "paced_p99_ms": 1.95},
             "batches": [{"body": "Arrow IPC", "cells": 1000, "request_mb": 1.31, "p50_ms": 262,
                          "p99_ms": 274, "server_p50_ms": 259, "bare_graph_p50_ms": 257,
                          "calls": 20}]}
@@ -76,7 +79,10 @@ def test_the_results_section_reports_the_limits_state_or_why_there_was_no_capaci
     text = written["serving"]
     assert "--threads 2 --model bundle/model --server-cpus 0,1 --client-cpus 2,3" in text
     assert "runs on cores of its own (2; the xApp has 2)" in text
-    assert "The xApp's p99 is **2.05x** the no-op's" in text  # 8.0 / 3.9
+    # The median of the pairs' ratios (6 / 4, 8 / 2, 12 / 3), not the medians' ratio (8 / 3).
+    assert "The xApp's p99 is **4.00x** the no-op's (the median of the runs' ratios" in text
+    assert re.search(r"\| no-op, beside it +\| +5 \| +3 \| 4\.0 / 2\.0 / 3\.0 +\|", text)
+    assert "that call alone would make **1.52x**" in text  # (3 + 1.56) / 3: the paced call
     phases = set(pd.read_csv(tmp_path / "serving_load.csv")["phase"])
     if capacity is None:
         assert "**No capacity**" in text and "accepted p99 10.4 ms" in text
