@@ -93,6 +93,7 @@ bench: $(VENV)/.installed-bench
 	$(BIN)/python -m benchmarks.e2_scale
 	$(BIN)/python -m benchmarks.scale_out
 	$(BIN)/python -m benchmarks.shared_history
+	$(BIN)/python -m benchmarks.history_writes
 	$(BIN)/python -m benchmarks.background_work
 	$(BIN)/python -m benchmarks.soak
 	$(BIN)/python -m benchmarks.scoring_cost
