@@ -55,8 +55,10 @@ def results(capacity: dict | None) -> dict:
             "steady": [load_run(p99_ms=6.0), load_run(), load_run(p99_ms=12.0)],
             "noop": [load_run(p99_ms=4.0), load_run(p99_ms=2.0), load_run(p99_ms=3.0)],
             "int8": [load_run()] * 3, "noop_int8": [load_run(p99_ms=4.0)] * 3,
-            "burst": {"rows": 4, "p50_ms": 0.78, "p99_ms": 0.91, "paced_p50_ms": 1.56,
-                      "paced_p99_ms": 1.95},
+            "burst": {"float32": {"p50_ms": 0.78, "p99_ms": 0.91, "paced_p50_ms": 1.56,
+                                  "paced_p99_ms": 1.95},
+                      "int8": {"p50_ms": 0.7, "p99_ms": 0.8, "paced_p50_ms": 1.2,
+                               "paced_p99_ms": 1.5}},
             "batches": [{"body": "Arrow IPC", "cells": 1000, "request_mb": 1.31, "p50_ms": 262,
                          "p99_ms": 274, "server_p50_ms": 259, "bare_graph_p50_ms": 257,
                          "calls": 20}]}
@@ -82,7 +84,9 @@ def test_the_results_section_reports_the_limits_state_or_why_there_was_no_capaci
     # The median of the pairs' ratios (6 / 4, 8 / 2, 12 / 3), not the medians' ratio (8 / 3).
     assert "The xApp's p99 is **4.00x** the no-op's (the median of the runs' ratios" in text
     assert re.search(r"\| no-op, beside it +\| +5 \| +3 \| 4\.0 / 2\.0 / 3\.0 +\|", text)
-    assert "that call alone would make **1.52x**" in text  # (3 + 1.56) / 3: the paced call
+    # (3 + 1.56) / 3 and (4 + 1.2) / 4: each no-op's median p99 and the paced call.
+    assert "that call alone would make **1.52x** (int8 **1.30x**)" in text
+    assert "0.78 / 0.91 ms back to back and 1.56 / 1.95 ms at the load's rhythm" in text
     phases = set(pd.read_csv(tmp_path / "serving_load.csv")["phase"])
     if capacity is None:
         assert "**No capacity**" in text and "accepted p99 10.4 ms" in text
