@@ -53,8 +53,10 @@ def results(capacity: dict | None) -> dict:
             "below": [] if capacity is None else [load_run()],
             "overload": overload, "rss": None if capacity is None else (222.0, 223.0),
             "steady": [load_run(p99_ms=6.0), load_run(), load_run(p99_ms=12.0)],
+            "floor": [load_run(p99_ms=5.0), load_run(p99_ms=4.0), load_run(p99_ms=4.0)],
             "noop": [load_run(p99_ms=4.0), load_run(p99_ms=2.0), load_run(p99_ms=3.0)],
-            "int8": [load_run()] * 3, "noop_int8": [load_run(p99_ms=4.0)] * 3,
+            "int8": [load_run()] * 3, "floor_int8": [load_run(p99_ms=6.0)] * 3,
+            "noop_int8": [load_run(p99_ms=4.0)] * 3,
             "burst": {"float32": {"p50_ms": 0.78, "p99_ms": 0.91, "paced_p50_ms": 1.56,
                                   "paced_p99_ms": 1.95},
                       "int8": {"p50_ms": 0.7, "p99_ms": 0.8, "paced_p50_ms": 1.2,
@@ -84,8 +86,11 @@ def test_the_results_section_reports_the_limits_state_or_why_there_was_no_capaci
     # The median of the pairs' ratios (6 / 4, 8 / 2, 12 / 3), not the medians' ratio (8 / 3).
     assert "The xApp's p99 is **4.00x** the no-op's (the median of the runs' ratios" in text
     assert re.search(r"\| no-op, beside it +\| +5 \| +3 \| 4\.0 / 2\.0 / 3\.0 +\|", text)
-    # (3 + 1.56) / 3 and (4 + 1.2) / 4: each no-op's median p99 and the paced call.
-    assert "that call alone would make **1.52x** (int8 **1.30x**)" in text
+    # The floor server's over the no-op's (5 / 4, 4 / 2, 4 / 3; 6 / 4), the xApp's over the
+    # floor server's (6 / 5, 8 / 4, 12 / 4; 8 / 6).
+    assert "Its p99 is **1.33x** the no-op's (int8 **1.50x**)" in text
+    assert "**2.00x** the floor server's p99 (int8 **1.33x**)" in text
+    assert re.search(r"\| floor server, beside it +\| +5 \| +4 \| 5\.0 / 4\.0 / 4\.0 +\|", text)
     assert "0.78 / 0.91 ms back to back and 1.56 / 1.95 ms at the load's rhythm" in text
     phases = set(pd.read_csv(tmp_path / "serving_load.csv")["phase"])
     if capacity is None:
@@ -119,3 +124,63 @@ def test_the_in_process_measure_prints_the_cpu_of_each_round(tmp_path: Path) -> 
     assert printed["cpu_us_per_request"] == statistics.median(r["process"] for r in rounds)
     assert printed["loop_us_per_request"] == statistics.median(r["loop"] for r in rounds)
     assert printed["noop_loop_us_per_request"] > 0
+
+
+def test_the_floor_server_answers_a_burst_from_one_model_call_in_the_xapps_shape(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``benchmarks.floor_server``, the yardstick between the no-op and the xApp, does the
+    model's whole job: requests that arrive together are answered from one call of the
+    model's contract, each its own row, rounded as the xApp rounds, stamped in its zone."""
+    import asyncio
+    import datetime as dt
+
+    import numpy as np
+    import pandas as pd
+
+    from benchmarks import floor_server
+    from benchmarks.request_cpu import ROUTE, call
+    from kpi_forecast.model.runtime import OnnxForecaster
+    from kpi_forecast.xapp.http.schemas import ForecastResponse
+    from tests.exported_model import exported_copy
+
+    model_dir = exported_copy(tmp_path / "model", context=48, horizon=24)
+    calls: list[int] = []
+    forecast = OnnxForecaster.forecast
+
+    def counted(self: OnnxForecaster, history: list[np.ndarray], last: pd.DatetimeIndex
+                ) -> np.ndarray:
+        calls.append(len(history))
+        return forecast(self, history, last)
+
+    monkeypatch.setattr(OnnxForecaster, "forecast", counted)
+    app = floor_server.create_app(str(model_dir), "float32")
+    rng = np.random.default_rng(1)
+    values = [[None if step == 5 else round(float(v), 2) for step, v in
+               enumerate(rng.gamma(2.0, 10.0, 48 + extra))] for extra in (0, 3, 7)]
+    bodies = [{"cell_id": f"c{i}", "start": "2026-03-28T00:00:00+01:00", "freq": "1h",
+               "values": v, "horizon": 24 - i} for i, v in enumerate(values)]
+
+    async def burst() -> list[tuple[int, bytes]]:
+        return await asyncio.gather(*(call(app, "POST", ROUTE, json.dumps(body).encode())
+                                      for body in bodies))
+
+    answers = asyncio.run(burst())
+    assert calls == [3]
+    start = pd.Timestamp("2026-03-28T00:00:00+01:00")
+    last = [start + pd.Timedelta(hours=len(v) - 1) for v in values]
+    histories = [np.array([np.nan if x is None else x for x in v], np.float32)[None]
+                 for v in values]
+    expected = np.round(forecast(OnnxForecaster(model_dir), histories, pd.DatetimeIndex(
+        [t.tz_convert("UTC") for t in last])).astype(np.float64), floor_server.DECIMALS)
+    for row, ((status, payload), body) in enumerate(zip(answers, bodies, strict=True)):
+        assert status == 200
+        answer = ForecastResponse.model_validate_json(payload)
+        assert answer.cell_id == body["cell_id"] and answer.source == "model"
+        assert len(answer.forecasts) == body["horizon"]
+        assert [[point["p10"], point["p50"], point["p90"]] for point in answer.forecasts] == (
+            expected[row, : body["horizon"]].tolist())
+        # One step apart after the series' last, in the offset the series came in.
+        stamps = [dt.datetime.fromisoformat(point["timestamp"]) for point in answer.forecasts]
+        assert [s - last[row] for s in stamps] == [
+            pd.Timedelta(hours=k + 1) for k in range(body["horizon"])]
+        assert {s.utcoffset() for s in stamps} == {dt.timedelta(hours=1)}
