@@ -91,7 +91,7 @@ class Watch:
     model: str
     cell: str
     rows: list[dict] = field(default_factory=list)
-    answers: list[int] = field(default_factory=list)
+    answers: list[tuple[int, str]] = field(default_factory=list)  # status, error if not 200
     stop: threading.Event = field(default_factory=threading.Event)
     error: Exception | None = None
 
@@ -110,13 +110,15 @@ class Watch:
             "alert": bool(alerts["data"]["result"])})
 
     def ask(self, client: httpx.Client) -> None:
-        self.answers.append(client.get(f"{self.xapp}/v1/cells/{self.cell}/forecast").status_code)
+        answer = client.get(f"{self.xapp}/v1/cells/{self.cell}/forecast")
+        self.answers.append((answer.status_code, "" if answer.status_code == 200 else
+                             answer.text[:300]))
 
-    def answered(self) -> list[int]:
+    def answered(self) -> list[tuple[int, str]]:
         """The answers from the first 200 on: before it, the cell is unknown (404) or holds
         too little history (409), as documented."""
-        first = self.answers.index(200) if 200 in self.answers else len(self.answers)
-        return self.answers[first:]
+        codes = [code for code, _ in self.answers]
+        return self.answers[codes.index(200) if 200 in codes else len(codes):]
 
     def run(self) -> None:
         try:
@@ -232,7 +234,8 @@ def loop(directory: Path, scenario: Scenario, timeline_csv: Path,
     return {
         "factor": scenario.factor, "minutes": minutes, "retrain days": scenario.retrain_days,
         "reports sent": sent, "reports taken": taken, "forecasts asked": len(answered),
-        "forecasts not 200": sum(code != 200 for code in answered),
+        "forecasts not 200": sum(code != 200 for code, _ in answered),
+        "refusals": [f"{code} {error}" for code, error in answered if code != 200],
         "promotions": decisions,
         **summary(timeline, scenario.retrain_days * 24.0, load_metadata(candidate).model_version)}
 
