@@ -74,9 +74,10 @@ def test_the_results_section_reports_the_limits_state_or_why_there_was_no_capaci
     from benchmarks import serving
 
     written: dict[str, str] = {}
+    figures: dict[str, float] = {}
     monkeypatch.setattr(serving, "RESULTS", tmp_path)
-    monkeypatch.setattr(serving, "write_section",
-                        lambda run, section: written.update({run.section: section}))
+    monkeypatch.setattr(serving, "write_section", lambda run, section: (
+        written.update({run.section: section}), figures.update(run.figures)))
     args = argparse.Namespace(seconds=10, threads=2, model=Path("bundle/model"),
                               server_cpus={0, 1}, client_cpus={2, 3})
     serving.write_results(results(capacity), args)
@@ -91,6 +92,10 @@ def test_the_results_section_reports_the_limits_state_or_why_there_was_no_capaci
     assert "Its p99 is **1.33x** the no-op's (int8 **1.50x**)" in text
     assert "**2.00x** the floor server's p99 (int8 **1.33x**)" in text
     assert re.search(r"\| floor server, beside it +\| +5 \| +4 \| 5\.0 / 4\.0 / 4\.0 +\|", text)
+    # The bound below the floor server's: (3 + 1.56) / 3 and (4 + 1.2) / 4, each no-op's median
+    # p99 and the paced call.
+    assert figures["no-op and paced model call over no-op"] == pytest.approx((3 + 1.56) / 3)
+    assert figures["int8: no-op and paced model call over no-op"] == pytest.approx(1.3)
     assert "0.78 / 0.91 ms back to back and 1.56 / 1.95 ms at the load's rhythm" in text
     phases = set(pd.read_csv(tmp_path / "serving_load.csv")["phase"])
     if capacity is None:
