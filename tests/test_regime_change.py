@@ -30,7 +30,7 @@ def test_a_served_model_worse_than_naive_is_alerted_on_replaced_by_the_rule_noth
     served, candidate = timeline["version"].iloc[0], timeline["candidate_version"].dropna()
     assert figures["candidate scored"] and candidate.nunique() == 1
     # Promoted by the rule once, and no other version served.
-    assert figures["promotions"] == 1, figures  # the skills shadowed, the hours of each step
+    assert figures["promotions"] == 1, str(figures)  # the skills shadowed, each step's hour
     assert list(timeline["version"].unique()) == [served, candidate.iloc[0]]
     promoted = timeline["version"] == candidate.iloc[0]
     after = timeline["hours"] >= 24  # the days scored wholly after the change

@@ -441,13 +441,14 @@ def test_late_answers_without_waiting_shed_nothing(model_dir: Path, tmp_path: Pa
         async with running(desc) as client:
             # Every model call late, but one request at a time, each after the call before it
             # has finished: none waits behind another. (The answer leaves at the budget, the
-            # call goes on for its 25 ms: the pause outlasts it by a margin a busy machine
-            # keeps.)
-            slow_down(client, 0.025)
+            # call goes on to three times it: a loop stalled past the call's end would find
+            # the model's answer first, and a busy machine stalls one for milliseconds, not
+            # tens of them. The pause outlasts the call by as much.)
+            slow_down(client, 0.06)
             for i in range(WINDOW_ANSWERS + 5):
                 answer = await client.post("/v1/forecast", json=body(cell_id=f"s{i}"))
                 assert answer.status_code == 200 and answer.json()["reason"] == "timeout"
-                await asyncio.sleep(0.025)
+                await asyncio.sleep(0.06)
             admission = client.app.state.components.limit
             assert admission.limit == 64 and admission.delay < admission.allowance
             metrics = (await client.get("/ric/v1/metrics")).text
